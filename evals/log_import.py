@@ -1,0 +1,371 @@
+"""Turn Megatron-LM / Primus and torchtitan training logs into a sweep file.
+
+One log file is one run; all files form one sweep (same model, GPU type and count).
+Metrics are medians over the logged iterations after warm-up; what a log does not
+show goes to the run's `unknown:` list instead of being guessed. Units: Megatron
+prints memory in MB = 2^20 bytes and iteration time in ms; the sweep format wants GiB
+and seconds. Entry points: `import_logs` and `render_yaml`.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evals.sweep_models import GPU_IDS, SweepFile, unknown_name_message
+
+_MIB_PER_GIB = 1024
+_WARMUP_LINES = 2           # skip at least this many logged iterations ...
+_WARMUP_FRACTION = 0.10     # ... or this fraction of them, whichever is more
+_EXPECTED_KEYS = ("tp", "pp", "cp", "mbs", "gbs", "seq_len", "precision", "recompute", "zero")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_MEGATRON_ARG = re.compile(r"^\s*(\w+) \.{3,} (.*?)\s*$")
+_MEGATRON_ITER = re.compile(r"iteration\s+\d+/\s*\d+ \|.*elapsed time per iteration \(ms\): ([\d.]+)")
+_MEGATRON_TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
+_MEGATRON_TOKENS = re.compile(r"tokens per GPU \(tokens/s/GPU\): ([\d.]+)")
+_MEGATRON_GBS = re.compile(r"global batch size:\s+(\d+)")
+_MEGATRON_MEM = re.compile(r"memory \(MB\) \|.*?max allocated: ([\d.]+)")
+_TITAN_STEP = re.compile(r"step:\s*\d+\s.*?(?:tps|wps):\s*([\d,]+)")
+_TITAN_FIELD = {"tflops": re.compile(r"tflops:\s*([\d.]+)"), "mfu": re.compile(r"mfu:\s*([\d.]+)%"),
+                "memory": re.compile(r"memory:\s*([\d.]+)GiB")}
+_TITAN_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
+_TITAN_ARGS = re.compile(r"Running with args: (\{.*\})\s*$", re.MULTILINE)
+_TITAN_MODEL = re.compile(r"with \w*ModelArgs\((.*)\)")
+_TITAN_SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "GPipe": "gpipe",
+                    "InterleavedZeroBubble": "zero-bubble", "ZBVZeroBubble": "zbv"}
+# Device names as printed by torch.cuda.get_device_name(), first match wins.
+_GPU_NAMES = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200", "b200"),
+              ("H200", "h200"), ("H800", "h800"), ("H100 80GB", "h100-sxm"),
+              ("A100-SXM4-80GB", "a100-80gb"), ("A100 80GB", "a100-80gb"), ("A100-SXM4-40GB", "a100-40gb"),
+              ("MI355X", "mi355x"), ("MI325X", "mi325x"), ("MI300X", "mi300x"))
+
+
+class LogImportError(ValueError):
+    """A log that cannot be turned into a run; the message names the file and what is missing."""
+
+
+@dataclass(slots=True)
+class _ParsedLog:
+    """What one log shows: config keys, metrics, model fields, cluster facts."""
+
+    path: Path
+    framework: str
+    config: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, float] = field(default_factory=dict)
+    model: dict[str, Any] | None = None
+    num_gpus: int | None = None
+    gpu: str | None = None
+    note: str = ""
+
+
+def import_logs(
+    paths: Sequence[Path | str], *, model: str | None = None, gpu: str | None = None,
+    num_gpus: int | None = None, sweep_name: str | None = None,
+) -> SweepFile:
+    """Build one sweep from training logs, one run per file.
+
+    Args:
+        paths: Megatron-LM / Primus or torchtitan log files.
+        model: Catalog id; overrides the architecture read from the logs.
+        gpu: Hardware id (one of GPU_IDS); overrides the device name in the logs, and is
+            needed when they name none (Megatron logs do not).
+        num_gpus: GPU count, used when the logs show no world size or device mesh.
+        sweep_name: Name of the sweep; derived from model, GPU and count if None.
+
+    Raises:
+        LogImportError: A log has no iteration lines, or model/GPU/count are unknown or
+            differ between logs.
+    """
+    if not paths:
+        raise LogImportError("no log files given")
+    logs = [_parse(Path(p)) for p in paths]
+    gpu_id = _one("gpu", gpu, logs, lambda log: log.gpu) or None
+    if gpu_id is None:
+        raise LogImportError(f"GPU type not found in the logs; pass --gpu (one of {', '.join(GPU_IDS)})")
+    if gpu_id not in GPU_IDS:
+        raise LogImportError(unknown_name_message("gpu", gpu_id, GPU_IDS))
+    count = _one("num_gpus", num_gpus, logs, lambda log: log.num_gpus)
+    if count is None:
+        raise LogImportError("GPU count not found in the logs (world_size / device mesh); pass --num-gpus")
+    model_spec: str | dict[str, Any] | None = model or _one("model", None, logs, lambda log: log.model)
+    if model_spec is None:
+        raise LogImportError(f"model architecture not found in {logs[0].path}; pass --model (catalog id)")
+    fixed = {k: v for k, v in logs[0].config.items() if all(log.config.get(k) == v for log in logs)}
+    runs = [_run(log, fixed) for log in logs]
+    label = model_spec if isinstance(model_spec, str) else model_spec["model_type"]
+    return SweepFile.model_validate({
+        "source": "training logs: " + ", ".join(log.path.name for log in logs),
+        "sweeps": [{
+            "name": sweep_name or _slug(f"import-{label}-{gpu_id}-{count}g"),
+            "notes": "imported by evals.log_import",
+            "model": model_spec,
+            "cluster": {"gpu": gpu_id, "num_gpus": count},
+            "fixed": fixed,
+            "runs": runs,
+        }],
+    })
+
+
+def render_yaml(sweepfile: SweepFile) -> str:
+    """Return the sweep file as YAML in the layout of the development data."""
+    data = sweepfile.model_dump(exclude_unset=True, exclude_none=True)
+    for sweep in data["sweeps"]:
+        sweep["fixed"] = _Flow(sweep.get("fixed", {}))
+        for run in sweep["runs"]:
+            run["config"] = _Flow(run.get("config", {}))
+            run["measured"] = _Flow(run["measured"])
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+
+
+class _Flow(dict[str, Any]):
+    """A mapping written in flow style ({a: 1, b: 2})."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+_Dumper.add_representer(
+    _Flow, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True)
+)
+
+
+def _one(what: str, given: Any, logs: list[_ParsedLog], get: Callable[[_ParsedLog], Any]) -> Any:
+    """Return the value all logs agree on (or `given` where they show none)."""
+    seen = {str(get(log)): get(log) for log in logs if get(log) is not None}
+    if len(seen) > 1:
+        raise LogImportError(f"logs differ in {what}: one sweep needs one {what} ({', '.join(seen)})")
+    found = next(iter(seen.values()), None)
+    if given is not None and found is not None and what != "gpu" and given != found:
+        raise LogImportError(f"{what}={given} given, but the logs show {found}")
+    return given if given is not None else found
+
+
+def _run(log: _ParsedLog, fixed: dict[str, Any]) -> dict[str, Any]:
+    expected = (*_EXPECTED_KEYS, "ep") if log.model and log.model.get("num_local_experts") else _EXPECTED_KEYS
+    unknown = [k for k in expected if k not in log.config]
+    run: dict[str, Any] = {
+        "config": {k: v for k, v in log.config.items() if k not in fixed},
+        "measured": log.measured,
+        "notes": f"imported from {log.path.name}: {log.note}",
+    }
+    if unknown:
+        run["unknown"] = unknown
+    return run
+
+
+def _parse(path: Path) -> _ParsedLog:
+    try:
+        text = _ANSI.sub("", path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as err:
+        raise LogImportError(f"{path}: cannot read: {err}") from err
+    if _MEGATRON_ITER.search(text):
+        return _parse_megatron(path, text)
+    if _TITAN_STEP.search(text):
+        return _parse_torchtitan(path, text)
+    raise LogImportError(
+        f"{path}: no iteration lines found (expected Megatron 'iteration N/M | ... elapsed time "
+        "per iteration (ms): ...' or torchtitan 'step: N ... tps: ...' lines)"
+    )
+
+
+def _median_after_warmup(values: list[float]) -> tuple[float, str]:
+    """Return the median after the warm-up lines (6 significant digits) and a note on it."""
+    skip = max(_WARMUP_LINES, math.ceil(_WARMUP_FRACTION * len(values)))
+    kept = values[skip:] or values[-1:]
+    median = float(f"{statistics.median(kept):.6g}")
+    return median, f"median of {len(kept)} of {len(values)} logged iterations"
+
+
+def _parse_megatron(path: Path, text: str) -> _ParsedLog:
+    framework = "primus" if "primus" in text.lower() else "megatron"
+    log = _ParsedLog(path=path, framework=framework)
+    args = {m[1]: _value(m[2]) for line in text.splitlines()
+            if (m := _MEGATRON_ARG.match(line.rsplit(" : ", 1)[-1]))}
+    iterations = [m for line in text.splitlines() if (m := _MEGATRON_ITER.search(line))]
+    lines = [m.string for m in iterations]
+    median_ms, log.note = _median_after_warmup([float(m[1]) for m in iterations])
+    log.measured["iteration_time_s"] = median_ms / 1000
+    for key, pattern in (("tokens_per_sec_per_gpu", _MEGATRON_TOKENS), ("model_tflops_per_gpu", _MEGATRON_TFLOPS)):
+        values = [float(m[1]) for line in lines if (m := pattern.search(line))]
+        if values:
+            log.measured[key] = _median_after_warmup(values)[0]
+    memory_mib = [float(m[1]) for m in _MEGATRON_MEM.finditer(text)]
+    if memory_mib:
+        log.measured["peak_memory_gib"] = round(max(memory_mib) / _MIB_PER_GIB, 3)
+    log.note += ("; TFLOP/s as printed by Megatron (its own FLOP formula)" if "model_tflops_per_gpu"
+                 in log.measured else "") + ("; peak memory = max 'max allocated' of the memory reports"
+                                             if memory_mib else "")
+    log.config = {"framework": framework, **_megatron_config(args)}
+    if "gbs" not in log.config and (m := _MEGATRON_GBS.search(lines[-1])):
+        log.config["gbs"] = int(m[1])
+    log.num_gpus = args.get("world_size")
+    log.model = _megatron_model(args)
+    return log
+
+
+def _value(raw: str) -> Any:
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+
+
+def _megatron_config(args: dict[str, Any]) -> dict[str, Any]:
+    names = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+             "cp": "context_parallel_size", "mbs": "micro_batch_size", "gbs": "global_batch_size",
+             "seq_len": "seq_length", "sequence_parallel": "sequence_parallel"}
+    config = {key: args[name] for key, name in names.items() if args.get(name) is not None}
+    if args.get("virtual_pipeline_model_parallel_size"):
+        config["vpp"] = args["virtual_pipeline_model_parallel_size"]
+    elif "virtual_pipeline_model_parallel_size" in args and config.get("pp"):
+        config["vpp"] = 1
+    recipe = {"blockwise": "fp8-blockwise", "mxfp8": "mxfp8"}
+    if args.get("fp4"):
+        config["precision"] = "nvfp4"
+    elif args.get("fp8"):
+        config["precision"] = recipe.get(str(args.get("fp8_recipe")), "fp8")
+    elif args.get("bf16") or args.get("fp16"):
+        config["precision"] = "bf16" if args.get("bf16") else "fp16"
+    if "recompute_granularity" in args:
+        config["recompute"] = args["recompute_granularity"] or "none"
+        if config["recompute"] == "full" and args.get("recompute_num_layers"):
+            config["recompute_num_layers"] = args["recompute_num_layers"]
+        if config["recompute"] == "selective" and isinstance(args.get("recompute_modules"), list):
+            config["recompute_modules"] = args["recompute_modules"]
+    if "use_distributed_optimizer" in args:
+        sharded = args.get("use_torch_fsdp2") or args.get("data_parallel_sharding_strategy") == "optim_grads_params"
+        config["zero"] = 3 if sharded else int(bool(args["use_distributed_optimizer"]))
+    if args.get("num_experts"):
+        config["ep"] = args.get("expert_model_parallel_size") or 1
+        config["etp"] = args.get("expert_tensor_parallel_size") or config.get("tp", 1)
+        dispatcher = str(args.get("moe_token_dispatcher_type"))
+        config["moe_dispatcher"] = "deepep" if args.get("moe_enable_deepep") else (
+            "allgather" if dispatcher == "allgather" else "alltoall")
+        config["moe_routing"] = ("balanced" if args.get("moe_router_force_load_balancing") else
+                                 "token-drop" if args.get("moe_expert_capacity_factor") else "dropless")
+    return config
+
+
+def _megatron_model(args: dict[str, Any]) -> dict[str, Any] | None:
+    if not all(args.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
+        return None
+    moe = bool(args.get("num_experts"))
+    model: dict[str, Any] = {
+        "model_type": "mixtral" if moe else ("gpt2" if args.get("swiglu") is False else "llama"),
+        "hidden_size": args["hidden_size"], "num_hidden_layers": args["num_layers"],
+        "num_attention_heads": args["num_attention_heads"],
+    }
+    if args.get("group_query_attention") and args.get("num_query_groups"):
+        model["num_key_value_heads"] = args["num_query_groups"]
+    if args.get("kv_channels") and args["kv_channels"] != args["hidden_size"] // args["num_attention_heads"]:
+        model["head_dim"] = args["kv_channels"]
+    ffn = (args.get("moe_ffn_hidden_size") if moe else None) or args.get("ffn_hidden_size")
+    if ffn:
+        model["intermediate_size"] = ffn
+    if args.get("padded_vocab_size"):
+        model["vocab_size"] = args["padded_vocab_size"]  # padded to a multiple for TP
+    if "untie_embeddings_and_output_weights" in args:
+        model["tie_word_embeddings"] = not args["untie_embeddings_and_output_weights"]
+    if moe:
+        model["num_local_experts"] = args["num_experts"]
+        model["num_experts_per_tok"] = args.get("moe_router_topk") or 2
+    return model
+
+
+def _parse_torchtitan(path: Path, text: str) -> _ParsedLog:
+    log = _ParsedLog(path=path, framework="torchtitan")
+    steps = [m for line in text.splitlines() if (m := _TITAN_STEP.search(line))]
+    lines = [m.string for m in steps]
+    tps = [float(m[1].replace(",", "")) for m in steps]
+    log.measured["tokens_per_sec_per_gpu"], log.note = _median_after_warmup(tps)
+    for key, name in (("model_tflops_per_gpu", "tflops"), ("mfu", "mfu")):
+        values = [float(m[1]) for line in lines if (m := _TITAN_FIELD[name].search(line))]
+        if values:
+            log.measured[key] = _median_after_warmup(values)[0] / (100 if key == "mfu" else 1)
+    if "model_tflops_per_gpu" in log.measured:
+        log.note += "; TFLOP/s as printed by torchtitan (its own 6*N + attention formula)"
+    memory = [float(m[1]) for line in lines if (m := _TITAN_FIELD["memory"].search(line))]
+    if memory:
+        log.measured["peak_memory_gib"] = max(memory)
+        log.note += "; peak memory = max of the logged (max reserved) memory"
+    log.config = {"framework": "torchtitan", **_titan_config(text)}
+    mesh = _TITAN_MESH.search(text)
+    if mesh:
+        log.num_gpus = math.prod(int(x) for x in mesh[2].split(","))
+    device = next((gpu for name, gpu in _GPU_NAMES if f"NVIDIA {name}" in text or f"AMD Instinct {name}" in text
+                   or f"CUDA capacity: {name}" in text), None)
+    log.gpu = device
+    log.model = _titan_model(text)
+    return log
+
+
+def _titan_config(text: str) -> dict[str, Any]:
+    args_match = _TITAN_ARGS.search(text)
+    args: dict[str, Any] = _value(args_match[1]) if args_match else {}
+    args = args if isinstance(args, dict) else {}
+    training, par = args.get("training", {}), args.get("parallelism", {})
+    mesh_match = _TITAN_MESH.search(text)
+    mesh: dict[str, int] = {}
+    if mesh_match:
+        names = [n.strip(" '\"") for n in mesh_match[1].split(",")]
+        mesh = dict(zip(names, (int(x) for x in mesh_match[2].split(",")), strict=True))
+    config: dict[str, Any] = {}
+    if mesh:
+        config.update(tp=mesh.get("tp", 1), pp=mesh.get("pp", 1), cp=mesh.get("cp", 1))
+        shard, replicate = mesh.get("dp_shard", 1), mesh.get("dp_replicate", 1)
+        config["zero"] = 3 if shard > 1 else 0
+        if shard > 1 and replicate > 1:
+            config["fsdp_size"] = shard
+        local = training.get("local_batch_size") or training.get("batch_size")
+        if local:
+            global_batch = training.get("global_batch_size") or -1
+            config["gbs"] = global_batch if global_batch > 0 else local * shard * replicate
+            config["mbs"] = par.get("pipeline_parallel_microbatch_size", 1) if config["pp"] > 1 else local
+    if training.get("seq_len"):
+        config["seq_len"] = training["seq_len"]
+    converters = args.get("model", {}).get("converters", [])
+    float8 = args.get("float8", {}) or args.get("quantize", {}).get("linear", {}).get("float8", {})
+    if "float8" in converters or "quantize.linear.float8" in converters:
+        config["precision"] = "fp8-blockwise" if float8.get("recipe_name") == "rowwise" else "fp8"
+    elif any("mx" in c for c in converters):
+        config["precision"] = "mxfp8"
+    elif training.get("mixed_precision_param") in ("bfloat16", "float16"):
+        config["precision"] = "bf16" if training["mixed_precision_param"] == "bfloat16" else "fp16"
+    mode = args.get("activation_checkpoint", {}).get("mode")
+    if mode in ("none", "selective", "full"):
+        config["recompute"] = mode
+    if config.get("pp", 1) > 1 and par.get("pipeline_parallel_schedule") in _TITAN_SCHEDULES:
+        config["pp_schedule"] = _TITAN_SCHEDULES[par["pipeline_parallel_schedule"]]
+    return config
+
+
+def _titan_model(text: str) -> dict[str, Any] | None:
+    match = _TITAN_MODEL.search(text)
+    if not match:
+        return None
+    fields = {m[1]: _value(m[2]) for m in re.finditer(r"(\w+)=([^,()]+)", match[1])}
+    if not all(k in fields for k in ("dim", "n_layers", "n_heads", "vocab_size")):
+        return None
+    dim = fields["dim"]
+    # Llama FFN size rule of torchtitan models/llama3 (FeedForward.__init__).
+    ffn = int(2 * 4 * dim / 3)
+    if fields.get("ffn_dim_multiplier") not in (None, "None"):
+        ffn = int(fields["ffn_dim_multiplier"] * ffn)
+    multiple = fields.get("multiple_of", 256)
+    return {"model_type": "llama", "hidden_size": dim, "num_hidden_layers": fields["n_layers"],
+            "num_attention_heads": fields["n_heads"],
+            "num_key_value_heads": fields.get("n_kv_heads") or fields["n_heads"],
+            "intermediate_size": multiple * math.ceil(ffn / multiple), "vocab_size": fields["vocab_size"]}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")

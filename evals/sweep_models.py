@@ -1,0 +1,244 @@
+"""Pydantic models of a measured sweep file (contract: shared/specs/sweep-format.md).
+
+The models hold a file exactly as written: no defaults are filled into a run's config,
+so `Sweep.effective_config` returns only the keys the source gives. Loading, error
+messages and per-run resilience live in `evals/sweep_file.py`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+GPU_IDS: tuple[str, ...] = (
+    "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
+    "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi355x",
+)
+"""Hardware ids of the spec (section *Hardware ids*); the hardware catalog resolves each."""
+
+PRIMARY_METRICS: tuple[str, ...] = (
+    "iteration_time_s", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "mfu",
+)
+"""Metrics that can be a run's primary metric, in the spec's order of preference."""
+
+REQUIRED_RUN_KEYS: tuple[str, ...] = ("mbs", "gbs", "seq_len")
+"""Config keys without which a run is incomplete (spec: *Incomplete runs*)."""
+
+Precision = Literal["bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
+Recompute = Literal["none", "selective", "full"]
+PipelineSchedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
+Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed", "jax", "primus"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
+MoeRouting = Literal["balanced", "dropless", "token-drop"]
+Finetune = Literal["sft", "lora"]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
+    """Return the closest of `choices` to `name` (a prefix match first), or None."""
+    prefixed = [c for c in choices if name and c.startswith(name)]
+    if prefixed:
+        return prefixed[0]
+    near = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return near[0] if near else None
+
+
+def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | list[str]) -> str:
+    """Format "unknown <kind> 'x' (allowed: a, b; did you mean y?)"."""
+    near = nearest(str(name), choices)
+    hint = f"; did you mean {near}?" if near else ""
+    return f"unknown {kind} '{name}' (allowed: {', '.join(choices)}{hint})"
+
+
+class ConfigKeys(BaseModel):
+    """Layout keys of a run (spec: *Config keys*); every key optional, unknown keys rejected."""
+
+    model_config = _STRICT
+
+    tp: int | None = Field(None, ge=1, description="Tensor parallel size (default 1).")
+    pp: int | None = Field(None, ge=1, description="Pipeline parallel size (default 1).")
+    cp: int | None = Field(None, ge=1, description="Context parallel size (default 1).")
+    ep: int | None = Field(None, ge=1, description="Expert parallel size (default 1).")
+    vpp: int | None = Field(None, ge=1, description="Virtual pipeline chunks per pipeline rank.")
+    dp: int | None = Field(
+        None, ge=1, description="Data parallel size; must equal num_gpus / (tp*pp*cp) if given."
+    )
+    etp: int | None = Field(None, ge=1, description="Expert tensor parallel size (MoE).")
+    mbs: int | None = Field(None, ge=1, description="Micro-batch size, sequences.")
+    gbs: int | None = Field(None, ge=1, description="Global batch size, sequences.")
+    seq_len: int | None = Field(None, ge=1, description="Sequence length, tokens.")
+    precision: Precision | None = Field(None, description="Training precision (default bf16).")
+    recompute: Recompute | None = Field(None, description="Activation recomputation.")
+    recompute_num_layers: int | None = Field(
+        None, ge=1, description="With full recompute: layers per pipeline stage that recompute."
+    )
+    recompute_modules: list[str] | None = Field(
+        None, description="With selective recompute: modules, e.g. [core_attn]."
+    )
+    sequence_parallel: bool | None = Field(None, description="Megatron sequence parallelism.")
+    zero: int | None = Field(
+        None, ge=0, le=3, description="0 DDP, 1 optimizer, 2 + gradients, 3 + parameters sharded."
+    )
+    fsdp_size: int | None = Field(None, ge=1, description="Sharding group size (HSDP) with zero 3.")
+    pp_schedule: PipelineSchedule | None = Field(None, description="Pipeline schedule.")
+    framework: Framework | None = Field(None, description="Training framework.")
+    moe_dispatcher: MoeDispatcher | None = Field(None, description="MoE token dispatcher.")
+    moe_routing: MoeRouting | None = Field(None, description="MoE routing mode.")
+    finetune: Finetune | None = Field(None, description="Fine-tuning mode; none = pre-training.")
+
+
+CONFIG_KEYS: tuple[str, ...] = tuple(ConfigKeys.model_fields)
+
+
+class Measured(BaseModel):
+    """Measured metrics of a run (spec: *Measured metrics*); at least one is required."""
+
+    model_config = _STRICT
+
+    iteration_time_s: float | None = Field(None, gt=0, description="Seconds per global step.")
+    tokens_per_sec_per_gpu: float | None = Field(None, gt=0, description="Tokens / s / GPU.")
+    model_tflops_per_gpu: float | None = Field(
+        None, gt=0, description="Source's model TFLOP/s per GPU (its own FLOP formula)."
+    )
+    mfu: float | None = Field(None, gt=0, le=1, description="Fraction of the GPU's dense peak.")
+    peak_memory_gib: float | None = Field(None, gt=0, description="Peak memory per GPU, GiB.")
+    oom: bool | None = Field(None, description="True if the run went out of memory.")
+    layer_fwd_bwd_time_ms: float | None = Field(
+        None, gt=0, description="Forward + backward time of one transformer layer, ms."
+    )
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> Measured:
+        if not self.model_dump(exclude_none=True):
+            raise ValueError(f"no metric given (need one of: {', '.join(type(self).model_fields)})")
+        return self
+
+
+def primary_metric(measured: Measured) -> str | None:
+    """Return the run's primary metric name, or None if it has only memory/oom/layer time."""
+    return next((m for m in PRIMARY_METRICS if getattr(measured, m) is not None), None)
+
+
+class Run(BaseModel):
+    """One measured layout of a sweep's job."""
+
+    model_config = _STRICT
+
+    config: ConfigKeys = Field(default_factory=ConfigKeys, description="Keys of this run.")
+    measured: Measured = Field(description="Measured metrics.")
+    baselines: dict[str, Measured] = Field(
+        default_factory=dict, description="Other tools' predictions, by tool name."
+    )
+    unknown: list[str] = Field(default_factory=list, description="Keys the source does not give.")
+    notes: str | None = Field(None, description="Free text (caveats, what is missing).")
+
+    @field_validator("unknown")
+    @classmethod
+    def _known_keys(cls, keys: list[str]) -> list[str]:
+        for key in keys:
+            if key not in CONFIG_KEYS:
+                raise ValueError(unknown_name_message("config key", key, CONFIG_KEYS))
+        return keys
+
+    def missing_keys(self, sweep: SweepHeader) -> list[str]:
+        """Return keys that make this run incomplete: its `unknown` list, then absent mbs/gbs/seq_len."""
+        config = sweep.effective_config(self)
+        absent = [k for k in REQUIRED_RUN_KEYS if k not in config and k not in self.unknown]
+        return [*self.unknown, *absent]
+
+
+class ClusterSpec(BaseModel):
+    """GPU type and count of a sweep."""
+
+    model_config = _STRICT
+
+    gpu: str = Field(description="Hardware id, one of GPU_IDS.")
+    num_gpus: int = Field(ge=1, description="Number of GPUs of the job.")
+    gpus_per_node: int = Field(8, ge=1, description="GPUs per node.")
+    nic_gbps: float | None = Field(None, gt=0, description="Line rate of one NIC, Gbit/s.")
+    nics_per_node: int | None = Field(None, ge=1, description="NICs per node.")
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str) -> str:
+        if gpu not in GPU_IDS:
+            raise ValueError(unknown_name_message("gpu", gpu, GPU_IDS))
+        return gpu
+
+
+class SweepHeader(BaseModel):
+    """Everything of a sweep except its runs (validated first, so a bad run loses only itself)."""
+
+    model_config = _STRICT
+
+    name: str = Field(min_length=1, description="Unique across all loaded files.")
+    source: str | None = Field(None, description="Citation; overrides the file's.")
+    notes: str | None = Field(None, description="Free text (caveats, container version).")
+    model: str | dict[str, Any] = Field(
+        description="Catalog id, or Hugging Face config.json fields including model_type."
+    )
+    cluster: ClusterSpec = Field(description="GPU type and count.")
+    fixed: ConfigKeys = Field(default_factory=ConfigKeys, description="Keys shared by all runs.")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _catalog_id_or_hf_fields(cls, model: object) -> object:
+        if isinstance(model, str) and model:
+            return model
+        if isinstance(model, dict) and isinstance(model.get("model_type"), str):
+            return model
+        raise ValueError(
+            "must be a catalog id (non-empty string) or a mapping of Hugging Face config.json "
+            f"fields with a string 'model_type' (got {model!r})"
+        )
+
+    def effective_config(self, run: Run) -> dict[str, Any]:
+        """Return `fixed` merged with the run's config (run wins); only keys that are set."""
+        return {**self.fixed.model_dump(exclude_none=True), **run.config.model_dump(exclude_none=True)}
+
+    def layout_error(self, run: Run) -> str | None:
+        """Return why the run's layout breaks a format rule (spec: `dp`), or None."""
+        config = self.effective_config(run)
+        if "dp" not in config:
+            return None
+        tp, pp, cp = (config.get(k, 1) for k in ("tp", "pp", "cp"))
+        num_gpus = self.cluster.num_gpus
+        if num_gpus % (tp * pp * cp) or config["dp"] != num_gpus // (tp * pp * cp):
+            return (
+                f"dp={config['dp']} must equal num_gpus/(tp*pp*cp) = "
+                f"{num_gpus}/({tp}*{pp}*{cp}) = {num_gpus / (tp * pp * cp):g}"
+            )
+        return None
+
+
+class Sweep(SweepHeader):
+    """Runs of one job that differ only in layout; only runs inside one sweep are ranked."""
+
+    runs: list[Run] = Field(description="Measured runs, in file order.")
+
+    @model_validator(mode="after")
+    def _layouts(self) -> Sweep:
+        errors = [f"run {i}: {e}" for i, r in enumerate(self.runs) if (e := self.layout_error(r))]
+        if errors:
+            raise ValueError("; ".join(errors))
+        return self
+
+
+class SweepFile(BaseModel):
+    """A whole sweep file; `evals.sweep_file.load_sweep_files` loads it run by run."""
+
+    model_config = _STRICT
+
+    source: str = Field(min_length=1, description="Default citation of every sweep.")
+    sweeps: list[Sweep] = Field(min_length=1, description="Sweeps of the file.")
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> SweepFile:
+        names = [s.name for s in self.sweeps]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate sweep names: {', '.join(duplicates)}")
+        return self

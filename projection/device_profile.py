@@ -1,0 +1,100 @@
+"""Device profiles: the few free numbers that turn a workload into seconds on one GPU type.
+
+A profile holds achievable-peak factors, kernel and step overheads, communication
+efficiencies, overlap fractions and the memory-overhead term.  Datasheet facts (peak
+FLOP/s, HBM bandwidth, links) stay in the hardware catalog; a profile only says how much
+of them real training kernels reach.  Profiles ship in ``projection/catalog/profiles``
+(one per hardware id, or one per family as fallback), fitted by ``projtune calibrate``
+on the development sweeps, and record what they were fitted on.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.errors import ProjtuneError
+from projection.hardware import HardwareSpec
+
+# Parameters the calibrator may fit (a handful per family, never per workload).
+FITTABLE = (
+    "gemm_efficiency",
+    "low_precision_gemm_efficiency",
+    "attention_efficiency",
+    "moe_efficiency",
+    "comm_efficiency",
+    "dp_overlap_fraction",
+    "kernel_overhead_s",
+)
+
+
+class DeviceProfile(BaseModel):
+    """Achievable-performance parameters of one GPU type (dimensionless unless a unit is named)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    hardware_id: str = Field(description="Hardware id or family the profile applies to.")
+    gemm_efficiency: float = Field(0.75, gt=0, le=1, description="Achieved/peak FLOP/s of large 16-bit GEMMs.")
+    low_precision_gemm_efficiency: float = Field(
+        0.60, gt=0, le=1, description="Achieved/peak FLOP/s of large FP8/FP4 GEMMs (incl. cast/scale overheads).")
+    attention_efficiency: float = Field(0.55, gt=0, le=1, description="Flash-attention achieved/peak 16-bit FLOP/s.")
+    moe_efficiency: float = Field(0.70, gt=0, le=1, description="Grouped-GEMM + permute efficiency vs dense GEMM.")
+    memory_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved/peak HBM bandwidth, streaming kernels.")
+    optimizer_memory_efficiency: float = Field(
+        0.25, gt=0, le=1, description="Achieved/peak HBM bandwidth of the optimizer step (Primus: MI355X Adam at 21%).")
+    kernel_overhead_s: float = Field(6e-6, ge=0, description="Launch + tail latency per kernel, seconds.")
+    tile_m: int = Field(256, ge=1, description="GEMM output tile rows (wave quantisation).")
+    tile_n: int = Field(128, ge=1, description="GEMM output tile columns.")
+    comm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved bus bandwidth / link bandwidth.")
+    scale_up_latency_s: float = Field(5e-6, ge=0, description="Per-step latency on NVLink/xGMI, seconds.")
+    scale_out_latency_s: float = Field(1.5e-5, ge=0, description="Per-step latency across nodes, seconds.")
+    dp_overlap_fraction: float = Field(0.85, ge=0, le=1, description="Share of DP/FSDP comm hidden under compute.")
+    tp_overlap_fraction: float = Field(0.0, ge=0, le=1, description="Share of TP comm hidden (TP comm overlap).")
+    ep_overlap_fraction: float = Field(0.0, ge=0, le=1, description="Share of EP all-to-all hidden.")
+    cp_overlap_fraction: float = Field(0.7, ge=0, le=1, description="Share of CP ring exchange hidden by attention.")
+    step_overhead_s: float = Field(0.02, ge=0, description="Fixed per-iteration cost (loader, logging, sync), s.")
+    memory_overhead_gib: float = Field(3.0, ge=0, description="Context, NCCL/RCCL buffers, workspaces, GiB.")
+    memory_fragmentation: float = Field(0.08, ge=0, le=1, description="Allocator slack as a share of dynamic memory.")
+    fitted_on: tuple[str, ...] = Field(default=(), description="Sweep names the parameters were fitted on.")
+    fit_note: str = Field(default="", description="How and when the profile was fitted, and its fit error.")
+
+
+def _profile_dir() -> Path:
+    return Path(str(resources.files("projection") / "catalog" / "profiles"))
+
+
+@lru_cache(maxsize=64)
+def _read_profile(path: str) -> DeviceProfile:
+    return DeviceProfile.model_validate(yaml.safe_load(Path(path).read_text()))
+
+
+def default_profile(hardware: HardwareSpec) -> DeviceProfile:
+    """The shipped profile of a GPU: its own file, else its family's file, else built-in defaults."""
+    folder = _profile_dir()
+    for stem in (hardware.id, hardware.family):
+        path = folder / f"{stem}.yaml"
+        if path.is_file():
+            return _read_profile(str(path)).model_copy(update={"hardware_id": hardware.id})
+    return DeviceProfile(hardware_id=hardware.id)
+
+
+def load_profile(path: str | Path) -> DeviceProfile:
+    """Read a profile file written by ``projtune calibrate`` or ``projtune bench device``."""
+    file = Path(path)
+    if not file.is_file():
+        raise ProjtuneError(f"profile file '{file}' does not exist")
+    try:
+        return _read_profile(str(file.resolve()))
+    except (yaml.YAMLError, ValueError) as err:
+        raise ProjtuneError(f"profile file '{file}' is not a valid device profile: {err}") from err
+
+
+def dump_profile(profile: DeviceProfile) -> str:
+    """Serialise a profile as YAML (the format ``load_profile`` reads)."""
+    data = profile.model_dump(mode="json")
+    data["fitted_on"] = list(profile.fitted_on)
+    return yaml.safe_dump(data, sort_keys=False)

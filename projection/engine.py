@@ -1,0 +1,274 @@
+"""The analytical projection of one training layout: step time, throughput, MFU, memory, breakdown.
+
+``project`` is the single entry point: specs in, a frozen :class:`Projection` out.  It
+builds per-layer costs (:mod:`projection.workload`), sums them into per-(rank, chunk)
+forward/backward times with the exposed TP/CP/EP communication, runs the pipeline
+schedule simulator (:mod:`projection.pipeline`), then adds the exposed data-parallel
+gradient/parameter communication, the optimizer step and a fixed step overhead.
+
+Iteration time = pipeline makespan + exposed DP comm + optimizer step + step overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from projection.collectives import (
+    all_gather_s,
+    all_reduce_s,
+    network_params_from_hardware,
+    p2p_s,
+    place_group,
+    reduce_scatter_s,
+)
+from projection.compute import device_rates
+from projection.device_profile import DeviceProfile, default_profile
+from projection.errors import IllegalLayoutError
+from projection.flops import FlopsFormula, model_flops_per_step
+from projection.hardware import HardwareSpec, load_hardware
+from projection.layout import ParallelDims, chunk_layers, parallel_dims, recomputed_layers
+from projection.legality import layout_violations
+from projection.memory import MemoryResult, project_memory
+from projection.model_spec import ModelSpec
+from projection.params import layer_params
+from projection.pipeline import StageTimes, simulate_pipeline
+from projection.training_config import Cluster, TrainingConfig
+from projection.workload import CommGroups, LayerCost, embedding_cost, head_cost, layer_cost
+
+GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16)
+PARAM_GATHER_BYTES = 2     # bf16 parameter all-gather (distributed optimizer / FSDP)
+ADAM_BYTES_PER_PARAM = 30  # Adam step: read param/grad/m/v fp32 (16 B), write param/m/v (12 B), bf16 copy (2 B)
+
+Bottleneck = Literal["compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "dp_comm", "optimizer", "overhead"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepBreakdown:
+    """Where one iteration's time goes on the critical pipeline rank, seconds."""
+
+    compute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    ep_comm_s: float
+    pp_bubble_s: float
+    dp_comm_s: float
+    optimizer_s: float
+    overhead_s: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Name -> seconds."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @property
+    def bottleneck(self) -> Bottleneck:
+        """The largest non-compute term when it exceeds 15% of the step, else compute."""
+        parts = {k.removesuffix("_s"): v for k, v in self.as_dict().items()}
+        total = sum(parts.values())
+        worst = max((k for k in parts if k != "compute"), key=lambda k: parts[k])
+        return worst if parts[worst] > 0.15 * total else "compute"  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Projection:
+    """Projected performance and memory of one layout."""
+
+    model: str
+    hardware: str
+    num_gpus: int
+    config: TrainingConfig
+    dims: ParallelDims
+    iteration_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    flops_formula: str
+    breakdown: StepBreakdown
+    memory: MemoryResult
+    bubble_fraction: float
+
+
+def _comm_groups(dims: ParallelDims, net) -> CommGroups:
+    return CommGroups(
+        tp=place_group(dims.tp, 1, net),
+        cp=place_group(dims.cp, dims.tp, net),
+        ep=place_group(dims.ep, dims.etp, net),
+    )
+
+
+def _layer_costs(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates, net, groups
+                 ) -> dict[int, LayerCost]:
+    """Cost of every layer, computed once per distinct layer kind (MoE flag, window)."""
+    by_kind: dict[tuple[bool, int], LayerCost] = {}
+    costs: dict[int, LayerCost] = {}
+    for layer in range(model.num_layers):
+        kind = (bool(model.moe_layers[layer]), model.attention_windows[layer] if model.attention_windows else 0)
+        if kind not in by_kind:
+            by_kind[kind] = layer_cost(model, layer, config, dims, rates, net, groups)
+        costs[layer] = by_kind[kind]
+    return costs
+
+
+def _exposed(comm_s: float, overlap_fraction: float) -> float:
+    return comm_s * (1.0 - overlap_fraction)
+
+
+def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
+                 costs: dict[int, LayerCost], head: tuple[float, float, float], embed: tuple[float, float]
+                 ) -> tuple[list[StageTimes], dict[str, list[float]]]:
+    """Per-rank, per-chunk times, and per-rank component sums (per micro-batch) for the breakdown."""
+    chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)
+    stages: list[StageTimes] = []
+    parts: dict[str, list[float]] = {"compute": [], "tp": [], "cp": [], "ep": []}
+    last_chunk = dims.vpp - 1 if config.schedule != "zbv" else 0
+    for rank, chunks in enumerate(chunks_by_rank):
+        stage_layer_count = sum(len(c) for c in chunks)
+        fwd, b_in, b_w = [], [], []
+        sums = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
+        position = 0
+        for chunk_index, chunk in enumerate(chunks):
+            full = recomputed_layers(model, config, chunk, stage_layer_count, position)
+            position += len(chunk)
+            f = bi = bw = 0.0
+            for i, layer in enumerate(chunk):
+                c = costs[layer]
+                tp = _exposed(c.tp_comm_s, profile.tp_overlap_fraction)
+                cp = max(_exposed(c.cp_comm_s, profile.cp_overlap_fraction), c.cp_comm_s - c.attention_fwd_s)
+                ep = _exposed(c.ep_comm_s, profile.ep_overlap_fraction)
+                recompute = 0.0
+                if i < full:
+                    recompute = c.fwd_s + tp + cp + ep
+                elif config.recompute == "selective":
+                    recompute = c.attention_fwd_s if "core_attn" in config.recompute_modules else 0.0
+                f += c.fwd_s + tp + cp + ep
+                bi += c.bwd_input_s + tp + cp + ep + recompute
+                bw += c.bwd_weight_s
+                sums["compute"] += c.fwd_s + c.bwd_input_s + c.bwd_weight_s + (c.fwd_s if i < full else recompute)
+                sums["tp"] += 2 * tp * (1 + (i < full))
+                sums["cp"] += 2 * cp * (1 + (i < full))
+                sums["ep"] += 2 * ep * (1 + (i < full))
+            if rank == 0 and chunk_index == 0:
+                f, bi = f + embed[0], bi + embed[1]
+                sums["compute"] += embed[0] + embed[1]
+            if rank == (dims.pp - 1 if config.schedule != "zbv" else 0) and chunk_index == last_chunk:
+                f, bi, bw = f + head[0], bi + head[1], bw + head[2]
+                sums["compute"] += sum(head)
+            fwd.append(f)
+            b_in.append(bi)
+            b_w.append(bw)
+        stages.append(StageTimes(forward_s=tuple(fwd), backward_input_s=tuple(b_in), backward_weight_s=tuple(b_w)))
+        for key, value in sums.items():
+            parts[key].append(value)
+    return stages, parts
+
+
+def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net) -> float:
+    """Total gradient/parameter communication of one step per GPU (before overlap), seconds."""
+    if dims.dp * dims.cp == 1 and dims.expert_dp == 1:
+        return 0.0
+    layers_per_rank = model.num_layers / dims.pp
+    dense = expert = 0.0
+    for layer in range(model.num_layers):
+        p = layer_params(model, layer)
+        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
+        expert += p.experts / (dims.ep * dims.etp)
+    scale = layers_per_rank / model.num_layers
+    dense, expert = dense * scale, expert * scale
+    dense += model.vocab_size * model.hidden_size / dims.tp / max(1, dims.pp // 2 + 1)
+    dense_group = place_group(config.fsdp_size or dims.dp * dims.cp, dims.tp, net)
+    expert_group = place_group(dims.expert_dp, dims.ep * dims.etp, net)
+    total = 0.0
+    for params, group in ((dense, dense_group), (expert, expert_group)):
+        if group.size == 1 or params == 0:
+            continue
+        if config.zero == 0:
+            total += all_reduce_s(GRAD_REDUCE_BYTES * params, group, net)
+        elif config.zero in (1, 2):
+            total += reduce_scatter_s(GRAD_REDUCE_BYTES * params, group, net)
+            total += all_gather_s(PARAM_GATHER_BYTES * params, group, net)
+        else:
+            gathers = 2 + (config.recompute == "full")
+            per_mb = gathers * all_gather_s(PARAM_GATHER_BYTES * params, group, net)
+            per_mb += reduce_scatter_s(GRAD_REDUCE_BYTES * params, group, net)
+            total += per_mb * dims.num_microbatches
+    return total
+
+
+def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, hardware: HardwareSpec,
+                 profile: DeviceProfile) -> float:
+    dense = expert = 0.0
+    for layer in range(model.num_layers):
+        p = layer_params(model, layer)
+        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
+        expert += p.experts / (dims.ep * dims.etp)
+    dense = dense / dims.pp + model.vocab_size * model.hidden_size / dims.tp
+    expert /= dims.pp
+    if config.zero >= 1:
+        dense /= config.fsdp_size or dims.dp * dims.cp
+        expert /= dims.expert_dp
+    bandwidth = hardware.hbm_bandwidth_bytes_per_s * profile.optimizer_memory_efficiency
+    return ADAM_BYTES_PER_PARAM * (dense + expert) / bandwidth
+
+
+def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
+            profile: DeviceProfile | None = None, flops_formula: FlopsFormula = "6nd",
+            check: bool = True) -> Projection:
+    """Project one layout.
+
+    Raises:
+        IllegalLayoutError: the layout breaks framework rules (when ``check``), with every reason.
+    """
+    hardware = hardware or load_hardware(cluster.gpu)
+    profile = profile or default_profile(hardware)
+    if check:
+        reasons = layout_violations(model, hardware, cluster, config)
+        if reasons:
+            raise IllegalLayoutError(reasons)
+    dims = parallel_dims(config, cluster)
+    rates = device_rates(hardware, profile, config.precision)
+    net = network_params_from_hardware(
+        hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
+        nic_gbit_per_s=cluster.nic_gbps, scale_up_efficiency=profile.comm_efficiency,
+        scale_out_efficiency=profile.comm_efficiency, scale_up_latency_s=profile.scale_up_latency_s,
+        scale_out_latency_s=profile.scale_out_latency_s,
+    )
+    costs = _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net))
+    stages, parts = _stage_times(model, config, dims, profile, costs, head_cost(model, config, dims, rates),
+                                 embedding_cost(model, config, dims, rates))
+    pp_stride_cross = dims.tp * dims.cp * dims.dp >= net.scale_up_domain_gpus
+    boundary_bytes = 2.0 * config.mbs * config.seq_len / dims.cp * model.hidden_size / (
+        dims.tp if config.sequence_parallel else 1)
+    p2p = p2p_s(boundary_bytes, cross_domain=pp_stride_cross, net=net) if dims.pp > 1 else 0.0
+    schedule = "zbv" if config.schedule == "zero-bubble" and dims.vpp == 2 else config.schedule
+    pipe = simulate_pipeline(stages, num_microbatches=dims.num_microbatches, schedule=schedule, p2p_s=p2p)
+
+    m = dims.num_microbatches
+    critical = max(range(dims.pp), key=lambda r: sum(parts[k][r] for k in parts))
+    compute = parts["compute"][critical] * m
+    tp_s, cp_s, ep_s = (parts[k][critical] * m for k in ("tp", "cp", "ep"))
+    bubble = max(0.0, pipe.makespan_s - compute - tp_s - cp_s - ep_s)
+
+    dp_total = _dp_comm(model, config, dims, net)
+    busy = compute + tp_s + cp_s + ep_s
+    window = busy if config.zero >= 3 else busy / m  # FSDP overlaps every micro-batch; DDP the last backward
+    dp_exposed = max(dp_total * (1.0 - profile.dp_overlap_fraction), dp_total - window)
+    optimizer = _optimizer_s(model, config, dims, hardware, profile)
+    overhead = profile.step_overhead_s
+    iteration = pipe.makespan_s + dp_exposed + optimizer + overhead
+
+    tokens_per_step = config.gbs * config.seq_len
+    flops = model_flops_per_step(model, config.seq_len, config.gbs, flops_formula)
+    tflops_per_gpu = flops / iteration / cluster.num_gpus / 1e12
+    return Projection(
+        model=model.name, hardware=hardware.id, num_gpus=cluster.num_gpus, config=config, dims=dims,
+        iteration_time_s=iteration,
+        tokens_per_s_per_gpu=tokens_per_step / iteration / cluster.num_gpus,
+        model_tflops_per_gpu=tflops_per_gpu,
+        mfu=tflops_per_gpu * 1e12 / rates.peak_16bit_flops_per_s,
+        flops_formula=flops_formula,
+        breakdown=StepBreakdown(compute_s=compute, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s,
+                                pp_bubble_s=bubble, dp_comm_s=dp_exposed, optimizer_s=optimizer,
+                                overhead_s=overhead),
+        memory=project_memory(model, hardware, config, dims, profile),
+        bubble_fraction=pipe.bubble_fraction,
+    )

@@ -1,0 +1,92 @@
+"""Derived facts of a legal layout: parallel degrees, micro-batches, and layers per pipeline chunk.
+
+Rank order follows Megatron-core (``parallel_state.RankGenerator`` order 'tp-cp-ep-dp-pp'):
+TP innermost (stride 1), then CP (stride tp), then DP (stride tp*cp), PP outermost.  Expert
+parallel groups are folded out of the tp*cp*dp ranks of a stage (MoE parallel folding,
+Megatron-core >= 0.10), with ETP innermost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from projection.model_spec import ModelSpec
+from projection.training_config import Cluster, TrainingConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParallelDims:
+    """Parallel degrees of one layout and the group strides in global rank order."""
+
+    tp: int
+    pp: int
+    cp: int
+    dp: int
+    ep: int
+    etp: int
+    vpp: int
+    num_microbatches: int     # per pipeline per step: gbs / (mbs * dp)
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel degree of expert weights: tp*cp*dp / (ep*etp)."""
+        return max(1, self.tp * self.cp * self.dp // (self.ep * self.etp))
+
+    @property
+    def world(self) -> int:
+        """GPUs in the job."""
+        return self.tp * self.pp * self.cp * self.dp
+
+
+def parallel_dims(config: TrainingConfig, cluster: Cluster) -> ParallelDims:
+    """Resolve DP and the micro-batch count of a layout (assumes it is legal)."""
+    dp = config.dp or max(1, cluster.num_gpus // (config.tp * config.pp * config.cp))
+    return ParallelDims(
+        tp=config.tp, pp=config.pp, cp=config.cp, dp=dp, ep=config.ep, etp=config.etp, vpp=config.vpp,
+        num_microbatches=max(1, config.gbs // (config.mbs * dp)),
+    )
+
+
+@lru_cache(maxsize=4096)
+def chunk_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """Layer indices of each (pipeline rank, virtual chunk): ``result[rank][chunk]``.
+
+    Virtual stage ``chunk*pp + rank`` holds a contiguous block of layers.  When the layer
+    count does not divide evenly, the embedding and the loss count as one layer each
+    (Megatron-Bridge ``account_for_embedding/loss_in_pipeline_split``) if that makes it
+    even; otherwise the remainder goes to the middle virtual stages, one layer each.
+    """
+    stages = pp * vpp
+    counts: list[int]
+    if num_layers % stages == 0:
+        counts = [num_layers // stages] * stages
+    elif stages > 1 and (num_layers + 2) % stages == 0:
+        per = (num_layers + 2) // stages
+        counts = [per] * stages
+        counts[0] -= 1
+        counts[-1] -= 1
+    else:
+        base, extra = divmod(num_layers, stages)
+        counts = [base] * stages
+        start = (stages - extra) // 2
+        for i in range(start, start + extra):
+            counts[i] += 1
+    bounds: list[tuple[int, ...]] = []
+    first = 0
+    for count in counts:
+        bounds.append(tuple(range(first, first + count)))
+        first += count
+    return tuple(tuple(bounds[chunk * pp + rank] for chunk in range(vpp)) for rank in range(pp))
+
+
+def recomputed_layers(model: ModelSpec, config: TrainingConfig, layers: tuple[int, ...], stage_layers: int,
+                      position: int) -> int:
+    """How many of ``layers`` (a chunk starting at ``position`` within its stage) run full recompute."""
+    if config.recompute != "full":
+        return 0
+    if config.recompute_num_layers is None:
+        return len(layers)
+    budget = min(config.recompute_num_layers, stage_layers)
+    # Megatron 'block' method: the first recompute_num_layers layers of the stage recompute.
+    return max(0, min(len(layers), budget - position))

@@ -1,0 +1,141 @@
+"""Legality: the rules Megatron-style frameworks enforce on a layout, one reason per violation.
+
+Rules and where frameworks enforce them (Megatron-LM ``megatron/training/arguments.py``
+and ``megatron/core/parallel_state.py``, torchtitan ``parallel_dims.py``):
+world size = tp*pp*cp*dp; tp divides attention heads and query groups; pp*vpp at most the
+layer count (uneven splits allowed, Megatron ``decoder_first/last_pipeline_num_layers``);
+ep divides experts and ep*etp divides the tp*cp*dp ranks of a stage (MoE parallel folding);
+the causal load-balanced CP split needs seq_len divisible by 2*cp; gbs divisible by mbs*dp.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projection.hardware import HardwareSpec
+from projection.model_spec import ModelSpec
+from projection.training_config import PRECISIONS, Cluster, TrainingConfig
+
+
+def derived_dp(config: TrainingConfig, cluster: Cluster) -> int:
+    """Data-parallel degree implied by the cluster size (0 when it does not divide)."""
+    model_parallel = config.tp * config.pp * config.cp
+    if cluster.num_gpus % model_parallel:
+        return 0
+    return cluster.num_gpus // model_parallel
+
+
+def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster,
+                      config: TrainingConfig, *, allow_cross_node_tp: bool = False) -> list[str]:
+    """Return one readable reason per rule the layout breaks (empty when legal)."""
+    c = config
+    reasons: list[str] = []
+    mp = c.tp * c.pp * c.cp
+    if cluster.num_gpus % mp:
+        reasons.append(f"tp*pp*cp = {c.tp}*{c.pp}*{c.cp} = {mp} does not divide num_gpus={cluster.num_gpus}")
+    dp = derived_dp(c, cluster)
+    if c.dp is not None and dp and c.dp != dp:
+        reasons.append(f"dp={c.dp} but num_gpus/(tp*pp*cp) = {cluster.num_gpus}/{mp} = {dp}")
+    if model.num_attention_heads % c.tp:
+        reasons.append(f"tp={c.tp} does not divide num_attention_heads={model.num_attention_heads}")
+    if model.num_kv_heads % c.tp and not model.uses_mla:
+        reasons.append(f"tp={c.tp} does not divide num_kv_heads={model.num_kv_heads}")
+    if c.tp > cluster.gpus_per_node and not allow_cross_node_tp:
+        reasons.append(f"tp={c.tp} exceeds gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)")
+    if c.pp * c.vpp > model.num_layers:
+        reasons.append(f"pp*vpp = {c.pp}*{c.vpp} exceeds num_layers={model.num_layers}")
+    if c.vpp > 1 and c.pp == 1:
+        reasons.append(f"vpp={c.vpp} needs pp > 1")
+    reasons += _schedule_violations(c)
+    if model.is_moe:
+        if model.num_experts % c.ep:
+            reasons.append(f"ep={c.ep} does not divide num_experts={model.num_experts}")
+        if dp and (c.tp * c.cp * dp) % (c.ep * c.etp):
+            reasons.append(f"ep*etp = {c.ep * c.etp} does not divide tp*cp*dp = {c.tp * c.cp * dp}")
+    elif c.ep > 1 or c.etp > 1:
+        reasons.append(f"ep={c.ep}, etp={c.etp} need a MoE model ('{model.name}' is dense)")
+    if c.cp > 1 and c.seq_len % (2 * c.cp):
+        reasons.append(f"seq_len={c.seq_len} not divisible by 2*cp={2 * c.cp} (load-balanced causal CP split)")
+    if c.sequence_parallel and c.tp > 1 and (c.seq_len // c.cp) % c.tp:
+        reasons.append(f"seq_len/cp = {c.seq_len // c.cp} not divisible by tp={c.tp} (sequence parallel)")
+    if dp and c.gbs % (c.mbs * dp):
+        reasons.append(f"gbs={c.gbs} not divisible by mbs*dp = {c.mbs}*{dp} = {c.mbs * dp}")
+    if c.precision not in hardware.supported_precisions:
+        reasons.append(
+            f"precision {c.precision} not supported on {hardware.id} "
+            f"(supported: {', '.join(p for p in PRECISIONS if p in hardware.supported_precisions)})"
+        )
+    if c.recompute_num_layers is not None and c.recompute != "full":
+        reasons.append(f"recompute_num_layers={c.recompute_num_layers} needs recompute=full")
+    if c.recompute_num_layers is not None and c.recompute_num_layers > -(-model.num_layers // c.pp):
+        reasons.append(
+            f"recompute_num_layers={c.recompute_num_layers} exceeds layers per stage ({-(-model.num_layers // c.pp)})"
+        )
+    if c.fsdp_size is not None:
+        if c.zero != 3:
+            reasons.append(f"fsdp_size={c.fsdp_size} needs zero=3")
+        elif dp and (dp * c.cp) % c.fsdp_size:
+            reasons.append(f"fsdp_size={c.fsdp_size} does not divide dp*cp = {dp * c.cp}")
+    return reasons
+
+
+def _schedule_violations(c: TrainingConfig) -> list[str]:
+    schedule = c.schedule
+    if schedule == "interleaved" and c.vpp < 2:
+        return ["pp_schedule=interleaved needs vpp >= 2"]
+    if schedule in ("1f1b", "gpipe") and c.vpp > 1:
+        return [f"pp_schedule={schedule} needs vpp=1 (got vpp={c.vpp}); use interleaved"]
+    if schedule == "zbv" and c.vpp != 2:
+        return [f"pp_schedule=zbv needs vpp=2 (got vpp={c.vpp})"]
+    if schedule == "zero-bubble" and c.vpp > 2:
+        return [f"pp_schedule=zero-bubble needs vpp <= 2 (got vpp={c.vpp})"]
+    if schedule != "1f1b" and c.pp == 1:
+        return [f"pp_schedule={schedule} needs pp > 1"]
+    return []
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of n, ascending."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LegalAxes:
+    """Legal values of each axis considered on its own (combinations are checked separately)."""
+
+    tp: tuple[int, ...]
+    pp: tuple[int, ...]
+    vpp: tuple[int, ...]
+    cp: tuple[int, ...]
+    ep: tuple[int, ...]
+    mbs: tuple[int, ...]
+    precision: tuple[str, ...]
+    recompute: tuple[str, ...]
+    zero: tuple[int, ...]
+    pp_schedule: tuple[str, ...]
+
+
+def even_pp_splits(num_layers: int, max_pp: int) -> list[int]:
+    """PP degrees whose stages get equal layers, or equal after counting embedding and loss as one layer each."""
+    return [p for p in range(1, max_pp + 1) if num_layers % p == 0 or (p > 1 and (num_layers + 2) % p == 0)]
+
+
+def legal_axes(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, *, seq_len: int = 4096,
+               max_mbs: int = 16) -> LegalAxes:
+    """Return the legal values of each parallel/batch/precision axis for this model and cluster."""
+    n = cluster.num_gpus
+    tp = [d for d in divisors(model.num_attention_heads)
+          if d <= cluster.gpus_per_node and n % d == 0
+          and (model.uses_mla or model.num_kv_heads % d == 0)]
+    pp = [p for p in even_pp_splits(model.num_layers, min(model.num_layers, n)) if n % p == 0]
+    vpp = [v for v in range(1, 17) if any(p * v <= model.num_layers and p > 1 for p in pp)] or [1]
+    cp = [c for c in divisors(n) if c <= 64 and seq_len % (2 * c) == 0] if seq_len > 1 else [1]
+    ep = [e for e in divisors(model.num_experts) if n % e == 0] if model.is_moe else [1]
+    mbs = [m for m in (1, 2, 4, 8, 16) if m <= max_mbs]
+    precision = [p for p in PRECISIONS if p in hardware.supported_precisions]
+    return LegalAxes(
+        tp=tuple(tp), pp=tuple(pp), vpp=tuple(vpp), cp=tuple(cp), ep=tuple(ep), mbs=tuple(mbs),
+        precision=tuple(precision), recompute=("none", "selective", "full"), zero=(0, 1, 2, 3),
+        pp_schedule=("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"),
+    )

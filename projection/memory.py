@@ -1,0 +1,196 @@
+"""Peak memory per pipeline stage: weights, gradients, optimizer states, activations, overheads.
+
+Bytes per parameter follow Megatron-LM mixed precision (``theoretical_memory_usage.py``):
+16-bit weights (2 B), fp32 gradients (4 B, ``accumulate_allreduce_grads_in_fp32`` is forced
+on with bf16), fp32 master weights and two Adam moments (12 B).  ZeRO levels shard the
+optimizer (1), then the gradients (2), then the weights (3) over the data-parallel shard
+group (dense weights: dp*cp, or fsdp_size; experts: the expert-DP group).  FP8 recipes keep
+an FP8 weight copy and its transpose (Transformer Engine ``Float8Tensor``), 2 B per GEMM
+weight.  Activations come from :mod:`projection.activations` times the (micro-batch, chunk)
+sets the pipeline schedule holds in flight (:mod:`projection.pipeline`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from projection.activations import (
+    ActivationContext,
+    embedding_activation_bytes,
+    full_recompute_layer_bytes,
+    layer_activation_bytes,
+    output_activation_bytes,
+)
+from projection.device_profile import DeviceProfile
+from projection.hardware import HardwareSpec
+from projection.layout import ParallelDims, chunk_layers, recomputed_layers
+from projection.model_spec import ModelSpec
+from projection.params import embedding_params, layer_params, output_params
+from projection.pipeline import peak_in_flight_closed_form
+from projection.training_config import TrainingConfig
+
+GIB = 2**30
+WEIGHT_BYTES = 2            # bf16/fp16 model weights
+GRAD_BYTES = 4              # fp32 main gradients
+OPTIMIZER_BYTES = 12        # fp32 master weights + Adam exp_avg + exp_avg_sq
+FP8_COPY_BYTES = 2          # FP8 weight + transposed copy per GEMM weight
+AT_RISK_MARGIN = 0.10       # Primus tuning agent memory_safety_margin default (HBM * (1 - 0.10))
+DEEPEP_BUFFER_BYTES = 2 * GIB  # DeepEP NVL/RDMA buffers as configured by Megatron (num_sms/buffer size), approx.
+
+Verdict = Literal["fits", "at risk", "out of memory"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageMemory:
+    """Peak memory of one pipeline rank, bytes."""
+
+    rank: int
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    fp8_copies_bytes: float
+    activations_bytes: float
+    transient_bytes: float
+    overhead_bytes: float
+    microbatches_in_flight: float
+
+    @property
+    def total_bytes(self) -> float:
+        """Sum of every term."""
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.fp8_copies_bytes
+                + self.activations_bytes + self.transient_bytes + self.overhead_bytes)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryResult:
+    """Memory of every pipeline rank and the verdict against HBM."""
+
+    stages: tuple[StageMemory, ...]
+    capacity_bytes: float
+    verdict: Verdict
+
+    @property
+    def peak(self) -> StageMemory:
+        """The stage with the largest total."""
+        return max(self.stages, key=lambda s: s.total_bytes)
+
+    @property
+    def peak_bytes(self) -> float:
+        """Largest per-GPU total over stages."""
+        return self.peak.total_bytes
+
+    @property
+    def headroom_fraction(self) -> float:
+        """1 - peak / capacity (negative when out of memory)."""
+        return 1.0 - self.peak_bytes / self.capacity_bytes
+
+
+def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationContext:
+    """The activation-memory settings of a layout."""
+    modules = frozenset(config.recompute_modules) if config.recompute == "selective" else frozenset()
+    return ActivationContext(
+        seq_len=config.seq_len // config.cp,
+        micro_batch=config.mbs,
+        tp=config.tp,
+        sequence_parallel=config.sequence_parallel and config.tp > 1,
+        flash_attention=True,
+        dropout=model.model_type == "gpt2",
+        gemm_input_bytes=1 if config.is_low_precision else 2,
+        recompute_modules=modules,
+    )
+
+
+def _stage_params(model: ModelSpec, layers: list[int], dims: ParallelDims, first: bool, last: bool
+                  ) -> tuple[float, float, float]:
+    """Return (dense-sharded, expert-sharded, GEMM-weight) parameters held by one GPU of a stage."""
+    dense = 0.0
+    experts = 0.0
+    for layer in layers:
+        p = layer_params(model, layer)
+        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
+        experts += p.experts / (dims.ep * dims.etp)
+    gemm = dense + experts
+    if first:
+        dense += embedding_params(model) / dims.tp
+    if last:
+        head = output_params(model) if not model.tie_embeddings or dims.pp == 1 else (
+            output_params(model) + model.vocab_size * model.hidden_size)
+        dense += head / dims.tp
+        gemm += 0 if model.tie_embeddings and dims.pp == 1 else model.vocab_size * model.hidden_size / dims.tp
+    return dense, experts, gemm
+
+
+def _state_bytes(params: float, zero: int, shard: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes of ``params`` under a ZeRO level and shard group size."""
+    weights = WEIGHT_BYTES * params / (shard if zero >= 3 else 1)
+    grads = GRAD_BYTES * params / (shard if zero >= 2 else 1)
+    optimizer = OPTIMIZER_BYTES * params / (shard if zero >= 1 else 1)
+    return weights, grads, optimizer
+
+
+def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
+                 rank: int) -> StageMemory:
+    """Peak memory of pipeline rank ``rank``."""
+    chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
+    layers = [layer for chunk in chunks for layer in chunk]
+    first, last = rank == 0, rank == dims.pp - 1
+    dense, experts, gemm = _stage_params(model, layers, dims, first, last)
+    dense_shard = config.fsdp_size or dims.dp * dims.cp
+    expert_shard = max(1, min(dense_shard, dims.expert_dp)) if config.fsdp_size else dims.expert_dp
+    w1, g1, o1 = _state_bytes(dense, config.zero, dense_shard)
+    w2, g2, o2 = _state_bytes(experts, config.zero, expert_shard)
+    fp8 = FP8_COPY_BYTES * gemm / (dense_shard if config.zero >= 3 else 1) if config.is_low_precision else 0.0
+
+    ctx = activation_context(model, config)
+    stage_layer_count = len(layers)
+    chunk_bytes: list[float] = []
+    position = 0
+    for chunk in chunks:
+        full = recomputed_layers(model, config, chunk, stage_layer_count, position)
+        kept = [layer_activation_bytes(model, layer, ctx) for layer in chunk[full:]]
+        chunk_bytes.append(sum(kept) + full * full_recompute_layer_bytes(model, ctx))
+        position += len(chunk)
+    in_flight = peak_in_flight_closed_form(config.schedule, dims.pp, dims.vpp, dims.num_microbatches, rank)
+    per_chunk = sum(chunk_bytes) / len(chunk_bytes)
+    activations = in_flight * per_chunk
+    if first:
+        activations += min(in_flight, dims.num_microbatches) * embedding_activation_bytes(model, ctx) / dims.vpp
+    transient = 0.0
+    if last:
+        transient += output_activation_bytes(model, ctx)  # logits and their gradient during the loss
+    if config.recompute != "none" and layers:
+        # A recomputed layer's activations are rebuilt in full while its backward runs.
+        no_recompute = replace(ctx, recompute_modules=frozenset())
+        transient += max(layer_activation_bytes(model, layer, no_recompute) for layer in layers)
+    if config.zero >= 3 and layers:
+        biggest = max(layer_params(model, layer).total for layer in layers) / dims.tp
+        transient += 2 * WEIGHT_BYTES * biggest  # gathered weights of the current and prefetched layer
+    if model.is_moe and config.moe_dispatcher == "deepep":
+        transient += DEEPEP_BUFFER_BYTES
+    dynamic = activations + transient
+    overhead = profile.memory_overhead_gib * GIB + profile.memory_fragmentation * dynamic
+    return StageMemory(
+        rank=rank, weights_bytes=w1 + w2, gradients_bytes=g1 + g2, optimizer_bytes=o1 + o2,
+        fp8_copies_bytes=fp8, activations_bytes=activations, transient_bytes=transient,
+        overhead_bytes=overhead, microbatches_in_flight=in_flight / dims.vpp,
+    )
+
+
+def memory_verdict(peak_bytes: float, capacity_bytes: float) -> Verdict:
+    """Fits below (1 - margin) of HBM, at risk up to HBM, out of memory above."""
+    if peak_bytes > capacity_bytes:
+        return "out of memory"
+    if peak_bytes > capacity_bytes * (1 - AT_RISK_MARGIN):
+        return "at risk"
+    return "fits"
+
+
+def project_memory(model: ModelSpec, hardware: HardwareSpec, config: TrainingConfig, dims: ParallelDims,
+                   profile: DeviceProfile) -> MemoryResult:
+    """Memory of every pipeline rank; the verdict uses the largest."""
+    ranks = range(dims.pp) if dims.pp <= 4 else sorted({0, 1, dims.pp // 2, dims.pp - 2, dims.pp - 1})
+    stages = tuple(stage_memory(model, config, dims, profile, r) for r in ranks)
+    peak = max(s.total_bytes for s in stages)
+    return MemoryResult(stages=stages, capacity_bytes=hardware.hbm_capacity_bytes,
+                        verdict=memory_verdict(peak, hardware.hbm_capacity_bytes))

@@ -1,0 +1,313 @@
+"""ModelSpec: the architecture of a transformer LM, normalised from Hugging Face config fields.
+
+A model comes from a catalog id (``projection/catalog/models/<id>.yaml``), a path to a
+Hugging Face ``config.json``, or a mapping of its fields.  Missing fields take the defaults
+of that ``model_type`` in Hugging Face transformers (``configuration_<type>.py``), so a
+sweep file may list only what differs.  Everything downstream (parameters, memory,
+workload) reads the normalised fields below, never the raw HF names.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.errors import ModelSpecError, UnknownNameError
+
+SUPPORTED_MODEL_TYPES = (
+    "llama",
+    "qwen2",
+    "qwen3",
+    "gpt2",
+    "mpt",
+    "nemotron",
+    "mixtral",
+    "qwen3_moe",
+    "gpt_oss",
+    "deepseek_v3",
+)
+
+# Per model_type: (mlp activation, gated MLP, norm, linear biases, tied embeddings,
+# learned absolute positions).  From transformers' configuration/modeling files of each
+# type (e.g. LlamaConfig: hidden_act="silu", tie_word_embeddings=False; GPT2: gelu, biases,
+# learned wpe, tied lm_head; MPT: no_bias=True, ALiBi, tied; Nemotron: relu2, not gated).
+_TYPE_TRAITS: dict[str, tuple[str, bool, str, bool, bool, bool]] = {
+    "llama": ("silu", True, "rmsnorm", False, False, False),
+    "qwen2": ("silu", True, "rmsnorm", False, False, False),
+    "qwen3": ("silu", True, "rmsnorm", False, False, False),
+    "mixtral": ("silu", True, "rmsnorm", False, False, False),
+    "qwen3_moe": ("silu", True, "rmsnorm", False, False, False),
+    "deepseek_v3": ("silu", True, "rmsnorm", False, False, False),
+    "gpt_oss": ("silu", True, "rmsnorm", False, False, False),
+    "gpt2": ("gelu", False, "layernorm", True, True, True),
+    "mpt": ("gelu", False, "layernorm", False, True, False),
+    "nemotron": ("relu2", False, "layernorm", False, False, False),
+}
+
+
+class ModelSpec(BaseModel):
+    """Normalised architecture of a decoder-only transformer language model.
+
+    Sizes are counts (elements), never bytes.  Per-layer lists have one entry per
+    decoder layer, in order.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Catalog id or a name derived from the config.")
+    model_type: str = Field(description="Hugging Face model_type.")
+    hidden_size: int
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int = Field(description="Key/value heads (GQA); equals heads for MHA.")
+    head_dim: int = Field(description="Per-head dimension of queries and keys.")
+    v_head_dim: int = Field(description="Per-head dimension of values (differs for MLA).")
+    ffn_hidden_size: int = Field(description="Intermediate size of dense MLP layers.")
+    gated_mlp: bool = Field(description="SwiGLU-style MLP with gate and up projections.")
+    activation: str
+    norm: Literal["rmsnorm", "layernorm"]
+    linear_bias: bool = Field(description="Biases on attention and MLP linears.")
+    attention_bias: bool = Field(description="Biases on q/k/v/o projections.")
+    qk_norm: bool = Field(default=False, description="Per-head RMSNorm on q and k (Qwen3).")
+    vocab_size: int
+    tie_embeddings: bool
+    learned_positions: int = Field(default=0, description="Rows of a learned position table.")
+    # MoE
+    num_experts: int = Field(default=0, description="Routed experts per MoE layer; 0 = dense.")
+    top_k: int = 0
+    moe_ffn_hidden_size: int = 0
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int = 0
+    moe_layers: tuple[bool, ...] = Field(default=(), description="Per layer: MoE MLP?")
+    expert_bias: bool = Field(default=False, description="Biases on expert linears (gpt-oss).")
+    # MLA (DeepSeek-V2/V3)
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    # Sliding-window attention: per layer window in tokens, 0 = full causal attention.
+    attention_windows: tuple[int, ...] = ()
+    source: str = ""
+    published_params: float | None = Field(default=None, description="Published total params.")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer has routed experts."""
+        return self.num_experts > 0
+
+    @property
+    def uses_mla(self) -> bool:
+        """Whether attention is DeepSeek multi-head latent attention."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def q_width(self) -> int:
+        """Width of the concatenated query heads (elements per token)."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the concatenated key heads (elements per token)."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Number of layers whose MLP is a routed MoE."""
+        return sum(self.moe_layers)
+
+
+def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if key in cfg and cfg[key] is not None:
+            return cfg[key]
+    return default
+
+
+def _require(cfg: Mapping[str, Any], *keys: str) -> int:
+    value = _first(cfg, *keys)
+    if value is None:
+        raise ModelSpecError(f"model config lacks '{keys[0]}' (needed for model_type '{cfg.get('model_type')}')")
+    return int(value)
+
+
+def _moe_layer_flags(cfg: Mapping[str, Any], model_type: str, num_layers: int, num_experts: int) -> tuple[bool, ...]:
+    if num_experts == 0:
+        return (False,) * num_layers
+    if model_type == "deepseek_v3":
+        first_dense = int(_first(cfg, "first_k_dense_replace", default=0))
+        freq = int(_first(cfg, "moe_layer_freq", default=1))
+        return tuple(i >= first_dense and i % freq == 0 for i in range(num_layers))
+    if model_type == "qwen3_moe":
+        step = int(_first(cfg, "decoder_sparse_step", default=1))
+        only_mlp = set(_first(cfg, "mlp_only_layers", default=[]) or [])
+        return tuple(i not in only_mlp and (i + 1) % step == 0 for i in range(num_layers))
+    return (True,) * num_layers
+
+
+def _attention_windows(cfg: Mapping[str, Any], model_type: str, num_layers: int) -> tuple[int, ...]:
+    window = int(_first(cfg, "sliding_window", default=0) or 0)
+    if window <= 0:
+        return (0,) * num_layers
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        return tuple(window if t == "sliding_attention" else 0 for t in layer_types)
+    if model_type == "gpt_oss":  # gpt-oss alternates sliding and full attention, sliding first
+        return tuple(window if i % 2 == 0 else 0 for i in range(num_layers))
+    if cfg.get("use_sliding_window") is False:
+        return (0,) * num_layers
+    return (window,) * num_layers
+
+
+def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, source: str = "",
+                         published_params: float | None = None) -> ModelSpec:
+    """Build a ModelSpec from Hugging Face ``config.json`` fields.
+
+    Raises:
+        ModelSpecError: the model_type is not supported or a required field is missing.
+    """
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type not in _TYPE_TRAITS:
+        raise ModelSpecError(
+            f"unsupported model_type '{model_type or '<missing>'}' (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+        )
+    act, gated, norm, bias, tied, learned = _TYPE_TRAITS[model_type]
+    hidden = _require(cfg, "hidden_size", "d_model", "n_embd")
+    layers = _require(cfg, "num_hidden_layers", "n_layers", "n_layer")
+    heads = _require(cfg, "num_attention_heads", "n_heads", "n_head")
+    kv_heads = int(_first(cfg, "num_key_value_heads", "num_query_groups", default=heads))
+    default_head_dim = 128 if model_type == "qwen3" else hidden // heads
+    head_dim = int(_first(cfg, "head_dim", "kv_channels", default=default_head_dim))
+    v_head_dim = head_dim
+    expansion = int(_first(cfg, "expansion_ratio", default=4))
+    ffn = int(_first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=expansion * hidden))
+    act = str(_first(cfg, "hidden_act", "activation_function", default=act))
+    if model_type == "nemotron":
+        act = "relu2"
+    gated = gated and act not in ("gelu", "gelu_new", "relu", "relu2")
+
+    num_experts = int(_first(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
+    top_k = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_router_topk", default=0) or 0)
+    if num_experts and not top_k:
+        top_k = 2 if model_type == "mixtral" else 1
+    moe_ffn = int(_first(cfg, "moe_intermediate_size", default=ffn)) if num_experts else 0
+    num_shared = int(_first(cfg, "n_shared_experts", default=0) or 0)
+    shared_ffn = int(_first(cfg, "shared_expert_intermediate_size", default=moe_ffn * num_shared))
+
+    kv_lora = int(_first(cfg, "kv_lora_rank", default=0) or 0) if model_type == "deepseek_v3" else 0
+    q_lora = int(_first(cfg, "q_lora_rank", default=0) or 0) if kv_lora else 0
+    rope_dim = 0
+    if kv_lora:
+        nope = int(_first(cfg, "qk_nope_head_dim", default=128))
+        rope_dim = int(_first(cfg, "qk_rope_head_dim", default=64))
+        head_dim = nope + rope_dim
+        v_head_dim = int(_first(cfg, "v_head_dim", default=128))
+        kv_heads = heads
+
+    attention_bias = bool(_first(cfg, "attention_bias", default=bias or model_type == "gpt_oss"))
+    return ModelSpec(
+        name=name or str(cfg.get("_name_or_path") or f"{model_type}-{hidden}x{layers}"),
+        model_type=model_type,
+        hidden_size=hidden,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        ffn_hidden_size=ffn,
+        gated_mlp=gated,
+        activation=act,
+        norm=norm,
+        linear_bias=bias,
+        attention_bias=attention_bias,
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        vocab_size=_require(cfg, "vocab_size", "padded_vocab_size"),
+        tie_embeddings=bool(_first(cfg, "tie_word_embeddings", default=tied)),
+        learned_positions=int(_first(cfg, "max_position_embeddings", "n_positions", default=1024)) if learned else 0,
+        num_experts=num_experts,
+        top_k=top_k,
+        moe_ffn_hidden_size=moe_ffn,
+        num_shared_experts=num_shared,
+        shared_expert_ffn_hidden_size=shared_ffn if num_shared else 0,
+        moe_layers=_moe_layer_flags(cfg, model_type, layers, num_experts),
+        expert_bias=model_type == "gpt_oss",
+        q_lora_rank=q_lora,
+        kv_lora_rank=kv_lora,
+        qk_rope_head_dim=rope_dim,
+        attention_windows=_attention_windows(cfg, model_type, layers),
+        source=source,
+        published_params=published_params,
+    )
+
+
+@lru_cache(maxsize=1)
+def _catalog() -> dict[str, dict[str, Any]]:
+    entries: dict[str, dict[str, Any]] = {}
+    folder = resources.files("projection") / "catalog" / "models"
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if item.name.endswith(".yaml"):
+            entry = yaml.safe_load(item.read_text())
+            entries[entry["id"]] = entry
+    return entries
+
+
+def _alias_index() -> dict[str, str]:
+    index: dict[str, str] = {}
+    for model_id, entry in _catalog().items():
+        index[model_id.lower()] = model_id
+        for alias in entry.get("aliases", []) or []:
+            index[str(alias).lower()] = model_id
+    return index
+
+
+def list_model_ids() -> list[str]:
+    """Return the catalog's model ids, sorted."""
+    return sorted(_catalog())
+
+
+@lru_cache(maxsize=256)
+def _load_catalog_model(model_id: str) -> ModelSpec:
+    entry = _catalog()[model_id]
+    published = entry.get("published_params_billion")
+    return model_from_hf_config(
+        entry["config"],
+        name=model_id,
+        source=str(entry.get("source", "")),
+        published_params=float(published) * 1e9 if published is not None else None,
+    )
+
+
+def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
+    """Resolve a catalog id or alias, a config.json path, a field mapping, or a ModelSpec.
+
+    Raises:
+        UnknownNameError: a string that is neither a catalog name nor an existing file.
+        ModelSpecError: the config cannot be normalised.
+    """
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, Mapping):
+        if "config" in model and "model_type" not in model:  # a catalog-style entry
+            return model_from_hf_config(model["config"], name=model.get("id"))
+        return model_from_hf_config(model)
+    text = str(model)
+    index = _alias_index()
+    if text.lower() in index:
+        return _load_catalog_model(index[text.lower()])
+    path = Path(text)
+    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ModelSpecError(f"model config file '{text}' does not exist")
+        try:
+            raw = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
+        except (json.JSONDecodeError, yaml.YAMLError) as err:
+            raise ModelSpecError(f"cannot parse model config '{text}': {err}") from err
+        if not isinstance(raw, Mapping):
+            raise ModelSpecError(f"model config '{text}' is not a mapping of config.json fields")
+        return load_model(raw) if "config" in raw else model_from_hf_config(raw, name=path.stem)
+    raise UnknownNameError("model", text, list_model_ids())

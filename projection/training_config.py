@@ -1,0 +1,100 @@
+"""TrainingConfig and Cluster: the layout of a training job and the machines it runs on.
+
+Field names are the config keys of the sweep-file format (``shared/specs/sweep-format.md``),
+so a sweep run's config validates by building a TrainingConfig.  Rules that involve the
+model or the cluster (divisibility, memory) live in :mod:`projection.legality`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Precision = Literal["bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
+Recompute = Literal["none", "selective", "full"]
+PipelineSchedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
+Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed", "jax", "primus"]
+
+PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4")
+LOW_PRECISIONS: frozenset[str] = frozenset({"fp8", "fp8-blockwise", "mxfp8", "nvfp4"})
+RECOMPUTE_MODULES: tuple[str, ...] = (
+    "core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj",
+)
+
+
+class TrainingConfig(BaseModel):
+    """How one training job is laid out: parallel degrees, batch, precision, memory savers.
+
+    Every field is a sweep-format config key with the format's default.  ``dp`` is derived
+    from the cluster (``num_gpus / (tp*pp*cp)``) when not given.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree.")
+    pp: int = Field(default=1, ge=1, description="Pipeline-parallel degree.")
+    cp: int = Field(default=1, ge=1, description="Context-parallel degree.")
+    ep: int = Field(default=1, ge=1, description="Expert-parallel degree (MoE).")
+    etp: int = Field(default=1, ge=1, description="Expert tensor-parallel degree (MoE).")
+    vpp: int = Field(default=1, ge=1, description="Virtual pipeline chunks per pipeline rank.")
+    dp: int | None = Field(default=None, ge=1, description="Data-parallel degree; derived if None.")
+    mbs: int = Field(default=1, ge=1, description="Micro-batch size, sequences.")
+    gbs: int = Field(default=1, ge=1, description="Global batch size, sequences per step.")
+    seq_len: int = Field(default=4096, ge=1, description="Sequence length, tokens.")
+    precision: Precision = "bf16"
+    recompute: Recompute = "none"
+    recompute_num_layers: int | None = Field(
+        default=None, ge=0, description="With full recompute: layers per pipeline stage that recompute; None = all."
+    )
+    recompute_modules: tuple[str, ...] = Field(
+        default=("core_attn",), description=f"With selective recompute: modules from {RECOMPUTE_MODULES}."
+    )
+    sequence_parallel: bool = False
+    zero: int = Field(default=0, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params sharded.")
+    fsdp_size: int | None = Field(default=None, ge=1, description="ZeRO-3 sharding group size (HSDP); None = DP.")
+    pp_schedule: PipelineSchedule | None = Field(
+        default=None, description="None = 'interleaved' if vpp > 1 else '1f1b'."
+    )
+    framework: Framework | None = None
+    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "alltoall"
+    moe_routing: Literal["balanced", "dropless", "token-drop"] = "dropless"
+    finetune: Literal["sft", "lora"] | None = None
+
+    @model_validator(mode="after")
+    def _check_modules(self) -> TrainingConfig:
+        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
+        if unknown:
+            raise ValueError(
+                f"recompute_modules: unknown module(s) {unknown} (allowed: {', '.join(RECOMPUTE_MODULES)})"
+            )
+        return self
+
+    @property
+    def schedule(self) -> PipelineSchedule:
+        """The pipeline schedule in effect."""
+        if self.pp_schedule is not None:
+            return self.pp_schedule
+        return "interleaved" if self.vpp > 1 else "1f1b"
+
+    @property
+    def is_low_precision(self) -> bool:
+        """Whether GEMMs run in an 8- or 4-bit recipe."""
+        return self.precision in LOW_PRECISIONS
+
+
+class Cluster(BaseModel):
+    """The GPUs a job runs on: type, count, node size, and optional network overrides."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
+    num_gpus: int = Field(ge=1, description="GPUs in the job.")
+    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node (server).")
+    nic_gbps: float | None = Field(default=None, gt=0, description="Line rate of one NIC, Gbit/s.")
+    nics_per_node: int | None = Field(default=None, ge=1, description="NICs per node.")
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes the job spans (rounded up)."""
+        return -(-self.num_gpus // self.gpus_per_node)

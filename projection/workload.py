@@ -1,0 +1,163 @@
+"""Per-layer workload of one micro-batch on one GPU: compute times and the comm each layer issues.
+
+Shape legend: T = tokens per micro-batch on this GPU before TP splitting (mbs * seq_len/cp),
+h = hidden size, t = TP degree, f = MLP intermediate size, k = experts per token.
+GEMM shapes are Megatron-core's column/row-parallel linears: QKV (T x h) @ (h x (q+2kv)/t),
+output projection (T x q/t) @ (q/t x h), fc1 (T x h) @ (h x 2f/t) gated, fc2 (T x f/t) @ (f/t x h).
+Routed experts run as one grouped GEMM over the experts local to the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from projection.collectives import GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s
+from projection.compute import DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s
+from projection.layout import ParallelDims
+from projection.model_spec import ModelSpec
+from projection.training_config import TrainingConfig
+
+ACT_BYTES = 2                  # bf16 activations
+DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency vs plain A2A (notes Sec. 2.2)
+KERNELS_PER_LAYER_FWD = 14     # norms, rope, residual adds, activation, casts: Megatron-core fused layer (approx.)
+KERNELS_PER_MOE_FWD = 12       # router, top-k, permute, unpermute, grouped GEMM setup (approx.)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerCost:
+    """Seconds one layer takes for one micro-batch on one GPU."""
+
+    fwd_s: float                  # forward compute
+    bwd_input_s: float            # backward: activation gradients (B)
+    bwd_weight_s: float           # backward: weight gradients (W)
+    attention_fwd_s: float        # forward of the attention core (re-run by selective recompute)
+    tp_comm_s: float              # forward TP/SP collectives (backward issues as much again)
+    cp_comm_s: float              # forward CP ring exchange
+    ep_comm_s: float              # forward EP dispatch + combine
+    flops_fwd: float              # forward model FLOPs of the layer (for MFU bookkeeping)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommGroups:
+    """Placements of the parallel groups a layer talks over."""
+
+    tp: GroupPlacement
+    cp: GroupPlacement
+    ep: GroupPlacement
+
+
+def _attended_keys(seq_len: int, window: int) -> float:
+    """Mean keys a query attends to under a causal mask (with an optional sliding window)."""
+    if window <= 0 or window >= seq_len:
+        return seq_len / 2.0
+    return window - window * window / (2.0 * seq_len)
+
+
+def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+               net: NetworkParams, groups: CommGroups) -> LayerCost:
+    """Compute and communication of ``layer`` for one micro-batch."""
+    t = dims.tp
+    h = model.hidden_size
+    seq_local = config.seq_len / dims.cp
+    tokens = config.mbs * seq_local
+    a_local = model.num_attention_heads / t
+    fwd = bwd_in = bwd_w = 0.0
+    flops = 0.0
+
+    def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0) -> None:
+        nonlocal fwd, bwd_in, bwd_w, flops
+        f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
+        fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + dw
+        flops += 2.0 * m * n * k * groups_
+
+    # Attention projections.
+    if model.uses_mla:
+        qk = model.head_dim
+        if model.q_lora_rank:
+            linear(tokens, model.q_lora_rank, h)
+            linear(tokens, a_local * qk, model.q_lora_rank)
+        else:
+            linear(tokens, a_local * qk, h)
+        linear(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h)
+        linear(tokens, a_local * (qk - model.qk_rope_head_dim + model.v_head_dim), model.kv_lora_rank)
+    else:
+        linear(tokens, (model.q_width + 2 * model.kv_width) / t, h)
+    linear(tokens, h, a_local * model.v_head_dim)
+    window = model.attention_windows[layer] if model.attention_windows else 0
+    keys = _attended_keys(config.seq_len, window)
+    attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
+    attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
+    flops += attn_flops
+
+    # MLP: dense, or router + shared experts + routed experts.
+    mats = 2 if model.gated_mlp else 1
+    moe = bool(model.moe_layers and model.moe_layers[layer])
+    ep_comm = 0.0
+    stream_bytes = 0.0
+    kernels = KERNELS_PER_LAYER_FWD
+    if moe:
+        linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h)
+        if model.num_shared_experts:
+            linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
+            linear(tokens, h, model.shared_expert_ffn_hidden_size / t)
+        routed = tokens * model.top_k / t * dims.etp          # token copies this GPU's experts process
+        local_experts = max(1, model.num_experts // dims.ep)
+        per_expert = routed / local_experts
+        ffn_local = model.moe_ffn_hidden_size / dims.etp
+        linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=rates.moe_efficiency)
+        linear(per_expert, h, ffn_local, groups_=local_experts, eff=rates.moe_efficiency)
+        stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
+        kernels += KERNELS_PER_MOE_FWD
+        dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h
+        if config.moe_dispatcher == "allgather":
+            one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
+        else:
+            one = all_to_all_s(dispatch_bytes, groups.ep, net)
+            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher == "deepep" else 1.0
+        ep_comm = 2.0 * one  # dispatch + combine
+    else:
+        linear(tokens, mats * model.ffn_hidden_size / t, h)
+        linear(tokens, h, model.ffn_hidden_size / t)
+        stream_bytes += 3 * ACT_BYTES * tokens * model.ffn_hidden_size / t
+    sp_div = t if config.sequence_parallel else 1
+    stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
+    stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
+    if config.is_low_precision:
+        stream_bytes += 3 * tokens * (2 * h + model.q_width / t + model.ffn_hidden_size / t)  # FP8 casts
+    stream = streaming_s(stream_bytes, kernels, rates)
+
+    # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
+    tp_comm = 2.0 * all_reduce_s(ACT_BYTES * tokens * h, groups.tp, net) if t > 1 else 0.0
+    cp_comm = 0.0
+    if dims.cp > 1:
+        kv_bytes = ACT_BYTES * tokens * 2 * model.num_kv_heads * model.head_dim / t
+        cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
+            all_gather_s(kv_bytes * dims.cp, groups.cp, net))
+    return LayerCost(
+        fwd_s=fwd + attn_fwd + stream,
+        bwd_input_s=bwd_in + attn_bwd + 2 * stream,
+        bwd_weight_s=bwd_w,
+        attention_fwd_s=attn_fwd,
+        tp_comm_s=tp_comm,
+        cp_comm_s=cp_comm,
+        ep_comm_s=ep_comm,
+        flops_fwd=flops,
+    )
+
+
+def head_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates
+              ) -> tuple[float, float, float]:
+    """(forward, backward-input, backward-weight) of final norm, LM head and cross-entropy, seconds."""
+    tokens = config.mbs * config.seq_len / dims.cp
+    f, di, dw = gemm_fwd_bwd_s(tokens, model.vocab_size / dims.tp, model.hidden_size, rates)
+    loss_bytes = 3 * 4 * tokens * model.vocab_size / dims.tp  # fp32 softmax read/write, grad write
+    loss = streaming_s(loss_bytes, 4, rates)
+    return f + loss, di + loss, dw
+
+
+def embedding_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates
+                   ) -> tuple[float, float]:
+    """(forward, backward) of the embedding lookup and its gradient scatter, seconds."""
+    tokens = config.mbs * config.seq_len / dims.cp
+    fwd = streaming_s(2 * ACT_BYTES * tokens * model.hidden_size, 2, rates)
+    return fwd, 2 * fwd

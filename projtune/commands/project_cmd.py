@@ -1,0 +1,129 @@
+"""`projtune project` and `projtune memory`: one layout, from flags or a layout file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from projtune.errors import user_errors
+
+ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id, HF config.json path.")]
+GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")]
+FileOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML/TOML layout file (flags override).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+def _layout_values(config_file: Path | None, **flags: Any) -> dict[str, Any]:
+    from projtune.layout_input import read_layout_file
+
+    values: dict[str, Any] = read_layout_file(config_file) if config_file else {}
+    if flags.pop("sequence_parallel") is True:
+        values["sequence_parallel"] = True
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return values
+
+
+@user_errors
+def project_command(
+    model: ModelOpt = None, gpu: GpuOpt = None, gpus: GpusOpt = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel.")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel.")] = None,
+    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Context parallel.")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel.")] = None,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")] = None,
+    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
+    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
+    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8|nvfp4")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list, e.g. core_attn,moe_act")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
+    zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
+    fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble|zbv|gpipe")] = None,
+    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="MoE: alltoall|allgather|deepep")] = None,
+    nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
+    nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
+    config_file: FileOpt = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
+    flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",
+    as_json: JsonOpt = False,
+) -> None:
+    """Project step time, throughput, MFU, memory per stage and the time breakdown of one layout."""
+    _run(locals(), memory_only=False)
+
+
+@user_errors
+def memory_command(
+    model: ModelOpt = None, gpu: GpuOpt = None, gpus: GpusOpt = None,
+    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel.")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel.")] = None,
+    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Context parallel.")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert parallel.")] = None,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")] = None,
+    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
+    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
+    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
+    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8|nvfp4")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list.")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
+    zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
+    fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble|zbv|gpipe")] = None,
+    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="MoE: alltoall|allgather|deepep")] = None,
+    config_file: FileOpt = None,
+    profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show per-GPU memory of every pipeline stage and the verdict (fits / at risk / out of memory)."""
+    _run(locals(), memory_only=True)
+
+
+def _run(args: dict[str, Any], *, memory_only: bool) -> None:
+    from projection.device_profile import default_profile, load_profile
+    from projection.engine import project
+    from projection.errors import IllegalLayoutError
+    from projection.layout import parallel_dims
+    from projection.legality import layout_violations
+    from projection.memory import project_memory
+    from projection.summary import memory_dict, projection_dict
+    from projtune.layout_input import build_layout
+    from projtune.render import print_memory, print_projection
+
+    args = dict(args)
+    as_json, profile_path, config_file = args.pop("as_json"), args.pop("profile"), args.pop("config_file")
+    flops = args.pop("flops", "6nd")
+    args["num_gpus"] = args.pop("gpus")
+    args["pp_schedule"] = args.pop("schedule")
+    args["moe_dispatcher"] = args.pop("dispatcher")
+    model, hardware, cluster, config = build_layout(_layout_values(config_file, **args))
+    profile = load_profile(profile_path) if profile_path else default_profile(hardware)
+    if memory_only:
+        reasons = layout_violations(model, hardware, cluster, config)
+        if reasons:
+            raise IllegalLayoutError(reasons)
+        memory = project_memory(model, hardware, config, parallel_dims(config, cluster), profile)
+        data = {"model": model.name, "gpu": hardware.id, "num_gpus": cluster.num_gpus,
+                "config": config.model_dump(mode="json", exclude_none=True), **memory_dict(memory)}
+        if as_json:
+            typer.echo(json.dumps(data))
+        else:
+            print_memory(data)
+        return
+    result = project(model, cluster, config, hardware=hardware, profile=profile, flops_formula=flops)
+    data = projection_dict(result)
+    if as_json:
+        typer.echo(json.dumps(data))
+    else:
+        print_projection(data)

@@ -1,0 +1,56 @@
+"""Build (model, cluster, config) from CLI flags and/or a YAML/TOML layout file; flags win."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from projection.errors import ProjtuneError
+from projection.hardware import HardwareSpec, load_hardware
+from projection.model_spec import ModelSpec, load_model
+from projection.training_config import Cluster, TrainingConfig
+
+CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node")
+
+
+def read_layout_file(path: Path) -> dict[str, Any]:
+    """Read a layout file: ``model``, ``cluster`` (or top-level cluster keys) and ``config`` (or top-level keys)."""
+    if not path.is_file():
+        raise ProjtuneError(f"layout file '{path}' does not exist")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ProjtuneError(f"cannot parse layout file '{path}': {err}") from err
+    if not isinstance(data, dict):
+        raise ProjtuneError(f"layout file '{path}' must be a mapping with model, cluster and config keys")
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in ("cluster", "config", "fixed") and isinstance(value, dict):
+            flat.update(value)
+        else:
+            flat[key] = value
+    if "gpus" in flat:
+        flat["num_gpus"] = flat.pop("gpus")
+    return flat
+
+
+def build_layout(values: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec, Cluster, TrainingConfig]:
+    """Resolve the model and GPU names and validate the cluster and config keys."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if "model" not in values:
+        raise ProjtuneError("no model given: use --model ID (see `projtune models`) or a layout file")
+    if "gpu" not in values:
+        raise ProjtuneError("no GPU given: use --gpu ID (see `projtune hardware`) or a layout file")
+    if "num_gpus" not in values:
+        raise ProjtuneError("no GPU count given: use --gpus N or a layout file")
+    model = load_model(values.pop("model"))
+    hardware = load_hardware(str(values["gpu"]))
+    cluster = Cluster(**{k: values.pop(k) for k in CLUSTER_KEYS if k in values} | {"gpu": hardware.id})
+    if isinstance(values.get("recompute_modules"), str):
+        values["recompute_modules"] = tuple(m for m in values["recompute_modules"].split(",") if m)
+    config = TrainingConfig(**values)
+    return model, hardware, cluster, config

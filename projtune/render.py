@@ -1,0 +1,80 @@
+"""Human-readable tables (rich) for projection and memory results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+_MEMORY_COLUMNS = ("weights_gib", "gradients_gib", "optimizer_gib", "fp8_copies_gib", "activations_gib",
+                   "transient_gib", "overhead_gib", "total_gib")
+
+
+def layout_text(config: dict[str, Any]) -> str:
+    """Compact one-line layout, e.g. 'TP2 PP4 VPP2 EP8 CP1 DP8 mbs1 gbs256 s8192 bf16 rc=none zero1'."""
+    parts = [f"TP{config.get('tp', 1)}", f"PP{config.get('pp', 1)}"]
+    if config.get("vpp", 1) > 1:
+        parts.append(f"VPP{config['vpp']}")
+    for axis in ("ep", "etp", "cp"):
+        if config.get(axis, 1) > 1:
+            parts.append(f"{axis.upper()}{config[axis]}")
+    if "dp" in config:
+        parts.append(f"DP{config['dp']}")
+    parts += [f"mbs{config.get('mbs', 1)}", f"gbs{config.get('gbs')}", f"s{config.get('seq_len')}",
+              config.get("precision", "bf16"), f"rc={config.get('recompute', 'none')}"]
+    if config.get("recompute_num_layers") is not None:
+        parts[-1] += f"({config['recompute_num_layers']})"
+    if config.get("sequence_parallel"):
+        parts.append("SP")
+    if config.get("zero", 0):
+        parts.append(f"zero{config['zero']}")
+    if config.get("pp_schedule") not in (None, "1f1b", "interleaved"):
+        parts.append(config["pp_schedule"])
+    if config.get("moe_dispatcher") not in (None, "alltoall"):
+        parts.append(config["moe_dispatcher"])
+    return " ".join(parts)
+
+
+def memory_table(data: dict[str, Any]) -> Table:
+    """One row per pipeline stage, one column per memory term (GiB)."""
+    table = Table(title=f"Memory per GPU (GiB), capacity {data['capacity_gib']:.1f}: {data['verdict']}")
+    table.add_column("stage")
+    for column in _MEMORY_COLUMNS:
+        table.add_column(column.removesuffix("_gib"), justify="right")
+    table.add_column("µbatches in flight", justify="right")
+    for stage in data["stages"]:
+        table.add_row(str(stage["rank"]), *(f"{stage[c]:.1f}" for c in _MEMORY_COLUMNS),
+                      f"{stage['microbatches_in_flight']:.2f}")
+    return table
+
+
+def print_memory(data: dict[str, Any]) -> None:
+    """Print a memory report."""
+    console.print(f"[bold]{data['model']}[/] on {data['num_gpus']} x {data['gpu']}")
+    console.print(memory_table(data))
+    console.print(f"peak {data['peak_gib']:.1f} GiB on stage {data['peak_rank']}, "
+                  f"headroom {data['headroom_fraction']:.1%}")
+
+
+def print_projection(data: dict[str, Any]) -> None:
+    """Print a full projection: headline numbers, breakdown, memory."""
+    console.print(f"[bold]{data['model']}[/] on {data['num_gpus']} x {data['gpu']}: {layout_text(data['config'])}")
+    head = Table(show_header=False, box=None)
+    head.add_row("iteration time", f"{data['iteration_time_s']:.3f} s  ({data['num_microbatches']} micro-batches)")
+    head.add_row("tokens/s/GPU", f"{data['tokens_per_sec_per_gpu']:,.0f}")
+    head.add_row("model TFLOP/s/GPU", f"{data['model_tflops_per_gpu']:.1f}  (formula {data['flops_formula']})")
+    head.add_row("MFU", f"{data['mfu']:.1%}")
+    head.add_row("bottleneck", data["bottleneck"])
+    console.print(head)
+    total = sum(data["breakdown_s"].values())
+    breakdown = Table(title="Step time breakdown (critical pipeline rank)")
+    breakdown.add_column("part")
+    breakdown.add_column("seconds", justify="right")
+    breakdown.add_column("share", justify="right")
+    for name, seconds in data["breakdown_s"].items():
+        breakdown.add_row(name.removesuffix("_s"), f"{seconds:.3f}", f"{seconds / total:.1%}")
+    console.print(breakdown)
+    console.print(memory_table(data["memory"]))

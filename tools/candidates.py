@@ -1,0 +1,166 @@
+"""Enumerate every legal layout of a job, within constraints: the search space of :mod:`tools.search`.
+
+The space (kept sane on purpose, each rule with its reason):
+- TP divides the attention and KV heads and stays inside a node; SP is on whenever TP > 1
+  (what the Megatron, NeMo and Primus recipes do).
+- PP from :func:`projection.legality.even_pp_splits` (equal stages, or equal after counting
+  embedding and loss as one layer each); VPP > 1 only where pp*vpp divides the layers (or
+  layers + 2), with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
+- CP only when seq_len >= 16384 (or the constraints name cp), with seq_len divisible by 2*cp.
+- EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp is 1 or tp.
+- MBS powers of two up to 16 with gbs divisible by mbs*dp.
+- Recompute: none, selective (core attention), full on all layers, full on half the layers of a stage.
+- Precision: bf16 and the FP8 recipes the GPU supports (fp8, fp8-blockwise, mxfp8).
+- ZeRO 0 (DDP), 1 (distributed optimizer), 3 (FSDP, only with pp 1 and tp <= 8).
+Every yielded config is legal by construction (:func:`projection.legality.layout_violations` is empty).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from projection.hardware import HardwareSpec
+from projection.legality import divisors, even_pp_splits
+from projection.model_spec import ModelSpec
+from projection.training_config import Cluster, TrainingConfig
+from tools.constraints import Constraints
+
+CP_MIN_SEQ_LEN = 16384            # CP is searched from this sequence length on (or when constrained)
+MAX_CP = 64                       # largest CP degree considered (as projection.legality.legal_axes)
+MAX_MBS = 16                      # largest micro-batch considered (as projection.legality.legal_axes)
+FP8_RECIPES = ("fp8", "fp8-blockwise", "mxfp8")
+FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """The job a search lays out: model, GPU, cluster, batch and constraints."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    cluster: Cluster
+    constraints: Constraints
+    gbs: int
+    seq_len: int
+
+
+def _ok(space: SearchSpace, axis: str, value: int | str) -> bool:
+    return space.constraints.allows(axis, value)
+
+
+def tp_values(space: SearchSpace, cp: int) -> list[int]:
+    """TP degrees: divide heads (and KV heads unless MLA), fit a node, divide the local sequence for SP."""
+    m, n = space.model, space.cluster.num_gpus
+    return [t for t in divisors(m.num_attention_heads)
+            if t <= space.cluster.gpus_per_node and n % (t * cp) == 0
+            and (m.uses_mla or m.num_kv_heads % t == 0)
+            and (t == 1 or (space.seq_len // cp) % t == 0) and _ok(space, "tp", t)]
+
+
+def cp_values(space: SearchSpace) -> list[int]:
+    """CP degrees: 1, or (long sequences or a cp constraint) divisors of the GPU count splitting seq_len in 2*cp."""
+    searched = space.seq_len >= CP_MIN_SEQ_LEN or space.constraints.cp is not None
+    if not searched:
+        return [1] if _ok(space, "cp", 1) else []
+    return [c for c in divisors(space.cluster.num_gpus)
+            if c <= MAX_CP and space.seq_len % (2 * c) == 0 and _ok(space, "cp", c)]
+
+
+def pp_values(space: SearchSpace, tp: int, cp: int) -> list[int]:
+    """PP degrees with even stages (embedding/loss rule) whose tp*cp*pp divides the GPU count."""
+    n, layers = space.cluster.num_gpus, space.model.num_layers
+    return [p for p in even_pp_splits(layers, min(layers, n)) if n % (tp * cp * p) == 0 and _ok(space, "pp", p)]
+
+
+def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str]]:
+    """(vpp, schedule) pairs: 1f1b; zero-bubble when pp > 1; interleaved for every vpp with even chunks."""
+    layers = space.model.num_layers
+    options = [(1, "1f1b")]
+    if pp > 1:
+        options.append((1, "zero-bubble"))
+        for v in range(2, layers // pp + 1):
+            if layers % (pp * v) == 0 or (layers + 2) % (pp * v) == 0:
+                options.append((v, "interleaved"))
+    return [(v, s) for v, s in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
+
+
+def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
+    """(ep, etp) pairs for MoE models: ep divides experts, etp is 1 or tp, ep*etp divides tp*cp*dp."""
+    m = space.model
+    if not m.is_moe:
+        return [(1, 1)] if _ok(space, "ep", 1) and _ok(space, "etp", 1) else []
+    stage_ranks = tp * cp * dp
+    return [(e, et) for e in divisors(m.num_experts) for et in sorted({1, tp})
+            if stage_ranks % (e * et) == 0 and _ok(space, "ep", e) and _ok(space, "etp", et)]
+
+
+def mbs_values(space: SearchSpace, dp: int) -> list[int]:
+    """Micro-batch sizes: powers of two up to MAX_MBS with gbs divisible by mbs*dp."""
+    values, mbs = [], 1
+    while mbs <= MAX_MBS and space.gbs % (mbs * dp) == 0:
+        if _ok(space, "mbs", mbs):
+            values.append(mbs)
+        mbs *= 2
+    return values
+
+
+def zero_values(space: SearchSpace, tp: int, pp: int) -> list[int]:
+    """ZeRO levels: 0 and 1 always; 3 (FSDP) with pp 1 and tp <= 8."""
+    levels = [0, 1] + ([3] if pp == 1 and tp <= FSDP_MAX_TP else [])
+    return [z for z in levels if _ok(space, "zero", z)]
+
+
+def precision_values(space: SearchSpace) -> list[str]:
+    """bf16 plus the FP8 recipes the GPU supports (when allowed); a precision constraint may name others."""
+    supported = space.hardware.supported_precisions
+    rule = space.constraints.rule("precision")
+    wanted = ["bf16", *FP8_RECIPES] if rule is None or rule.allowed is None else sorted(rule.allowed)
+    if not space.constraints.allow_fp8:
+        wanted = [p for p in wanted if p not in FP8_RECIPES and p != "nvfp4"]
+    return [p for p in wanted if p in supported and _ok(space, "precision", p)]
+
+
+def recompute_options(space: SearchSpace, pp: int) -> list[tuple[str, int | None]]:
+    """(recompute, recompute_num_layers): none, selective, full on all layers, full on half a stage."""
+    stage_layers = -(-space.model.num_layers // pp)
+    half = stage_layers // 2
+    options: list[tuple[str, int | None]] = [("none", None), ("selective", None), ("full", None)]
+    if 1 <= half < stage_layers:
+        options.append(("full", half))
+    rnl_rule = space.constraints.rule("recompute_num_layers")
+    return [(r, n) for r, n in options if _ok(space, "recompute", r)
+            and (rnl_rule is None or (r == "full" and rnl_rule(stage_layers if n is None else n)))]
+
+
+def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
+                         gbs: int, seq_len: int) -> Iterator[TrainingConfig]:
+    """Yield every legal layout of the job within ``constraints``, each once (see the module docstring)."""
+    space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
+                        seq_len=seq_len)
+    precisions = precision_values(space)
+    n = cluster.num_gpus
+    seen: set[tuple[object, ...]] = set()
+    for cp in cp_values(space):
+        for tp in tp_values(space, cp):
+            for pp in pp_values(space, tp, cp):
+                dp = n // (tp * cp * pp)
+                if gbs % dp or not _ok(space, "dp", dp):
+                    continue
+                for ep, etp in expert_options(space, tp, cp, dp):
+                    for vpp, schedule in pipeline_options(space, pp):
+                        for mbs in mbs_values(space, dp):
+                            for zero in zero_values(space, tp, pp):
+                                for precision in precisions:
+                                    for recompute, rnl in recompute_options(space, pp):
+                                        key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
+                                               schedule)
+                                        if key in seen:
+                                            continue
+                                        seen.add(key)
+                                        yield TrainingConfig.model_construct(
+                                            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs, gbs=gbs,
+                                            seq_len=seq_len, precision=precision, recompute=recompute,
+                                            recompute_num_layers=rnl, sequence_parallel=tp > 1, zero=zero,
+                                            pp_schedule=schedule,
+                                        )
