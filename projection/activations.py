@@ -115,10 +115,13 @@ def embedding_activation_bytes(model: ModelSpec, ctx: ActivationContext) -> floa
     return per_token * ctx.seq_len * ctx.micro_batch * model.hidden_size / sp_div
 
 
-def output_activation_bytes(model: ModelSpec, ctx: ActivationContext) -> float:
-    """Final norm and LM-head input, plus fp32 logits for the loss (Korthikanti Sec. 4.3: 4sbv/t)."""
+def output_activation_bytes(model: ModelSpec, ctx: ActivationContext, loss_bytes_per_logit: float = 6.0) -> float:
+    """Final norm and LM-head input, plus the logits live during the loss (Korthikanti Sec. 4.3: 4sbv/t for fp32).
+
+    ``loss_bytes_per_logit`` is the framework's: 6 for a fused bf16-logits/fp32-softmax loss, 10 unfused.
+    """
     sp_div = ctx.tp if ctx.sequence_parallel else 1
     tokens = ctx.seq_len * ctx.micro_batch
     head_input = (BF16_BYTES * tokens * model.hidden_size) / sp_div + BF16_BYTES * tokens * model.hidden_size
-    logits = FP32_BYTES * tokens * model.vocab_size / ctx.tp
+    logits = loss_bytes_per_logit * tokens * model.vocab_size / ctx.tp
     return head_input + logits

@@ -37,25 +37,30 @@ class DeviceRates:
     kernel_overhead_s: float
     attention_efficiency: float
     moe_efficiency: float
+    moe_layer_overhead_s: float      # fixed forward cost per MoE layer
     gemm_operand_bytes: float        # bytes per element of GEMM operands (2 for 16-bit, 1 for FP8)
 
 
-def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str) -> DeviceRates:
-    """Resolve peak rates and efficiencies for a precision recipe."""
+def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
+                 compute_multiplier: float = 1.0) -> DeviceRates:
+    """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier)."""
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
     return DeviceRates(
         peak_flops_per_s=hardware.peak_flops_for(precision),
         peak_16bit_flops_per_s=sixteen,
-        gemm_efficiency=profile.low_precision_gemm_efficiency if low else profile.gemm_efficiency,
+        gemm_efficiency=min(1.0, compute_multiplier * (
+            profile.fp4_gemm_efficiency if precision == "nvfp4"
+            else profile.low_precision_gemm_efficiency if low else profile.gemm_efficiency)),
         hbm_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s * profile.memory_efficiency,
         num_compute_units=hardware.num_compute_units,
         tile_m=profile.tile_m,
         tile_n=profile.tile_n,
         kernel_overhead_s=profile.kernel_overhead_s,
-        attention_efficiency=profile.attention_efficiency,
+        attention_efficiency=min(1.0, profile.attention_efficiency * compute_multiplier),
         moe_efficiency=profile.moe_efficiency,
-        gemm_operand_bytes=1.0 if low else 2.0,
+        moe_layer_overhead_s=profile.moe_layer_overhead_s,
+        gemm_operand_bytes=0.5 if precision == "nvfp4" else 1.0 if low else 2.0,
     )
 
 

@@ -24,8 +24,10 @@ from projection.hardware import HardwareSpec
 FITTABLE = (
     "gemm_efficiency",
     "low_precision_gemm_efficiency",
+    "fp4_gemm_efficiency",
     "attention_efficiency",
     "moe_efficiency",
+    "moe_layer_overhead_s",
     "comm_efficiency",
     "dp_overlap_fraction",
     "kernel_overhead_s",
@@ -40,9 +42,14 @@ class DeviceProfile(BaseModel):
     hardware_id: str = Field(description="Hardware id or family the profile applies to.")
     gemm_efficiency: float = Field(0.75, gt=0, le=1, description="Achieved/peak FLOP/s of large 16-bit GEMMs.")
     low_precision_gemm_efficiency: float = Field(
-        0.60, gt=0, le=1, description="Achieved/peak FLOP/s of large FP8/FP4 GEMMs (incl. cast/scale overheads).")
+        0.60, gt=0, le=1, description="Achieved/peak FLOP/s of large FP8 GEMMs (incl. cast/scale overheads).")
+    fp4_gemm_efficiency: float = Field(
+        0.45, gt=0, le=1, description="Achieved/peak FLOP/s of large FP4 (NVFP4) GEMMs incl. quantisation overheads.")
     attention_efficiency: float = Field(0.55, gt=0, le=1, description="Flash-attention achieved/peak 16-bit FLOP/s.")
     moe_efficiency: float = Field(0.70, gt=0, le=1, description="Grouped-GEMM + permute efficiency vs dense GEMM.")
+    moe_layer_overhead_s: float = Field(
+        2e-4, ge=0, le=0.01, description="Fixed forward cost per MoE layer (router, top-k, token-count sync, "
+        "permute setup), seconds; backward pays twice.")
     memory_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved/peak HBM bandwidth, streaming kernels.")
     optimizer_memory_efficiency: float = Field(
         0.25, gt=0, le=1, description="Achieved/peak HBM bandwidth of the optimizer step (Primus: MI355X Adam at 21%).")
@@ -72,6 +79,7 @@ def _read_profile(path: str) -> DeviceProfile:
     return DeviceProfile.model_validate(yaml.safe_load(Path(path).read_text()))
 
 
+@lru_cache(maxsize=64)
 def default_profile(hardware: HardwareSpec) -> DeviceProfile:
     """The shipped profile of a GPU: its own file, else its family's file, else built-in defaults."""
     folder = _profile_dir()

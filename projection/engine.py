@@ -11,6 +11,7 @@ Iteration time = pipeline makespan + exposed DP comm + optimizer step + step ove
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,12 +27,13 @@ from projection.compute import device_rates
 from projection.device_profile import DeviceProfile, default_profile
 from projection.errors import IllegalLayoutError
 from projection.flops import FlopsFormula, model_flops_per_step
+from projection.framework_profile import FrameworkProfile, framework_profile
 from projection.hardware import HardwareSpec, load_hardware
-from projection.layout import ParallelDims, chunk_layers, parallel_dims, recomputed_layers
+from projection.layout import ParallelDims, chunk_layers, effective_schedule, parallel_dims, recomputed_layers
 from projection.legality import layout_violations
 from projection.memory import MemoryResult, project_memory
 from projection.model_spec import ModelSpec
-from projection.params import layer_params
+from projection.params import layer_param_table
 from projection.pipeline import StageTimes, simulate_pipeline
 from projection.training_config import Cluster, TrainingConfig
 from projection.workload import CommGroups, LayerCost, embedding_cost, head_cost, layer_cost
@@ -114,62 +116,72 @@ def _exposed(comm_s: float, overlap_fraction: float) -> float:
 
 
 def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
-                 costs: dict[int, LayerCost], head: tuple[float, float, float], embed: tuple[float, float]
-                 ) -> tuple[list[StageTimes], dict[str, list[float]]]:
+                 framework: FrameworkProfile, costs: dict[int, LayerCost], head: tuple[float, float, float],
+                 embed: tuple[float, float]) -> tuple[list[StageTimes], dict[str, list[float]]]:
     """Per-rank, per-chunk times, and per-rank component sums (per micro-batch) for the breakdown."""
+    tp_overlap = profile.tp_overlap_fraction if framework.tp_overlap_fraction is None else framework.tp_overlap_fraction
+    selective_attention = config.recompute == "selective" and "core_attn" in config.recompute_modules
+    lora = config.finetune == "lora"  # frozen base weights: no weight gradients
+    # Per distinct LayerCost: (fwd, bwd-input, bwd-weight, selective recompute, compute, tp, cp, ep).
+    terms: dict[int, tuple[float, ...]] = {}
+    for cost in {id(c): c for c in costs.values()}.values():
+        tp = _exposed(cost.tp_comm_s, tp_overlap)
+        cp = max(_exposed(cost.cp_comm_s, profile.cp_overlap_fraction), cost.cp_comm_s - cost.attention_fwd_s)
+        ep = _exposed(cost.ep_comm_s, profile.ep_overlap_fraction)
+        comm = tp + cp + ep
+        weight_grad = 0.0 if lora else cost.bwd_weight_s
+        selective = cost.attention_fwd_s if selective_attention else 0.0
+        terms[id(cost)] = (cost.fwd_s + comm, cost.bwd_input_s + comm, weight_grad, selective,
+                           cost.fwd_s + cost.bwd_input_s + weight_grad, tp, cp, ep)
     chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)
+    zbv = effective_schedule(config) == "zbv"
+    head_rank, head_chunk = (0, 0) if zbv else (dims.pp - 1, dims.vpp - 1)
     stages: list[StageTimes] = []
     parts: dict[str, list[float]] = {"compute": [], "tp": [], "cp": [], "ep": []}
-    last_chunk = dims.vpp - 1 if config.schedule != "zbv" else 0
     for rank, chunks in enumerate(chunks_by_rank):
         stage_layer_count = sum(len(c) for c in chunks)
         fwd, b_in, b_w = [], [], []
-        sums = {"compute": 0.0, "tp": 0.0, "cp": 0.0, "ep": 0.0}
+        compute = tp_sum = cp_sum = ep_sum = 0.0
         position = 0
         for chunk_index, chunk in enumerate(chunks):
             full = recomputed_layers(model, config, chunk, stage_layer_count, position)
             position += len(chunk)
             f = bi = bw = 0.0
             for i, layer in enumerate(chunk):
-                c = costs[layer]
-                tp = _exposed(c.tp_comm_s, profile.tp_overlap_fraction)
-                cp = max(_exposed(c.cp_comm_s, profile.cp_overlap_fraction), c.cp_comm_s - c.attention_fwd_s)
-                ep = _exposed(c.ep_comm_s, profile.ep_overlap_fraction)
-                recompute = 0.0
-                if i < full:
-                    recompute = c.fwd_s + tp + cp + ep
-                elif config.recompute == "selective":
-                    recompute = c.attention_fwd_s if "core_attn" in config.recompute_modules else 0.0
-                f += c.fwd_s + tp + cp + ep
-                bi += c.bwd_input_s + tp + cp + ep + recompute
-                bw += c.bwd_weight_s
-                sums["compute"] += c.fwd_s + c.bwd_input_s + c.bwd_weight_s + (c.fwd_s if i < full else recompute)
-                sums["tp"] += 2 * tp * (1 + (i < full))
-                sums["cp"] += 2 * cp * (1 + (i < full))
-                sums["ep"] += 2 * ep * (1 + (i < full))
+                lf, lbi, lbw, sel, comp, tp, cp, ep = terms[id(costs[layer])]
+                recompute = lf if i < full else sel
+                factor = 2.0 if i < full else 1.0
+                f += lf
+                bi += lbi + recompute
+                bw += lbw
+                compute += comp + (lf - tp - cp - ep if i < full else sel)
+                tp_sum += tp * factor
+                cp_sum += cp * factor
+                ep_sum += ep * factor
             if rank == 0 and chunk_index == 0:
                 f, bi = f + embed[0], bi + embed[1]
-                sums["compute"] += embed[0] + embed[1]
-            if rank == (dims.pp - 1 if config.schedule != "zbv" else 0) and chunk_index == last_chunk:
+                compute += embed[0] + embed[1]
+            if rank == head_rank and chunk_index == head_chunk:
                 f, bi, bw = f + head[0], bi + head[1], bw + head[2]
-                sums["compute"] += sum(head)
+                compute += sum(head)
             fwd.append(f)
             b_in.append(bi)
             b_w.append(bw)
         stages.append(StageTimes(forward_s=tuple(fwd), backward_input_s=tuple(b_in), backward_weight_s=tuple(b_w)))
-        for key, value in sums.items():
-            parts[key].append(value)
+        parts["compute"].append(compute)
+        parts["tp"].append(2 * tp_sum)
+        parts["cp"].append(2 * cp_sum)
+        parts["ep"].append(2 * ep_sum)
     return stages, parts
 
 
 def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net) -> float:
     """Total gradient/parameter communication of one step per GPU (before overlap), seconds."""
-    if dims.dp * dims.cp == 1 and dims.expert_dp == 1:
+    if (dims.dp * dims.cp == 1 and dims.expert_dp == 1) or config.finetune == "lora":
         return 0.0
     layers_per_rank = model.num_layers / dims.pp
     dense = expert = 0.0
-    for layer in range(model.num_layers):
-        p = layer_params(model, layer)
+    for p in layer_param_table(model):
         dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
         expert += p.experts / (dims.ep * dims.etp)
     scale = layers_per_rank / model.num_layers
@@ -196,9 +208,10 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net) 
 
 def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, hardware: HardwareSpec,
                  profile: DeviceProfile) -> float:
+    if config.finetune == "lora":
+        return 0.0  # adapters only: negligible next to the frozen model
     dense = expert = 0.0
-    for layer in range(model.num_layers):
-        p = layer_params(model, layer)
+    for p in layer_param_table(model):
         dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
         expert += p.experts / (dims.ep * dims.etp)
     dense = dense / dims.pp + model.vocab_size * model.hidden_size / dims.tp
@@ -211,9 +224,14 @@ def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, h
 
 
 def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
-            profile: DeviceProfile | None = None, flops_formula: FlopsFormula = "6nd",
-            check: bool = True) -> Projection:
+            profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None,
+            flops_formula: FlopsFormula = "6nd", check: bool = True,
+            layer_costs: Mapping[int, LayerCost] | None = None) -> Projection:
     """Project one layout.
+
+    ``framework`` overrides the shipped profile of ``config.framework`` (calibration passes trial values).
+    ``layer_costs`` (layer index -> cost of one micro-batch on one GPU) replaces the analytic
+    per-layer costs; measured mode (``bench/restore.py``) passes restored measurements.
 
     Raises:
         IllegalLayoutError: the layout breaks framework rules (when ``check``), with every reason.
@@ -225,21 +243,24 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
         if reasons:
             raise IllegalLayoutError(reasons)
     dims = parallel_dims(config, cluster)
-    rates = device_rates(hardware, profile, config.precision)
+    framework = framework or framework_profile(config.framework)
+    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency)
     net = network_params_from_hardware(
         hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
         nic_gbit_per_s=cluster.nic_gbps, scale_up_efficiency=profile.comm_efficiency,
         scale_out_efficiency=profile.comm_efficiency, scale_up_latency_s=profile.scale_up_latency_s,
         scale_out_latency_s=profile.scale_out_latency_s,
     )
-    costs = _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net))
-    stages, parts = _stage_times(model, config, dims, profile, costs, head_cost(model, config, dims, rates),
+    # measured-mode hook (bench/restore.py)
+    costs = (dict(layer_costs) if layer_costs is not None
+             else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
+    stages, parts = _stage_times(model, config, dims, profile, framework, costs, head_cost(model, config, dims, rates),
                                  embedding_cost(model, config, dims, rates))
     pp_stride_cross = dims.tp * dims.cp * dims.dp >= net.scale_up_domain_gpus
     boundary_bytes = 2.0 * config.mbs * config.seq_len / dims.cp * model.hidden_size / (
         dims.tp if config.sequence_parallel else 1)
     p2p = p2p_s(boundary_bytes, cross_domain=pp_stride_cross, net=net) if dims.pp > 1 else 0.0
-    schedule = "zbv" if config.schedule == "zero-bubble" and dims.vpp == 2 else config.schedule
+    schedule = effective_schedule(config)
     pipe = simulate_pipeline(stages, num_microbatches=dims.num_microbatches, schedule=schedule, p2p_s=p2p)
 
     m = dims.num_microbatches
@@ -248,10 +269,13 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     tp_s, cp_s, ep_s = (parts[k][critical] * m for k in ("tp", "cp", "ep"))
     bubble = max(0.0, pipe.makespan_s - compute - tp_s - cp_s - ep_s)
 
-    dp_total = _dp_comm(model, config, dims, net)
+    dp_total = _dp_comm(model, config, dims, net) / framework.dp_comm_efficiency
     busy = compute + tp_s + cp_s + ep_s
-    window = busy if config.zero >= 3 else busy / m  # FSDP overlaps every micro-batch; DDP the last backward
-    dp_exposed = max(dp_total * (1.0 - profile.dp_overlap_fraction), dp_total - window)
+    # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
+    # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.
+    window = busy if config.zero >= 3 else busy / m + bubble
+    overlap = profile.dp_overlap_fraction if framework.dp_overlap_fraction is None else framework.dp_overlap_fraction
+    dp_exposed = max(dp_total * (1.0 - overlap), dp_total - window)
     optimizer = _optimizer_s(model, config, dims, hardware, profile)
     overhead = profile.step_overhead_s
     iteration = pipe.makespan_s + dp_exposed + optimizer + overhead

@@ -12,6 +12,7 @@ Two formulas:
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 from projection.model_spec import ModelSpec
@@ -21,6 +22,7 @@ FlopsFormula = Literal["6nd", "megatron"]
 FLOPS_FORMULAS: tuple[str, ...] = ("6nd", "megatron")
 
 
+@lru_cache(maxsize=1024)
 def attention_flops_per_token(model: ModelSpec, seq_len: int, *, causal_halving: bool = True) -> float:
     """Forward attention-score FLOPs per token summed over layers (QK^T and PV)."""
     total = 0.0

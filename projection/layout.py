@@ -39,6 +39,12 @@ class ParallelDims:
         return self.tp * self.pp * self.cp * self.dp
 
 
+def effective_schedule(config: TrainingConfig) -> str:
+    """The schedule the simulator runs: Primus's zero-bubble with two virtual chunks is ZB-V."""
+    schedule = config.schedule
+    return "zbv" if schedule == "zero-bubble" and config.vpp == 2 else schedule
+
+
 def parallel_dims(config: TrainingConfig, cluster: Cluster) -> ParallelDims:
     """Resolve DP and the micro-batch count of a layout (assumes it is legal)."""
     dp = config.dp or max(1, cluster.num_gpus // (config.tp * config.pp * config.cp))

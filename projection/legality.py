@@ -42,7 +42,8 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         reasons.append(f"tp={c.tp} does not divide num_kv_heads={model.num_kv_heads}")
     if c.tp > cluster.gpus_per_node and not allow_cross_node_tp:
         reasons.append(f"tp={c.tp} exceeds gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)")
-    if c.pp * c.vpp > model.num_layers:
+    stages = c.pp * c.vpp
+    if stages > model.num_layers and not (stages == model.num_layers + 2 and c.pp > 1):
         reasons.append(f"pp*vpp = {c.pp}*{c.vpp} exceeds num_layers={model.num_layers}")
     if c.vpp > 1 and c.pp == 1:
         reasons.append(f"vpp={c.vpp} needs pp > 1")
@@ -58,6 +59,12 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         reasons.append(f"seq_len={c.seq_len} not divisible by 2*cp={2 * c.cp} (load-balanced causal CP split)")
     if c.sequence_parallel and c.tp > 1 and (c.seq_len // c.cp) % c.tp:
         reasons.append(f"seq_len/cp = {c.seq_len // c.cp} not divisible by tp={c.tp} (sequence parallel)")
+    microbatches = c.gbs // (c.mbs * dp) if dp else 0
+    if dp and c.schedule == "interleaved" and c.pp > 1 and microbatches % c.pp:
+        reasons.append(f"interleaved schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} "
+                       f"to be a multiple of pp={c.pp} (Megatron-LM microbatch groups)")
+    elif dp and c.schedule in ("zbv", "zero-bubble") and c.pp > 1 and microbatches < c.pp:
+        reasons.append(f"{c.schedule} schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} >= pp={c.pp}")
     if dp and c.gbs % (c.mbs * dp):
         reasons.append(f"gbs={c.gbs} not divisible by mbs*dp = {c.mbs}*{dp} = {c.mbs * dp}")
     if c.precision not in hardware.supported_precisions:

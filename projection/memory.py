@@ -23,10 +23,11 @@ from projection.activations import (
     output_activation_bytes,
 )
 from projection.device_profile import DeviceProfile
+from projection.framework_profile import framework_profile
 from projection.hardware import HardwareSpec
-from projection.layout import ParallelDims, chunk_layers, recomputed_layers
+from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
 from projection.model_spec import ModelSpec
-from projection.params import embedding_params, layer_params, output_params
+from projection.params import embedding_params, layer_param_table, output_params
 from projection.pipeline import peak_in_flight_closed_form
 from projection.training_config import TrainingConfig
 
@@ -106,8 +107,9 @@ def _stage_params(model: ModelSpec, layers: list[int], dims: ParallelDims, first
     """Return (dense-sharded, expert-sharded, GEMM-weight) parameters held by one GPU of a stage."""
     dense = 0.0
     experts = 0.0
+    table = layer_param_table(model)
     for layer in layers:
-        p = layer_params(model, layer)
+        p = table[layer]
         dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
         experts += p.experts / (dims.ep * dims.etp)
     gemm = dense + experts
@@ -140,32 +142,49 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     expert_shard = max(1, min(dense_shard, dims.expert_dp)) if config.fsdp_size else dims.expert_dp
     w1, g1, o1 = _state_bytes(dense, config.zero, dense_shard)
     w2, g2, o2 = _state_bytes(experts, config.zero, expert_shard)
+    if config.finetune == "lora":  # frozen base weights: no gradients or optimizer states (adapters are tiny)
+        g1 = o1 = g2 = o2 = 0.0
     fp8 = FP8_COPY_BYTES * gemm / (dense_shard if config.zero >= 3 else 1) if config.is_low_precision else 0.0
 
     ctx = activation_context(model, config)
     stage_layer_count = len(layers)
     chunk_bytes: list[float] = []
     position = 0
+    by_kind: dict[tuple[bool, int], float] = {}
+
+    def kept_bytes(layer: int) -> float:
+        kind = (bool(model.moe_layers[layer]), model.attention_windows[layer] if model.attention_windows else 0)
+        if kind not in by_kind:
+            by_kind[kind] = layer_activation_bytes(model, layer, ctx)
+        return by_kind[kind]
+
     for chunk in chunks:
         full = recomputed_layers(model, config, chunk, stage_layer_count, position)
-        kept = [layer_activation_bytes(model, layer, ctx) for layer in chunk[full:]]
+        kept = [kept_bytes(layer) for layer in chunk[full:]]
         chunk_bytes.append(sum(kept) + full * full_recompute_layer_bytes(model, ctx))
         position += len(chunk)
-    in_flight = peak_in_flight_closed_form(config.schedule, dims.pp, dims.vpp, dims.num_microbatches, rank)
+    in_flight = peak_in_flight_closed_form(effective_schedule(config), dims.pp, dims.vpp, dims.num_microbatches, rank)
     per_chunk = sum(chunk_bytes) / len(chunk_bytes)
     activations = in_flight * per_chunk
     if first:
         activations += min(in_flight, dims.num_microbatches) * embedding_activation_bytes(model, ctx) / dims.vpp
     transient = 0.0
     if last:
-        transient += output_activation_bytes(model, ctx)  # logits and their gradient during the loss
+        loss_bytes = framework_profile(config.framework).loss_bytes_per_logit
+        transient += output_activation_bytes(model, ctx, loss_bytes)  # logits and their gradient during the loss
     if config.recompute != "none" and layers:
-        # A recomputed layer's activations are rebuilt in full while its backward runs.
+        # What recompute dropped is rebuilt for one layer at a time while its backward runs.
         no_recompute = replace(ctx, recompute_modules=frozenset())
-        transient += max(layer_activation_bytes(model, layer, no_recompute) for layer in layers)
+        transient += max(layer_activation_bytes(model, layer, no_recompute) - kept_bytes(layer) for layer in layers)
+        if config.recompute == "full":
+            transient += full_recompute_layer_bytes(model, ctx)
     if config.zero >= 3 and layers:
-        biggest = max(layer_params(model, layer).total for layer in layers) / dims.tp
-        transient += 2 * WEIGHT_BYTES * biggest  # gathered weights of the current and prefetched layer
+        table = layer_param_table(model)
+        # Gathered weights of the current and prefetched layer: only the part other shards hold.
+        biggest = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
+                      * (1 - 1 / dense_shard) + table[layer].experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard)
+                      for layer in layers)
+        transient += 2 * WEIGHT_BYTES * biggest
     if model.is_moe and config.moe_dispatcher == "deepep":
         transient += DEEPEP_BUFFER_BYTES
     dynamic = activations + transient

@@ -64,9 +64,18 @@ def _norm_params(model: ModelSpec) -> int:
     return model.hidden_size * (2 if model.norm == "layernorm" and model.linear_bias else 1)
 
 
-@lru_cache(maxsize=4096)
 def layer_params(model: ModelSpec, layer: int) -> LayerParams:
     """Parameters of decoder layer ``layer`` (0-based)."""
+    return layer_param_table(model)[layer]
+
+
+@lru_cache(maxsize=256)
+def layer_param_table(model: ModelSpec) -> tuple[LayerParams, ...]:
+    """Parameters of every decoder layer, computed once per model (hot loops index this table)."""
+    return tuple(_layer_params(model, i) for i in range(model.num_layers))
+
+
+def _layer_params(model: ModelSpec, layer: int) -> LayerParams:
     attention, attn_replicated = _attention_params(model)
     replicated = attn_replicated + 2 * _norm_params(model)
     if model.moe_layers[layer]:
@@ -94,7 +103,7 @@ def output_params(model: ModelSpec) -> int:
 @lru_cache(maxsize=256)
 def total_params(model: ModelSpec) -> int:
     """All parameters of the model (no multi-token-prediction heads)."""
-    layers = sum(layer_params(model, i).total for i in range(model.num_layers))
+    layers = sum(p.total for p in layer_param_table(model))
     return layers + embedding_params(model) + output_params(model)
 
 

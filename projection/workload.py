@@ -92,6 +92,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     # MLP: dense, or router + shared experts + routed experts.
     mats = 2 if model.gated_mlp else 1
     moe = bool(model.moe_layers and model.moe_layers[layer])
+    fixed = rates.moe_layer_overhead_s if moe else 0.0
     ep_comm = 0.0
     stream_bytes = 0.0
     kernels = KERNELS_PER_LAYER_FWD
@@ -134,8 +135,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
     return LayerCost(
-        fwd_s=fwd + attn_fwd + stream,
-        bwd_input_s=bwd_in + attn_bwd + 2 * stream,
+        fwd_s=fwd + attn_fwd + stream + fixed,
+        bwd_input_s=bwd_in + attn_bwd + 2 * stream + 2 * fixed,
         bwd_weight_s=bwd_w,
         attention_fwd_s=attn_fwd,
         tp_comm_s=tp_comm,

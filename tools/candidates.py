@@ -7,7 +7,8 @@ The space (kept sane on purpose, each rule with its reason):
   embedding and loss as one layer each); VPP > 1 only where pp*vpp divides the layers (or
   layers + 2), with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
 - CP only when seq_len >= 16384 (or the constraints name cp), with seq_len divisible by 2*cp.
-- EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp is 1 or tp.
+- EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp 1 (MoE parallel
+  folding, the Megatron-core recommendation), or 1 and tp when the constraints name etp.
 - MBS powers of two up to 16 with gbs divisible by mbs*dp.
 - Recompute: none, selective (core attention), full on all layers, full on half the layers of a stage.
 - Precision: bf16 and the FP8 recipes the GPU supports (fp8, fp8-blockwise, mxfp8).
@@ -74,24 +75,38 @@ def pp_values(space: SearchSpace, tp: int, cp: int) -> list[int]:
 
 
 def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str]]:
-    """(vpp, schedule) pairs: 1f1b; zero-bubble when pp > 1; interleaved for every vpp with even chunks."""
+    """(vpp, schedule) pairs: 1f1b; zero-bubble when pp > 1; interleaved for every vpp with even chunks.
+
+    The schedules also constrain the micro-batch count, which depends on mbs: see :func:`schedule_fits`.
+    """
     layers = space.model.num_layers
     options = [(1, "1f1b")]
     if pp > 1:
         options.append((1, "zero-bubble"))
-        for v in range(2, layers // pp + 1):
+        for v in range(2, (layers + 2) // pp + 1):
             if layers % (pp * v) == 0 or (layers + 2) % (pp * v) == 0:
                 options.append((v, "interleaved"))
     return [(v, s) for v, s in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
 
 
+def schedule_fits(schedule: str, pp: int, num_microbatches: int) -> bool:
+    """Micro-batch rules of the schedules (projection.legality): interleaved needs a multiple of pp
+    (Megatron's microbatch groups), zero-bubble at least pp."""
+    if schedule == "interleaved":
+        return num_microbatches % pp == 0
+    if schedule in ("zero-bubble", "zbv"):
+        return num_microbatches >= pp
+    return True
+
+
 def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
-    """(ep, etp) pairs for MoE models: ep divides experts, etp is 1 or tp, ep*etp divides tp*cp*dp."""
+    """(ep, etp) pairs for MoE models: ep divides experts, etp 1 (or tp if constrained), ep*etp divides tp*cp*dp."""
     m = space.model
     if not m.is_moe:
         return [(1, 1)] if _ok(space, "ep", 1) and _ok(space, "etp", 1) else []
     stage_ranks = tp * cp * dp
-    return [(e, et) for e in divisors(m.num_experts) for et in sorted({1, tp})
+    etps = sorted({1, tp}) if space.constraints.etp is not None else [1]
+    return [(e, et) for e in divisors(m.num_experts) for et in etps
             if stage_ranks % (e * et) == 0 and _ok(space, "ep", e) and _ok(space, "etp", et)]
 
 
@@ -140,6 +155,7 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                         seq_len=seq_len)
     precisions = precision_values(space)
     n = cluster.num_gpus
+    template = TrainingConfig(gbs=gbs, seq_len=seq_len)  # copies of it skip validation: legal by construction
     seen: set[tuple[object, ...]] = set()
     for cp in cp_values(space):
         for tp in tp_values(space, cp):
@@ -150,6 +166,8 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                 for ep, etp in expert_options(space, tp, cp, dp):
                     for vpp, schedule in pipeline_options(space, pp):
                         for mbs in mbs_values(space, dp):
+                            if not schedule_fits(schedule, pp, gbs // (mbs * dp)):
+                                continue
                             for zero in zero_values(space, tp, pp):
                                 for precision in precisions:
                                     for recompute, rnl in recompute_options(space, pp):
@@ -158,9 +176,8 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                                         if key in seen:
                                             continue
                                         seen.add(key)
-                                        yield TrainingConfig.model_construct(
-                                            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs, gbs=gbs,
-                                            seq_len=seq_len, precision=precision, recompute=recompute,
-                                            recompute_num_layers=rnl, sequence_parallel=tp > 1, zero=zero,
-                                            pp_schedule=schedule,
-                                        )
+                                        yield template.model_copy(update=dict(
+                                            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
+                                            precision=precision, recompute=recompute, recompute_num_layers=rnl,
+                                            sequence_parallel=tp > 1, zero=zero, pp_schedule=schedule,
+                                        ))

@@ -74,7 +74,7 @@ def _atom(axis: str, text: str) -> int | str:
     if axis in CHOICE_AXES:
         choices = CHOICE_AXES[axis]
         if text.lower() not in choices:
-            near = difflib.get_close_matches(text.lower(), choices, n=1)
+            near = difflib.get_close_matches(text.lower(), choices, n=1, cutoff=0.4)
             hint = f"'{text}' is not a known value" + (f"; did you mean {near[0]}?" if near else "")
             raise ConstraintError(axis, hint, choices)
         return text.lower()

@@ -1,0 +1,1 @@
+"""Evaluation against measured sweeps: loading, scoring, reports, calibration, log import."""

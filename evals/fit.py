@@ -1,0 +1,178 @@
+"""Joint least-squares fit of device profiles (per GPU) and framework profiles on measured runs.
+
+The residual of a run is ``log(projected / measured)`` on its primary metric.  Device
+parameters (the ``FITTABLE`` names of :mod:`projection.device_profile`) are fitted per
+device group: the hardware id when it has enough complete runs, else its family.
+Framework multipliers are fitted per framework, with Megatron-core (megatron, nemo, primus)
+as the reference at 1.0.  A weak prior pulls each parameter towards its default, so a
+parameter the data cannot see stays where it was (and a group with few runs cannot drift
+far).  The Jacobian is sparse (a run only sees its own device group and framework), which
+``scipy.optimize.least_squares`` exploits through ``jac_sparsity``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.sparse import lil_matrix
+
+from evals.runner import RunSpecs, projected_metrics, run_specs
+from evals.sweep_file import LoadedRun, LoadedSweep
+from projection.device_profile import FITTABLE, DeviceProfile, default_profile
+from projection.engine import project
+from projection.errors import ProjtuneError
+from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
+
+MIN_RUNS_PER_ID = 8            # a hardware id with fewer complete runs shares its family's profile
+PRIOR_WEIGHT = 0.05            # residual weight of (param - default) / (bound range) per parameter
+FRAMEWORK_PARAMS = ("compute_efficiency", "dp_comm_efficiency")
+REFERENCE_FRAMEWORK = "megatron"
+BOUNDS: dict[str, tuple[float, float]] = {
+    "gemm_efficiency": (0.2, 1.0),
+    "low_precision_gemm_efficiency": (0.15, 1.0),
+    "fp4_gemm_efficiency": (0.1, 1.0),
+    "attention_efficiency": (0.1, 1.0),
+    "moe_efficiency": (0.1, 1.0),
+    "moe_layer_overhead_s": (1e-6, 5e-3),
+    "comm_efficiency": (0.2, 1.0),
+    "dp_overlap_fraction": (0.0, 0.99),
+    "kernel_overhead_s": (1e-7, 5e-5),
+    "tp_overlap_fraction": (0.0, 0.95),
+    "compute_efficiency": (0.3, 1.3),
+    "dp_comm_efficiency": (0.05, 1.3),
+}
+DEVICE_PARAMS = (*FITTABLE, "tp_overlap_fraction")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitRun:
+    """A complete, projectable run with a throughput metric."""
+
+    sweep: LoadedSweep
+    run: LoadedRun
+    specs: RunSpecs
+    metric: str
+    measured: float
+    device_group: str
+    framework: str
+    source: str            # the sweep file, used for leave-one-source-out
+
+
+def framework_key(name: str | None) -> str:
+    """The framework profile a run uses (Megatron-core based stacks share one)."""
+    key = name or REFERENCE_FRAMEWORK
+    return FRAMEWORK_ALIASES.get(key, key)
+
+
+def collect_fit_runs(sweeps: Sequence[LoadedSweep]) -> list[FitRun]:
+    """Complete runs whose primary metric is a throughput and whose specs build."""
+    staged: list[tuple[LoadedSweep, LoadedRun, RunSpecs, float]] = []
+    for sweep in sweeps:
+        for run in sweep.runs:
+            if not run.complete or run.metric is None or run.run is None:
+                continue
+            try:
+                specs = run_specs(sweep, run)
+            except ProjtuneError:
+                continue
+            staged.append((sweep, run, specs, float(getattr(run.run.measured, run.metric))))
+    per_id = Counter(specs.hardware.id for _, _, specs, _ in staged)
+    return [
+        FitRun(sweep=sweep, run=run, specs=specs, metric=str(run.metric), measured=measured,
+               device_group=specs.hardware.id if per_id[specs.hardware.id] >= MIN_RUNS_PER_ID
+               else specs.hardware.family,
+               framework=framework_key(specs.config.framework), source=sweep.file)
+        for sweep, run, specs, measured in staged
+    ]
+
+
+def projected_value(item: FitRun, profile: DeviceProfile, framework: FrameworkProfile) -> float | None:
+    """The run's projected primary metric under trial profiles (None if the layout is illegal)."""
+    try:
+        result = project(item.specs.model, item.specs.cluster, item.specs.config, hardware=item.specs.hardware,
+                         profile=profile, framework=framework)
+    except ProjtuneError:
+        return None
+    return projected_metrics(item.sweep, item.specs, result)[item.metric]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FitResult:
+    """Fitted profiles and the fit's in-sample error."""
+
+    device_profiles: dict[str, DeviceProfile]
+    framework_profiles: dict[str, FrameworkProfile]
+    runs: int
+    mape_before: float
+    mape_after: float
+
+
+def _base_profile(items: Sequence[FitRun], group: str) -> DeviceProfile:
+    hardware = next(i.specs.hardware for i in items if i.device_group == group)
+    return default_profile(hardware).model_copy(update={"hardware_id": group})
+
+
+def _mape(items: Sequence[FitRun], profiles: dict[str, DeviceProfile],
+          frameworks: dict[str, FrameworkProfile]) -> float:
+    errors = []
+    for item in items:
+        value = projected_value(item, profiles[item.device_group], frameworks[item.framework])
+        if value is not None:
+            errors.append(abs(value / item.measured - 1))
+    return float(np.mean(errors)) if errors else math.nan
+
+
+def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
+                 progress: Callable[[int], None] | None = None) -> FitResult:
+    """Fit every device group and non-reference framework on ``items`` jointly."""
+    groups = sorted({i.device_group for i in items})
+    frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
+    base = {g: _base_profile(items, g) for g in groups}
+    base_fw = {f: framework_profile(f) for f in frameworks}
+    slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in DEVICE_PARAMS]
+    slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]
+    x0 = np.array([getattr(base[n] if kind == "device" else base_fw[n], p) for kind, n, p in slots])
+    lo = np.array([BOUNDS[p][0] for _, _, p in slots])
+    hi = np.array([BOUNDS[p][1] for _, _, p in slots])
+    x0 = np.clip(x0, lo, hi)
+    calls = [0]
+
+    def unpack(x: np.ndarray) -> tuple[dict[str, DeviceProfile], dict[str, FrameworkProfile]]:
+        dev = {g: dict[str, float]() for g in groups}
+        fw = {f: dict[str, float]() for f in frameworks}
+        for (kind, name, param), value in zip(slots, x, strict=True):
+            (dev if kind == "device" else fw)[name][param] = float(value)
+        return ({g: base[g].model_copy(update=dev[g]) for g in groups},
+                {f: base_fw[f].model_copy(update=fw[f]) for f in frameworks})
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        profiles, fws = unpack(x)
+        out = []
+        for item in items:
+            value = projected_value(item, profiles[item.device_group], fws[item.framework])
+            out.append(math.log(value / item.measured) if value else 0.0)
+        out += [PRIOR_WEIGHT * (v - v0) / (h - lo_) for v, v0, lo_, h in zip(x, x0, lo, hi, strict=True)]
+        calls[0] += 1
+        if progress:
+            progress(calls[0])
+        return np.array(out)
+
+    sparsity = lil_matrix((len(items) + len(slots), len(slots)), dtype=int)
+    for row, item in enumerate(items):
+        for col, (kind, name, _) in enumerate(slots):
+            if (kind == "device" and name == item.device_group) or (kind == "framework" and name == item.framework):
+                sparsity[row, col] = 1
+    for col in range(len(slots)):
+        sparsity[len(items) + col, col] = 1
+    before = _mape(items, base, base_fw)
+    fit = least_squares(residuals, x0, bounds=(lo, hi), jac_sparsity=sparsity, loss="soft_l1", f_scale=0.15,
+                        diff_step=0.03, max_nfev=max_evaluations, x_scale="jac")
+    profiles, fws = unpack(fit.x)
+    return FitResult(device_profiles=profiles, framework_profiles={f: fws[f] for f in frameworks
+                                                                   if f != REFERENCE_FRAMEWORK},
+                     runs=len(items), mape_before=before, mape_after=_mape(items, profiles, fws))

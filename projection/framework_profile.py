@@ -1,0 +1,52 @@
+"""Framework profiles: how much of a device profile a training framework's software stack reaches.
+
+The same GPU runs at different speeds under Megatron-core (fused kernels, TP/DP comm
+overlap, userbuffers), torchtitan (PyTorch eager/compile, FSDP2) or DeepSpeed ZeRO-3 (2021:
+per-parameter-group collectives with little prefetch).  A framework profile holds a few
+multipliers on top of the device profile; ``projtune calibrate`` fits them on the
+development sweeps like device profiles, and the files record what they were fitted on.
+Runs that name no framework use ``megatron`` (what every public recipe here is built on).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_FRAMEWORK = "megatron"
+# Frameworks that run Megatron-core underneath share its profile unless they have their own file.
+FRAMEWORK_ALIASES = {"nemo": "megatron", "primus": "megatron"}
+
+
+class FrameworkProfile(BaseModel):
+    """Multipliers a framework applies to the device profile (dimensionless)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    compute_efficiency: float = Field(1.0, gt=0, le=1.5, description="Multiplier on GEMM/attention efficiency.")
+    dp_comm_efficiency: float = Field(1.0, gt=0, le=1.5, description="Multiplier on DP/FSDP collective bandwidth.")
+    dp_overlap_fraction: float | None = Field(None, ge=0, le=1, description="Overrides the device's DP overlap.")
+    tp_overlap_fraction: float | None = Field(None, ge=0, le=1, description="Overrides the device's TP overlap.")
+    loss_bytes_per_logit: float = Field(
+        6.0, gt=0, description="Bytes per (token, vocab) entry live during the loss: Megatron's fused vocab-parallel "
+        "cross-entropy keeps bf16 logits + fp32 softmax (6); an unfused PyTorch loss adds the fp32 gradient (10).")
+    fitted_on: tuple[str, ...] = ()
+    fit_note: str = ""
+
+
+@lru_cache(maxsize=32)
+def framework_profile(name: str | None) -> FrameworkProfile:
+    """The shipped profile of a framework (defaults when there is no file)."""
+    key = name or DEFAULT_FRAMEWORK
+    folder = Path(str(resources.files("projection") / "catalog" / "frameworks"))
+    for stem in (key, FRAMEWORK_ALIASES.get(key, key)):
+        path = folder / f"{stem}.yaml"
+        if path.is_file():
+            data = yaml.safe_load(path.read_text()) or {}
+            return FrameworkProfile.model_validate({**data, "name": key})
+    return FrameworkProfile(name=key)

@@ -1,0 +1,275 @@
+"""`projtune eval`, `projtune calibrate` and `projtune sweeps import|validate`: thin commands over evals/."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from projtune.errors import USAGE_EXIT, fail, user_errors
+
+if TYPE_CHECKING:
+    from evals.eval_run import EvalResult
+
+PathsArg = Annotated[list[Path], typer.Argument(help="Sweep files or folders (searched for *.yaml).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+sweeps_app = typer.Typer(help="Measured sweep files: import training logs, validate files.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the eval, calibrate and sweeps commands to the projtune app."""
+    app.command("eval")(eval_command)
+    app.command("calibrate")(calibrate_command)
+    app.add_typer(sweeps_app, name="sweeps")
+
+
+def _stderr_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@user_errors
+def eval_command(
+    paths: PathsArg,
+    as_json: JsonOpt = False,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Write report.md and PNG plots here.")] = None,
+    sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep name or pattern (repeatable).")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only sweeps on this hardware id (or family).")] = None,
+    agent: Annotated[bool, typer.Option("--agent", help="Ask the tuner to pick each rankable sweep's best run.")] = False,
+    profile: Annotated[Optional[Path], typer.Option(
+        "--profile", help="Device profile file for all runs, or a folder of <hardware id|family>.yaml.")] = None,
+    fill_unknown: Annotated[bool, typer.Option(
+        "--fill-unknown", help="Fill incomplete runs' missing keys with the best legal values (marked filled).")] = False,
+) -> None:
+    """Project every measured run and score the projections (APE, ranking, memory, OOM, baselines)."""
+    from evals.eval_run import EvalOptions, evaluate
+
+    options = EvalOptions(sweeps=tuple(sweep or ()), gpu=gpu, profile=profile, fill_unknown=fill_unknown,
+                          agent=agent)
+    if as_json:
+        result = evaluate(paths, options)
+    else:
+        result = _evaluate_with_progress(paths, options)
+    if report is not None:
+        from evals.report import write_report
+
+        written = write_report(result, report)
+        _stderr_console().print(f"report: {written[0]} and {len(written) - 1} plots")
+    if as_json:
+        typer.echo(json.dumps(result.to_dict()))
+    else:
+        _print_eval(result)
+    if not result.sweeps:
+        fail("no sweep to evaluate" + (f": {result.load_issues[0]}" if result.load_issues else ""))
+
+
+def _evaluate_with_progress(paths: list[Path], options: Any) -> EvalResult:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from evals.eval_run import evaluate
+
+    columns = (TextColumn("projecting runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_stderr_console(), transient=True) as bar:
+        task = bar.add_task("eval", total=None)
+        return evaluate(paths, options, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _pct(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.1%}" if signed else f"{value:.1%}"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _print_eval(result: EvalResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    s = result.summary()
+    head = Table(title="Eval summary", show_header=False)
+    for label, value in (
+        ("runs scored / total", f"{s['runs_scored']} / {s['runs']} ({s['runs_skipped']} skipped, "
+                                f"{s['runs_incomplete']} incomplete, {s['runs_filled']} filled)"),
+        ("MAPE / median APE", f"{_pct(s['mape'])} / {_pct(s['median_ape'])}"),
+        ("bias (+ = optimistic)", _pct(s["bias"], signed=True)),
+        ("memory MAPE", f"{_pct(s['memory_mape'])} on {s['memory_runs']} runs"),
+        ("OOM recall", f"{_pct(s['oom_recall'])} of {s['oom_runs']} measured OOM runs"),
+        ("rankable sweeps", str(s["rankable_sweeps"])),
+        ("Kendall tau / Spearman", f"{_num(s['kendall_tau_mean'])} / {_num(s['spearman_mean'])}"),
+        ("top-1 rate / mean regret", f"{_pct(s['top1_rate'])} / {_pct(s['regret_mean'])}"),
+    ):
+        head.add_row(label, value)
+    if s["agent"]:
+        head.add_row("agent top-1 / regret", f"{_pct(s['agent']['top1_rate'])} / {_pct(s['agent']['regret_mean'])}")
+    for name, b in s["baselines"].items():
+        head.add_row(f"baseline {name}", f"{_pct(b['mape'])} vs ours {_pct(b['ours_mape_same_runs'])} "
+                                         f"on {b['runs']} runs")
+    console.print(head)
+    data = result.to_dict()
+    groups = Table(title="By GPU")
+    for col in ("gpu", "runs", "MAPE", "bias"):
+        groups.add_column(col)
+    for name, g in data["by_gpu"].items():
+        groups.add_row(name, str(g["runs"]), _pct(g["mape"]), _pct(g["bias"], signed=True))
+    console.print(groups)
+    ranked = Table(title="Rankable sweeps")
+    for col in ("sweep", "runs", "MAPE", "tau", "top-1", "regret", "agent regret"):
+        ranked.add_column(col)
+    for sw in result.sweeps:
+        if sw.rank_metric is not None:
+            ranked.add_row(sw.name, f"{sw.runs_scored}/{sw.runs}", _pct(sw.mape), _num(sw.kendall_tau),
+                           _num(sw.top1), _pct(sw.regret), _pct(sw.agent["regret"]) if sw.agent else "-")
+    console.print(ranked)
+    err = _stderr_console()
+    for issue in result.load_issues:
+        err.print(f"[yellow]load issue[/]: {issue}", highlight=False)
+
+
+# ---- calibrate ----------------------------------------------------------------------------------
+
+@user_errors
+def calibrate_command(
+    paths: PathsArg,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Fit on this hardware id's runs.")] = None,
+    family: Annotated[Optional[str], typer.Option("--family", help="Fit on a whole family's runs.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (default: stdout).")] = None,
+    cross_validate: Annotated[bool, typer.Option(
+        "--cross-validate", help="Leave-one-source-out error (each file is a source).")] = False,
+    fit_all: Annotated[bool, typer.Option("--all", help="Fit every family with enough runs.")] = False,
+    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit a device profile's free parameters to measured runs (or cross-validate the fit)."""
+    from evals import calibrate
+    from evals.sweep_file import load_sweep_files
+
+    loaded = load_sweep_files(paths)
+    err = _stderr_console()
+    for issue in loaded.errors:
+        err.print(f"[yellow]load issue[/]: {issue}", highlight=False)
+    note = None if as_json else (lambda text: err.print(text, highlight=False))
+    if cross_validate:
+        _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note), as_json)
+        return
+    if fit_all:
+        if out_dir is None:
+            fail("--all needs --out-dir (e.g. projection/catalog/profiles)")
+        _print_fit_all(calibrate.calibrate_all(loaded.sweeps, out_dir, progress=note), out_dir, as_json)
+        return
+    if gpu is None and family is None:
+        fail("give --gpu ID or --family NAME (or --all / --cross-validate)")
+    runs = calibrate.fit_runs(loaded.sweeps, gpu=gpu, family=family)
+    if not runs:
+        fail(f"no complete scored runs of {gpu or family} in the given files")
+    if note:
+        note(f"fitting {gpu or family} on {len(runs)} complete runs")
+    result = calibrate.fit_profile(runs, calibrate.start_profile(gpu, family, runs))
+    if out is not None:
+        calibrate.write_profile(result, out)
+    elif not as_json:
+        from projection.device_profile import dump_profile
+
+        typer.echo(dump_profile(result.profile), nl=False)
+    summary = _fit_summary(result, out)
+    if as_json:
+        typer.echo(json.dumps(summary))
+    else:
+        err.print(f"{summary['hardware_id']}: {summary['runs']} runs, MAPE {_pct(result.mape_before)} -> "
+                  f"{_pct(result.mape_after)}" + (f"; wrote {out}" if out else ""), highlight=False)
+
+
+def _fit_summary(result: Any, path: Path | None) -> dict[str, Any]:
+    from evals.calibrate import FITTABLE
+
+    return {"hardware_id": result.profile.hardware_id, "runs": result.runs, "mape_before": result.mape_before,
+            "mape_after": result.mape_after, "fitted": list(result.fitted),
+            "parameters": {n: getattr(result.profile, n) for n in FITTABLE},
+            "fitted_on": list(result.profile.fitted_on), "path": str(path) if path else None}
+
+
+def _print_fit_all(results: dict[str, Any], out_dir: Path, as_json: bool) -> None:
+    from evals.calibrate import FitResult
+
+    data = {f: (_fit_summary(r, out_dir / f"{f}.yaml") if isinstance(r, FitResult) else {"skipped": r})
+            for f, r in results.items()}
+    if as_json:
+        typer.echo(json.dumps(data))
+        return
+    for family, item in data.items():
+        if "skipped" in item:
+            typer.echo(f"{family}: {item['skipped']}")
+        else:
+            typer.echo(f"{family}: {item['runs']} runs, MAPE {_pct(item['mape_before'])} -> "
+                       f"{_pct(item['mape_after'])}, wrote {item['path']}")
+
+
+def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
+    from dataclasses import asdict
+
+    if as_json:
+        typer.echo(json.dumps({"sources": [asdict(r) for r in cv["sources"]], "overall": cv["overall"]}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="Leave-one-source-out cross-validation (MAPE on held-out runs)")
+    for col in ("source", "runs", "families", "shipped profile", "fitted on the rest"):
+        table.add_column(col)
+    for row in cv["sources"]:
+        table.add_row(Path(row.source).name, str(row.runs), ", ".join(row.families), _pct(row.mape_default),
+                      _pct(row.mape_cv))
+    o = cv["overall"]
+    table.add_row("overall", str(o["runs"]), "", _pct(o["mape_default"]), _pct(o["mape_cv"]), style="bold")
+    Console().print(table)
+
+
+# ---- sweeps import / validate -------------------------------------------------------------------
+
+@sweeps_app.command("import")
+@user_errors
+def import_command(
+    logs: Annotated[list[Path], typer.Argument(help="Megatron-LM / Primus or torchtitan log files, one run each.")],
+    model: Annotated[Optional[str], typer.Option("--model", help="Catalog model id (overrides the logs).")] = None,
+    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Hardware id (needed if the logs name none).")] = None,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPU count (if the logs do not show it).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Sweep name.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Sweep file to write (default: stdout).")] = None,
+) -> None:
+    """Turn training logs into one sweep of a sweep file (one run per log)."""
+    from evals.log_import import LogImportError, import_logs, render_yaml
+
+    try:
+        text = render_yaml(import_logs(logs, model=model, gpu=gpu, num_gpus=gpus, sweep_name=name))
+    except LogImportError as err:
+        fail(str(err))
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+
+
+@sweeps_app.command("validate")
+@user_errors
+def validate_command(paths: PathsArg) -> None:
+    """Load sweep files and print every issue (exit 2 if there is any)."""
+    from evals.sweep_file import load_sweep_files
+
+    loaded = load_sweep_files(paths)
+    runs = sum(len(s.runs) for s in loaded.sweeps)
+    for issue in loaded.errors:
+        typer.echo(issue.message)
+    typer.echo(f"{len(loaded.sweeps)} sweeps, {runs} runs, {len(loaded.errors)} issues", err=True)
+    if loaded.errors:
+        raise typer.Exit(USAGE_EXIT)

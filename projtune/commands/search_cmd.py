@@ -1,0 +1,244 @@
+"""`projtune search`, `export`, `tools schema|list|call`, `mcp`, and the `models` / `hardware` catalog listings."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from projtune.errors import fail, user_errors
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog id or HF config.json path.")]
+GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in the job.")]
+NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+IntOpt = Optional[int]
+
+
+@user_errors
+def search_command(
+    model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
+    gbs: Annotated[int, typer.Option(help="Global batch size (sequences).")],
+    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")],
+    gpus_per_node: NodeOpt = 8,
+    constraint: Annotated[Optional[list[str]], typer.Option(
+        "--constraint", "-C", help="Axis rule, repeatable: 'tp<=8', 'precision=bf16', 'pp in 1,2,4', "
+                                   "'headroom>=10%', 'fp8=false'.")] = None,
+    top: Annotated[int, typer.Option("--top", "-k", help="How many layouts to show.")] = 5,
+    pareto: Annotated[bool, typer.Option("--pareto", help="Also show the throughput/headroom Pareto front.")] = False,
+    profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU."""
+    from tools.constraints import Constraints
+    from tools.search import SearchRequest, run_search
+
+    request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
+                            seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
+                            profile_path=str(profile) if profile else None)
+    result = _run_with_progress(run_search, request, show=not as_json)
+    if as_json:
+        typer.echo(json.dumps(result.model_dump(mode="json")))
+    else:
+        _print_search(result, pareto)
+    if not result.ranked:
+        raise typer.Exit(1)
+
+
+def _run_with_progress(run: Any, request: Any, *, show: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not show or not console.is_terminal:
+        return run(request)
+    columns = (TextColumn("searching layouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("search", total=None)
+        return run(request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+
+def _candidate_table(title: str, rows: list[Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for name in ("#", "layout", "tok/s/GPU", "MFU", "iter s", "peak GiB", "headroom", "verdict", "bottleneck"):
+        table.add_column(name, justify="left" if name in ("layout", "verdict", "bottleneck") else "right",
+                         no_wrap=name != "layout")
+    for c in rows:
+        table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", f"{c.mfu:.1%}",
+                      f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", f"{c.headroom_fraction:.0%}",
+                      c.verdict, c.bottleneck)
+    return table
+
+
+def _print_search(result: Any, pareto: bool) -> None:
+    from projtune.render import console
+
+    r = result.request
+    console.print(f"[bold]{r.model if isinstance(r.model, str) else 'model'}[/] on {r.num_gpus} x {r.gpu}, "
+                  f"gbs {r.gbs}, seq {r.seq_len}")
+    if result.ranked:
+        console.print(_candidate_table("Best layouts", result.ranked))
+        for c in result.ranked:
+            console.print(f"  #{c.rank}: {c.reason}")
+    if pareto and result.pareto:
+        console.print(_candidate_table("Pareto front (throughput vs memory headroom)", result.pareto))
+    console.print(f"enumerated {result.enumerated}, screened out {result.screened_out} (memory), "
+                  f"projected {result.projected} in {result.elapsed_s:.2f} s")
+    if result.message:
+        console.print(("[yellow]" if result.ranked else "[bold red]no layout:[/] ") + result.message)
+
+
+@user_errors
+def export_command(
+    model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
+    framework: Annotated[str, typer.Option(help="megatron | primus | torchtitan")] = "megatron",
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
+    gpus_per_node: NodeOpt = 8,
+    tp: IntOpt = None, pp: IntOpt = None, vpp: IntOpt = None, cp: IntOpt = None, ep: IntOpt = None,
+    etp: IntOpt = None, mbs: IntOpt = None, gbs: IntOpt = None, seq_len: IntOpt = None,
+    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
+    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    recompute_num_layers: IntOpt = None,
+    recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list.")] = None,
+    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
+    zero: IntOpt = None, fsdp_size: IntOpt = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
+    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="alltoall|allgather|deepep")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write one layout as Megatron-LM arguments, a Primus YAML overlay or a torchtitan TOML section."""
+    from tools.registry import call_tool
+
+    layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs,
+              "seq_len": seq_len, "precision": precision, "recompute": recompute,
+              "recompute_num_layers": recompute_num_layers, "zero": zero, "fsdp_size": fsdp_size,
+              "pp_schedule": schedule, "moe_dispatcher": dispatcher}
+    config: dict[str, Any] = {k: v for k, v in layout.items() if v is not None}
+    if recompute_modules:
+        config["recompute_modules"] = [m for m in recompute_modules.split(",") if m]
+    if sequence_parallel:
+        config["sequence_parallel"] = True
+    payload = call_tool("export_launch_config", {"model": model, "gpu": gpu, "num_gpus": gpus,
+                                                 "gpus_per_node": gpus_per_node, "config": config,
+                                                 "framework": framework})
+    if not payload["ok"]:
+        fail(payload["error"]["message"])
+    result = payload["result"]
+    if out is not None:
+        out.write_text(result["text"])
+    if as_json:
+        typer.echo(json.dumps(result))
+    elif out is None:
+        typer.echo(result["text"], nl=False)
+    else:
+        typer.echo(f"wrote {out}", err=True)
+    for warning in result["warnings"]:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+@user_errors
+def tools_schema_command() -> None:
+    """Print the OpenAI function-calling schemas of every tool (one JSON array on stdout)."""
+    from tools.openai_schema import openai_tools
+
+    typer.echo(json.dumps(openai_tools(), indent=2))
+
+
+@user_errors
+def tools_list_command(as_json: JsonOpt = False) -> None:
+    """List the tools with their one-line descriptions."""
+    from tools.registry import TOOLS
+
+    if as_json:
+        typer.echo(json.dumps({"tools": [{"name": t.name, "description": t.description} for t in TOOLS]}))
+        return
+    for t in TOOLS:
+        typer.echo(f"{t.name:22s} {t.description.split('. ')[0]}")
+
+
+@user_errors
+def tools_call_command(
+    name: Annotated[str, typer.Argument(help="Tool name (see `projtune tools list`).")],
+    args: Annotated[str, typer.Option("--args", "-a", help="Arguments as a JSON object, or @FILE.")] = "{}",
+) -> None:
+    """Call one tool with JSON arguments; print its JSON result (exit 2 on a structured error)."""
+    from tools.registry import call_tool
+
+    text = Path(args[1:]).read_text() if args.startswith("@") else args
+    try:
+        arguments = json.loads(text)
+    except json.JSONDecodeError as err:
+        fail(f"--args is not valid JSON: {err}")
+    payload = call_tool(name, arguments)
+    typer.echo(json.dumps(payload))
+    if not payload["ok"]:
+        raise typer.Exit(2)
+
+
+@user_errors
+def mcp_command(
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
+    port: Annotated[int, typer.Option(help="HTTP port (with --http).")] = 8765,
+    host: Annotated[str, typer.Option(help="HTTP bind address (with --http).")] = "127.0.0.1",
+) -> None:
+    """Serve every tool over MCP: stdio by default, or streamable HTTP at http://HOST:PORT/mcp."""
+    from tools.mcp_server import serve
+
+    if http:
+        print(f"projtune MCP server on http://{host}:{port}/mcp", file=sys.stderr)
+    serve(http=http, host=host, port=port)
+
+
+@user_errors
+def models_command(as_json: JsonOpt = False) -> None:
+    """List the catalog models."""
+    from tools.functions import list_models
+    from tools.schemas import ListModelsInput
+
+    out = list_models(ListModelsInput())
+    if as_json:
+        typer.echo(json.dumps(out.model_dump(mode="json")))
+        return
+    for m in out.models:
+        moe = f", {m.num_experts} experts top-{m.top_k}" if m.num_experts else ""
+        typer.echo(f"{m.id:20s} {m.params_billion:8.1f}B  {m.num_layers} layers, h={m.hidden_size}, "
+                   f"{m.num_attention_heads} heads / {m.num_kv_heads} kv{moe}")
+
+
+@user_errors
+def hardware_command(as_json: JsonOpt = False) -> None:
+    """List the catalog GPUs."""
+    from tools.functions import list_hardware
+    from tools.schemas import ListHardwareInput
+
+    out = list_hardware(ListHardwareInput())
+    if as_json:
+        typer.echo(json.dumps(out.model_dump(mode="json")))
+        return
+    for h in out.hardware:
+        fp8 = f"{h.fp8_tflops:,.0f}" if h.fp8_tflops else "-"
+        typer.echo(f"{h.id:16s} {h.hbm_gib:6.1f} GiB  bf16 {h.bf16_tflops:7,.0f}  fp8 {fp8:>7s} TFLOP/s  "
+                   f"{', '.join(h.supported_precisions)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add search, export, tools, mcp (and models/hardware unless another module has) to the CLI."""
+    app.command("search")(search_command)
+    app.command("export")(export_command)
+    app.command("mcp")(mcp_command)
+    tools_app = typer.Typer(help="The LLM-callable tools: schemas, list, call.", no_args_is_help=True)
+    tools_app.command("schema")(tools_schema_command)
+    tools_app.command("list")(tools_list_command)
+    tools_app.command("call")(tools_call_command)
+    app.add_typer(tools_app, name="tools")
+    existing = {c.name or getattr(c.callback, "__name__", "") for c in app.registered_commands}
+    if "models" not in existing:
+        app.command("models")(models_command)
+    if "hardware" not in existing:
+        app.command("hardware")(hardware_command)

@@ -1,0 +1,42 @@
+"""Shared arguments for the tool tests: one small job every tool can run on quickly."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+JOB = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8}
+LAYOUT = {"tp": 2, "pp": 2, "mbs": 1, "gbs": 32, "seq_len": 4096, "sequence_parallel": True, "zero": 1}
+LAYOUT_B = {"tp": 4, "pp": 1, "mbs": 2, "gbs": 32, "seq_len": 4096, "sequence_parallel": True, "zero": 1,
+            "recompute": "selective"}
+
+
+@pytest.fixture()
+def job() -> dict[str, Any]:
+    """Model, GPU and GPU count of the small job."""
+    return dict(JOB)
+
+
+@pytest.fixture()
+def layout() -> dict[str, Any]:
+    """A legal layout of the small job."""
+    return dict(LAYOUT)
+
+
+@pytest.fixture()
+def valid_arguments() -> dict[str, dict[str, Any]]:
+    """One valid argument set per tool (fast: small model, small search)."""
+    return {
+        "list_models": {"contains": "llama"},
+        "list_hardware": {"vendor": "amd"},
+        "legal_axes": {**JOB, "seq_len": 4096},
+        "check_memory": {**JOB, "config": LAYOUT},
+        "project": {**JOB, "config": LAYOUT},
+        "search": {**JOB, "gbs": 32, "seq_len": 4096, "top_k": 3,
+                   "constraints": {"precision": "bf16", "pp": "<=2", "tp": ">=2"}},
+        "compare": {**JOB, "configs": [LAYOUT, LAYOUT_B]},
+        "explain": {**JOB, "a": LAYOUT, "b": LAYOUT_B},
+        "export_launch_config": {**JOB, "config": LAYOUT, "framework": "megatron"},
+        "run_benchmark": {**JOB, "config": LAYOUT},
+    }

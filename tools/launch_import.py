@@ -1,0 +1,213 @@
+"""Read a launch config back into sweep-format config keys: Megatron-LM arguments, Primus YAML, torchtitan TOML.
+
+The inverse of :func:`tools.launch_config.export_launch_config` (round-trip tested), and
+useful on its own to project a layout someone already runs.  Keys the text does not set are
+left out, so the result can be merged over defaults.  ``num_layers`` (of the model) is needed
+only where the format gives per-stage layer counts instead of degrees (Megatron
+``--num-layers-per-virtual-pipeline-stage`` without ``--num-layers``; torchtitan
+``pipeline_parallel_layers_per_stage`` and layer-selective AC).
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from typing import Any
+
+import yaml
+
+from projection.errors import ProjtuneError
+from tools.launch_config import FRAMEWORKS, MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITAN_SCHEDULE
+
+
+class LaunchConfigError(ProjtuneError):
+    """A launch config that cannot be parsed."""
+
+
+_INT_ARGS = {
+    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp", "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp", "micro_batch_size": "mbs",
+    "global_batch_size": "gbs", "seq_length": "seq_len",
+}
+
+
+def _megatron_args(text: str) -> dict[str, Any]:
+    """Parse Megatron command-line arguments into dest -> value (True for bare flags, lists for nargs)."""
+    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
+    try:
+        tokens = shlex.split(" ".join(lines))
+    except ValueError as err:
+        raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
+    args: dict[str, Any] = {}
+    key: str | None = None
+    for token in tokens:
+        if token.startswith("--"):
+            key = token[2:].replace("-", "_")
+            key = "fp8" if key == "fp8_format" else key
+            args[key] = True
+        elif key is not None:
+            current = args[key]
+            args[key] = token if current is True else ([*current, token] if isinstance(current, list)
+                                                        else [current, token])
+    return args
+
+
+def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[str, Any]:
+    """Sweep-format keys from Megatron argument dests (shared by Megatron and Primus)."""
+    config: dict[str, Any] = {}
+    for dest, key in _INT_ARGS.items():
+        if args.get(dest) is not None:
+            config[key] = int(args[dest])
+    layers = int(args["num_layers"]) if args.get("num_layers") is not None else num_layers
+    pp = config.get("pp", 1)
+    if args.get("num_virtual_stages_per_pipeline_rank"):
+        config["vpp"] = int(args["num_virtual_stages_per_pipeline_rank"])
+    elif args.get("num_layers_per_virtual_pipeline_stage"):
+        if layers is None:
+            raise LaunchConfigError("num_layers_per_virtual_pipeline_stage needs the model's layer count (num_layers)")
+        config["vpp"] = layers // (pp * int(args["num_layers_per_virtual_pipeline_stage"]))
+    fp8 = args.get("fp8")
+    if fp8:
+        recipes = {v: k for k, v in MEGATRON_FP8_RECIPE.items()} | {"tensorwise": "fp8"}
+        config["precision"] = recipes.get(str(args.get("fp8_recipe", "delayed")), "fp8")
+    elif args.get("fp16"):
+        config["precision"] = "fp16"
+    elif args.get("bf16"):
+        config["precision"] = "bf16"
+    granularity = args.get("recompute_granularity")
+    if granularity == "selective" or (granularity is None and args.get("recompute_activations")):
+        config["recompute"] = "selective"
+        modules = args.get("recompute_modules")
+        if modules:
+            config["recompute_modules"] = [modules] if isinstance(modules, str) else list(modules)
+    elif granularity == "full":
+        config["recompute"] = "full"
+        method, count = args.get("recompute_method"), args.get("recompute_num_layers")
+        if method == "block" and count is not None:
+            config["recompute_num_layers"] = int(count)
+    elif granularity in (None, False, "none"):
+        config["recompute"] = "none"
+    config["sequence_parallel"] = bool(args.get("sequence_parallel"))
+    if args.get("use_torch_fsdp2"):
+        config["zero"] = 3
+    elif args.get("use_distributed_optimizer"):
+        config["zero"] = 1
+    else:
+        config["zero"] = 0
+    if config.get("vpp", 1) > 1:
+        config["pp_schedule"] = "interleaved"
+    dispatcher = args.get("moe_token_dispatcher_type")
+    if dispatcher:
+        config["moe_dispatcher"] = "deepep" if dispatcher == "flex" or args.get("moe_enable_deepep") else dispatcher
+    return config
+
+
+def _primus_overrides(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise LaunchConfigError(f"cannot parse Primus YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise LaunchConfigError("Primus YAML must be a mapping (modules.pre_trainer.overrides)")
+    overrides = data.get("modules", {}).get("pre_trainer", {}).get("overrides") if "modules" in data else data
+    if not isinstance(overrides, dict):
+        raise LaunchConfigError("Primus YAML has no modules.pre_trainer.overrides mapping")
+    return {k: v for k, v in overrides.items() if v is not False}
+
+
+def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise LaunchConfigError(f"cannot parse torchtitan TOML: {err}") from err
+    par, train = data.get("parallelism", {}), data.get("training", {})
+    ac = data.get("activation_checkpoint", {})
+    config: dict[str, Any] = {"tp": int(par.get("tensor_parallel_degree", 1)),
+                              "pp": int(par.get("pipeline_parallel_degree", 1)),
+                              "cp": int(par.get("context_parallel_degree", 1))}
+    config["sequence_parallel"] = config["tp"] > 1
+    if "expert_parallel_degree" in par:
+        config["ep"] = int(par["expert_parallel_degree"])
+        config["etp"] = int(par.get("expert_tensor_parallel_degree", 1))
+    shard, replicate = int(par.get("data_parallel_shard_degree", -1)), int(par.get("data_parallel_replicate_degree", 1))
+    if shard > 0:
+        config["dp"] = shard * replicate
+    if shard <= 1:
+        config["zero"] = 0
+    elif par.get("fsdp_reshard_after_forward") == "never":
+        config["zero"] = 2
+    else:
+        config["zero"] = 3
+        if replicate > 1:
+            config["fsdp_size"] = shard
+    for key, name in (("global_batch_size", "gbs"), ("seq_len", "seq_len")):
+        if key in train:
+            config[name] = int(train[key])
+    pp = config["pp"]
+    if pp > 1:
+        config["mbs"] = int(par.get("pipeline_parallel_microbatch_size", 1))
+        schedules = {v: k for k, v in TORCHTITAN_SCHEDULE.items()}
+        config["pp_schedule"] = schedules.get(par.get("pipeline_parallel_schedule", "1F1B"), "1f1b")
+        per_stage = par.get("pipeline_parallel_layers_per_stage")
+        if per_stage and num_layers:
+            config["vpp"] = num_layers // (pp * int(per_stage))
+        elif config["pp_schedule"] in ("interleaved", "zbv"):
+            raise LaunchConfigError("an interleaved torchtitan schedule needs pipeline_parallel_layers_per_stage and "
+                                    "the model's layer count (num_layers) to recover vpp")
+    elif "local_batch_size" in train:
+        config["mbs"] = int(train["local_batch_size"])
+    config["precision"] = _torchtitan_precision(data)
+    config.update(_torchtitan_ac(ac, num_layers, pp))
+    return config
+
+
+def _torchtitan_precision(data: dict[str, Any]) -> str:
+    def section(dotted: str) -> dict[str, Any]:
+        node: Any = data
+        for part in dotted.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        return node if isinstance(node, dict) else {}
+
+    converters = data.get("model", {}).get("converters", [])
+    for precision, (name, recipe) in TORCHTITAN_QUANT.items():
+        legacy = name.rsplit(".", 1)[-1]  # [float8] / [mx] before the quantize refactor
+        if name in converters or legacy in converters:
+            chosen = section(name).get("recipe_name") or section(legacy).get("recipe_name")
+            if chosen == recipe:
+                return precision
+    if any(c in converters for c in ("quantize.linear.float8", "float8")):
+        return "fp8"
+    if any(c in converters for c in ("quantize.linear.mx", "mx")):
+        return "mxfp8"
+    return "fp16" if data.get("training", {}).get("mixed_precision_param") == "float16" else "bf16"
+
+
+def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[str, Any]:
+    mode = ac.get("mode", "selective")
+    if mode == "none":
+        return {"recompute": "none"}
+    if mode == "full":
+        return {"recompute": "full"}
+    option = str(ac.get("selective_ac_option", "2"))
+    if option == "op":
+        return {"recompute": "selective"}
+    every = int(option)
+    if num_layers is None:
+        raise LaunchConfigError("layer-selective AC (every Nth layer) needs the model's layer count (num_layers)")
+    stage_layers = -(-num_layers // pp)
+    return {"recompute": "full", "recompute_num_layers": stage_layers // every}
+
+
+def import_launch_config(text: str, framework: str, *, num_layers: int | None = None) -> dict[str, Any]:
+    """Parse a Megatron argument list, a Primus YAML overlay or a torchtitan TOML into sweep-format config keys.
+
+    Raises:
+        LaunchConfigError: unknown framework, unparsable text, or a per-stage layer count without ``num_layers``.
+    """
+    if framework == "megatron":
+        return _from_megatron_dests(_megatron_args(text), num_layers)
+    if framework == "primus":
+        return _from_megatron_dests(_primus_overrides(text), num_layers)
+    if framework == "torchtitan":
+        return _from_torchtitan(text, num_layers)
+    raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(FRAMEWORKS)})")

@@ -1,0 +1,276 @@
+"""Pydantic input and output models of the LLM-callable tools (one pair per tool; the search models live in tools.search).
+
+Field descriptions are what an LLM reads in the tool schema, so they say units, allowed
+values and defaults.  Layout configs are :class:`projection.training_config.TrainingConfig`
+(the sweep-format keys), so every tool validates a layout the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.training_config import TrainingConfig
+from tools.launch_config import LaunchConfig
+
+_FORBID = ConfigDict(extra="forbid")
+ModelRef = str | dict[str, Any]
+_MODEL = "Catalog model id (see list_models, e.g. 'llama3-70b', 'mixtral-8x7b') or Hugging Face config.json fields."
+_GPU = "Hardware catalog id (see list_hardware), e.g. 'h100-sxm', 'h200', 'mi300x'."
+_CONFIG = ("Layout in sweep-format keys: tp, pp, vpp, cp, ep, etp, mbs, gbs, seq_len, precision, recompute, "
+           "recompute_num_layers, sequence_parallel, zero, pp_schedule, moe_dispatcher. dp is derived. "
+           "Set gbs and seq_len: their defaults (1, 4096) rarely match the job.")
+
+
+class ListModelsInput(BaseModel):
+    """Filter for list_models."""
+
+    model_config = _FORBID
+    contains: str | None = Field(default=None, description="Only ids containing this text, e.g. 'llama'.")
+    moe_only: bool = Field(default=False, description="Only mixture-of-experts models.")
+
+
+class ModelInfo(BaseModel):
+    """Architecture summary of one catalog model."""
+
+    model_config = _FORBID
+    id: str
+    model_type: str = Field(description="Hugging Face model_type.")
+    params_billion: float = Field(description="Total parameters, billions.")
+    active_params_billion: float = Field(description="Parameters per token (MoE: top-k experts), billions.")
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    num_experts: int = Field(description="Routed experts per MoE layer; 0 for dense models.")
+    top_k: int = Field(description="Experts per token; 0 for dense models.")
+    vocab_size: int
+
+
+class ListModelsOutput(BaseModel):
+    """The catalog models."""
+
+    model_config = _FORBID
+    models: list[ModelInfo]
+
+
+class ListHardwareInput(BaseModel):
+    """Filter for list_hardware."""
+
+    model_config = _FORBID
+    vendor: Literal["nvidia", "amd"] | None = Field(default=None, description="Only this vendor's GPUs.")
+
+
+class HardwareInfo(BaseModel):
+    """Datasheet summary of one GPU type."""
+
+    model_config = _FORBID
+    id: str
+    display_name: str
+    vendor: str
+    family: str
+    hbm_gib: float = Field(description="Usable HBM per GPU, GiB.")
+    hbm_tbyte_per_s: float = Field(description="Peak HBM bandwidth, TB/s.")
+    bf16_tflops: float = Field(description="Dense BF16 peak, TFLOP/s.")
+    fp8_tflops: float | None = Field(description="Dense FP8 peak, TFLOP/s (None if no FP8).")
+    supported_precisions: list[str]
+    gpus_per_node: int
+    scale_up_gbyte_per_s: float = Field(description="Per-GPU NVLink/xGMI bandwidth, one direction, GB/s.")
+    scale_up_domain_gpus: int
+    nic_gbit_per_s: float = Field(description="Line rate of one scale-out NIC, Gbit/s.")
+    nics_per_node: int
+
+
+class ListHardwareOutput(BaseModel):
+    """The catalog GPUs."""
+
+    model_config = _FORBID
+    hardware: list[HardwareInfo]
+
+
+class JobInput(BaseModel):
+    """Which model on which GPUs (shared by the layout tools)."""
+
+    model_config = _FORBID
+    model: ModelRef = Field(description=_MODEL)
+    gpu: str = Field(description=_GPU)
+    num_gpus: int = Field(ge=1, description="GPUs in the job.")
+    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+
+
+class LegalAxesInput(JobInput):
+    """Model, cluster and sequence length whose legal axis values to list."""
+
+    seq_len: int = Field(default=4096, ge=1, description="Sequence length, tokens (CP legality depends on it).")
+
+
+class LegalAxesOutput(BaseModel):
+    """Legal values of each axis taken alone; combinations must also satisfy the notes."""
+
+    model_config = _FORBID
+    tp: list[int]
+    pp: list[int]
+    vpp: list[int]
+    cp: list[int]
+    ep: list[int]
+    mbs: list[int]
+    precision: list[str]
+    recompute: list[str]
+    zero: list[int]
+    pp_schedule: list[str]
+    notes: list[str] = Field(description="Rules that tie axes together.")
+
+
+class LayoutInput(JobInput):
+    """One layout of a job."""
+
+    config: TrainingConfig = Field(description=_CONFIG)
+    profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+
+
+class StageMemoryOut(BaseModel):
+    """Memory of one pipeline rank, GiB."""
+
+    model_config = _FORBID
+    rank: int
+    weights_gib: float
+    gradients_gib: float
+    optimizer_gib: float
+    fp8_copies_gib: float
+    activations_gib: float
+    transient_gib: float
+    overhead_gib: float
+    total_gib: float
+    microbatches_in_flight: float
+
+
+class MemoryOutput(BaseModel):
+    """Per-GPU memory of a layout and the verdict against HBM."""
+
+    model_config = _FORBID
+    layout: str = ""
+    verdict: Literal["fits", "at risk", "out of memory"] = Field(
+        description="fits below 90% of HBM, at risk up to 100%, out of memory above.")
+    peak_gib: float
+    peak_rank: int
+    capacity_gib: float
+    headroom_fraction: float = Field(description="1 - peak / capacity; negative when out of memory.")
+    stages: list[StageMemoryOut]
+
+
+class ProjectInput(LayoutInput):
+    """One layout to project."""
+
+    flops_formula: Literal["6nd", "megatron"] = Field(default="6nd", description="Model FLOP formula for MFU.")
+
+
+class ProjectOutput(BaseModel):
+    """Projected step time, throughput, MFU, breakdown and memory of one layout."""
+
+    model_config = _FORBID
+    model: str
+    gpu: str
+    num_gpus: int
+    layout: str
+    config: dict[str, Any] = Field(description="Sweep-format keys with derived dp and pp_schedule.")
+    iteration_time_s: float
+    tokens_per_sec_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    flops_formula: str
+    num_microbatches: int
+    bubble_fraction: float
+    breakdown_s: dict[str, float] = Field(description="Critical-rank step time by term, seconds.")
+    bottleneck: str
+    memory: MemoryOutput
+
+
+class CompareInput(JobInput):
+    """Two or more layouts of the same job."""
+
+    configs: list[TrainingConfig] = Field(min_length=2, max_length=8, description="Layouts to compare. " + _CONFIG)
+    profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+
+
+class CompareRow(BaseModel):
+    """One layout's numbers in a comparison."""
+
+    model_config = _FORBID
+    index: int = Field(description="Position in the input list.")
+    layout: str
+    config: dict[str, Any]
+    tokens_per_sec_per_gpu: float
+    relative_throughput: float = Field(description="Throughput / the fastest layout's.")
+    mfu: float
+    iteration_time_s: float
+    peak_memory_gib: float
+    headroom_fraction: float
+    verdict: str
+    bottleneck: str
+    breakdown_s: dict[str, float]
+
+
+class CompareOutput(BaseModel):
+    """Layouts side by side, fastest marked."""
+
+    model_config = _FORBID
+    rows: list[CompareRow]
+    fastest: int = Field(description="Index of the fastest layout.")
+    summary: str
+
+
+class ExplainInput(JobInput):
+    """Two layouts of the same job to explain."""
+
+    a: TrainingConfig = Field(description="Layout A. " + _CONFIG)
+    b: TrainingConfig = Field(description="Layout B. " + _CONFIG)
+    profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+
+
+class TermDiff(BaseModel):
+    """One step-time or memory term of A and B."""
+
+    model_config = _FORBID
+    term: str
+    a: float
+    b: float
+    b_minus_a: float
+
+
+class ExplainOutput(BaseModel):
+    """Why one layout beats the other, term by term."""
+
+    model_config = _FORBID
+    winner: Literal["a", "b", "tie"]
+    speedup: float = Field(description="Winner's tokens/s/GPU over the loser's (1.0 for a tie).")
+    a: CompareRow
+    b: CompareRow
+    time_terms_s: list[TermDiff] = Field(description="Step-time breakdown terms, seconds, largest gap first.")
+    memory_terms_gib: list[TermDiff] = Field(description="Peak-stage memory terms, GiB.")
+    summary: str
+
+
+class ExportInput(LayoutInput):
+    """A layout and the framework to write it for."""
+
+    framework: Literal["megatron", "primus", "torchtitan"] = Field(
+        default="megatron", description="megatron (command-line args), primus (YAML overlay), torchtitan (TOML).")
+
+
+ExportOutput = LaunchConfig
+
+
+class BenchmarkInput(JobInput):
+    """A layout to measure on the local GPU (measured mode)."""
+
+    config: TrainingConfig = Field(description=_CONFIG)
+
+
+class BenchmarkOutput(BaseModel):
+    """Measured per-layer times, or why nothing was measured."""
+
+    model_config = _FORBID
+    available: bool = Field(description="Whether a GPU benchmark ran.")
+    message: str
+    results: dict[str, Any] | None = None

@@ -1,0 +1,264 @@
+"""The search loop: memory screen, projection and pruning over recompute siblings, serial or on 2 processes.
+
+Candidates that differ only in recompute (none < selective < full on half the layers < full)
+form a *group*.  Two engine facts make pruning safe:
+- with ZeRO 0/1, more recompute never makes a step faster (it only adds forward work to
+  every pipeline op), so a projected sibling with less recompute bounds the throughput of
+  the rest of the group from above (with a 1% margin for float and schedule effects).  Not
+  with FSDP (ZeRO 3): there the engine hides parameter gathers under the whole step, so
+  more compute can hide more communication (up to ~4% faster seen), and those groups are
+  never pruned;
+- recompute does not change weights, gradients, optimizer states or FP8 copies, so those
+  plus the profile's fixed memory overhead bound the group's headroom from above (and when
+  they alone do not fit, no variant fits).
+Phase 1 screens each group from the least recompute up and projects the first variant that
+fits.  Phase 2 visits the remaining variants: one whose throughput bound is below the k-th
+best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
+can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
+tests/tools/test_search_core.py checks both facts and that pruning changes no result.
+"""
+
+from __future__ import annotations
+
+import bisect
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from projection.engine import Projection, project
+from projection.layout import parallel_dims
+from projection.memory import GIB, MemoryResult, project_memory
+from projection.training_config import TrainingConfig
+
+RECOMPUTE_ORDER = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
+BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
+PARALLEL_MIN_CANDIDATES = 2000   # below this a second process costs more than it saves
+_TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A projected candidate, compactly: its index in the candidate list, throughput and headroom."""
+
+    index: int
+    tokens_per_s_per_gpu: float
+    headroom_fraction: float
+
+
+@dataclass(slots=True)
+class Tally:
+    """What happened to the candidates of some groups."""
+
+    outcomes: list[Outcome] = field(default_factory=list)
+    screened_out: int = 0
+    pruned: int = 0
+    visited: int = 0
+    roomiest: tuple[float, int] | None = None          # (headroom, index) of the roomiest screened-out layout
+    leads: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # group -> (position, tps, bound)
+    projections: dict[int, Projection] = field(default_factory=dict)         # serial runs keep them
+
+    def merge(self, other: Tally) -> None:
+        """Add another tally (from a worker) into this one."""
+        self.outcomes += other.outcomes
+        self.screened_out += other.screened_out
+        self.pruned += other.pruned
+        self.visited += other.visited
+        if other.roomiest is not None and (self.roomiest is None or other.roomiest > self.roomiest):
+            self.roomiest = other.roomiest
+        self.leads.update(other.leads)
+        self.projections.update(other.projections)
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """Phase-1 facts phase 2 prunes against: the k-th best throughput and the Pareto front."""
+
+    kth_best: float
+    neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for bisect)
+    front_headroom: tuple[float, ...]   # ascending, aligned with neg_front_tps
+
+    def dominated(self, tps_bound: float, headroom: float) -> bool:
+        """Whether a layout with at most ``tps_bound`` and ``headroom`` can be neither top-k nor on the front."""
+        if tps_bound >= self.kth_best:
+            return False
+        # front points with tps >= tps_bound are a prefix (tps descending); its last has the most headroom
+        count = bisect.bisect_right(self.neg_front_tps, -tps_bound)
+        return count > 0 and self.front_headroom[count - 1] >= headroom
+
+
+def bounds_from(outcomes: Sequence[Outcome], top_k: int) -> Bounds:
+    """The k-th best throughput (-inf when fewer than k) and the Pareto front of ``outcomes``."""
+    ordered = sorted(outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
+    kth = ordered[top_k - 1].tokens_per_s_per_gpu if len(ordered) >= top_k else float("-inf")
+    front_t: list[float] = []
+    front_h: list[float] = []
+    for o in ordered:
+        if not front_h or o.headroom_fraction > front_h[-1]:
+            front_t.append(-o.tokens_per_s_per_gpu)
+            front_h.append(o.headroom_fraction)
+    return Bounds(kth_best=kth, neg_front_tps=tuple(front_t), front_headroom=tuple(front_h))
+
+
+def group_by_recompute(configs: Sequence[TrainingConfig]) -> list[list[int]]:
+    """Indices of candidates that differ only in recompute, each group ordered from least to most recompute.
+
+    Meant for enumerated candidates (one variant per recompute level, default modules); a group
+    that does not have that shape is split into single candidates, which prunes nothing.
+    """
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, c in enumerate(configs):
+        key = (c.tp, c.pp, c.vpp, c.cp, c.ep, c.etp, c.dp, c.mbs, c.gbs, c.seq_len, c.zero, c.precision, c.schedule,
+               c.fsdp_size, c.moe_dispatcher, c.moe_routing, c.sequence_parallel, c.recompute_modules, c.finetune)
+        groups.setdefault(key, []).append(i)
+    ordered: list[list[int]] = []
+    for members in groups.values():
+        levels = [RECOMPUTE_ORDER.get((configs[i].recompute, configs[i].recompute_num_layers is not None))
+                  for i in members]
+        if None in levels or len(set(levels)) != len(levels):
+            ordered += [[i] for i in members]
+            continue
+        ordered.append([i for _, i in sorted(zip(levels, members, strict=True))])
+    return ordered
+
+
+class Evaluator:
+    """Screens and projects candidates of one job (the state a worker process inherits)."""
+
+    def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
+                 keep_projections: bool) -> None:
+        self.job, self.configs, self.groups = job, configs, groups
+        self.min_headroom, self.keep = min_headroom, keep_projections
+        self.capacity = job.hardware.hbm_capacity_bytes
+        self.fixed_overhead = job.profile.memory_overhead_gib * GIB
+
+    def memory(self, index: int) -> MemoryResult:
+        config = self.configs[index]
+        return project_memory(self.job.model, self.job.hardware, config, parallel_dims(config, self.job.cluster),
+                              self.job.profile)
+
+    def project(self, index: int, tally: Tally) -> Projection:
+        job = self.job
+        p = project(job.model, job.cluster, self.configs[index], hardware=job.hardware, profile=job.profile,
+                    check=False)
+        tally.outcomes.append(Outcome(index, p.tokens_per_s_per_gpu, p.memory.headroom_fraction))
+        if self.keep:
+            tally.projections[index] = p
+        return p
+
+    def static_headroom(self, memory: MemoryResult) -> float:
+        """Headroom bound of every recompute variant: only the terms recompute cannot change."""
+        static = max(s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.fp8_copies_bytes
+                     for s in memory.stages) + self.fixed_overhead
+        return 1.0 - static / self.capacity
+
+    def fits(self, memory: MemoryResult) -> bool:
+        return memory.verdict != "out of memory" and memory.headroom_fraction >= self.min_headroom
+
+    def _screened_out(self, tally: Tally, memory: MemoryResult, index: int) -> None:
+        tally.screened_out += 1
+        if tally.roomiest is None or memory.headroom_fraction > tally.roomiest[0]:
+            tally.roomiest = (memory.headroom_fraction, index)
+
+    def phase1(self, group_ids: Iterable[int]) -> Tally:
+        """For each group: screen from the least recompute up, project the first variant that fits."""
+        tally = Tally()
+        for g in group_ids:
+            members = self.groups[g]
+            for position, index in enumerate(members):
+                memory = self.memory(index)
+                tally.visited += 1
+                if self.fits(memory):
+                    p = self.project(index, tally)
+                    tally.leads[g] = (position, p.tokens_per_s_per_gpu, self.static_headroom(memory))
+                    break
+                self._screened_out(tally, memory, index)
+                bound = self.static_headroom(memory)
+                if bound < 0.0 or bound < self.min_headroom:   # nothing in the group can fit
+                    rest = len(members) - position - 1
+                    tally.screened_out += rest
+                    tally.visited += rest
+                    break
+        return tally
+
+    def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:
+        """Visit the variants after each group's lead; prune those phase 1 proves irrelevant."""
+        tally = Tally()
+        for g in group_ids:
+            if g not in leads:
+                continue
+            position, tps_bound, headroom_bound = leads[g]
+            members = self.groups[g]
+            prunable = self.configs[members[0]].zero < 3   # FSDP: more recompute can hide more comm
+            for index in members[position + 1:]:
+                tally.visited += 1
+                bound = tps_bound * (1.0 + BOUND_MARGIN) if prunable else float("inf")
+                if bounds.dominated(bound, headroom_bound):
+                    tally.pruned += 1
+                    continue
+                memory = self.memory(index)
+                if not self.fits(memory):
+                    self._screened_out(tally, memory, index)
+                    continue
+                if bounds.dominated(bound, memory.headroom_fraction):
+                    tally.pruned += 1
+                    continue
+                tps_bound = self.project(index, tally).tokens_per_s_per_gpu
+        return tally
+
+
+_WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
+
+
+def _phase1_task(group_ids: list[int]) -> Tally:
+    assert _WORKER is not None
+    return _WORKER.phase1(group_ids)
+
+
+def _phase2_task(args: tuple[list[int], dict[int, tuple[int, float, float]], Bounds]) -> Tally:
+    assert _WORKER is not None
+    return _WORKER.phase2(*args)
+
+
+def default_workers(num_candidates: int) -> int:
+    """2 processes for large searches when fork is safe (no other threads), else 1."""
+    if num_candidates < PARALLEL_MIN_CANDIDATES or threading.active_count() > 1:
+        return 1
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int) -> Tally:
+    """Run both phases over every group; serial or on ``workers`` forked processes."""
+    global _WORKER
+    group_ids = list(range(len(evaluator.groups)))
+    chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
+    total = Tally()
+
+    def absorb(part: Tally) -> None:
+        total.merge(part)
+        if progress is not None:
+            progress(total.visited)
+
+    if workers <= 1:
+        for chunk in chunks:
+            absorb(evaluator.phase1(chunk))
+        bounds = bounds_from(total.outcomes, top_k)
+        for chunk in chunks:
+            absorb(evaluator.phase2(chunk, total.leads, bounds))
+        return total
+    _WORKER = evaluator
+    try:
+        with multiprocessing.get_context("fork").Pool(workers) as pool:
+            for part in pool.imap_unordered(_phase1_task, chunks):
+                absorb(part)
+            bounds = bounds_from(total.outcomes, top_k)
+            tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
+            for part in pool.imap_unordered(_phase2_task, tasks):
+                absorb(part)
+    finally:
+        _WORKER = None
+    return total

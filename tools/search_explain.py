@@ -1,0 +1,162 @@
+"""Why a search found nothing: the constraint that excludes everything, or the GPU count that would fit.
+
+Two kinds of empty result:
+- no legal layout at all: either a constraint (tried one at a time) excludes every legal
+  layout, or the job itself cannot be split (gbs not divisible by any data-parallel degree);
+- legal layouts exist but none passes the memory screen: the headroom asked for is too
+  high, or more GPUs are needed (the smallest multiple of gpus_per_node for which some
+  layout fits), or a constraint excludes every layout that would fit.
+The fit checks look at the most memory-frugal layout of each group of layouts that share
+their weight/optimizer sharding (mbs 1, most recompute, 1F1B first), and stop at the first fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from projection.memory import GIB
+from projection.training_config import TrainingConfig
+from tools.candidates import SearchSpace, cp_values, enumerate_candidates, pp_values, tp_values
+from tools.constraints import Constraints
+
+if TYPE_CHECKING:
+    from tools.search import SearchRequest, _Job
+
+MAX_GPUS = 1 << 17            # largest GPU count the "how many GPUs would fit" search tries
+_RECOMPUTE_RANK = {("full", None): 0, ("full", "half"): 1, ("selective", None): 2, ("none", None): 3}
+_SCHEDULE_RANK = {"1f1b": 0, "interleaved": 1, "zero-bubble": 2}
+
+
+def _candidates(job: _Job, request: SearchRequest, constraints: Constraints) -> Iterator[TrainingConfig]:
+    return enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs, request.seq_len)
+
+
+def _frugal(configs: Iterator[TrainingConfig]) -> list[TrainingConfig]:
+    """The least memory-hungry layout of each sharding group (same tp, pp, cp, ep, etp, dp, zero, precision)."""
+    best: dict[tuple[object, ...], tuple[tuple[int, int, int, int], TrainingConfig]] = {}
+    for c in configs:
+        key = (c.tp, c.pp, c.cp, c.ep, c.etp, c.dp, c.zero, c.precision)
+        recompute = _RECOMPUTE_RANK[(c.recompute, None if c.recompute_num_layers is None else "half")]
+        score = (c.mbs, recompute, _SCHEDULE_RANK.get(c.schedule, 3), c.vpp)
+        if key not in best or score < best[key][0]:
+            best[key] = (score, c)
+    return [c for _, c in best.values()]
+
+
+def fitting_layout(job: _Job, request: SearchRequest, constraints: Constraints) -> TrainingConfig | None:
+    """A layout that passes the memory screen (the first found among the frugal ones), or None."""
+    from tools.search import passes, screen_memory
+
+    for config in _frugal(_candidates(job, request, constraints)):
+        if passes(screen_memory(job, config), constraints.min_headroom):
+            return config
+    return None
+
+
+def smallest_gpu_count(job: _Job, request: SearchRequest, constraints: Constraints) -> int | None:
+    """The smallest multiple of gpus_per_node above num_gpus for which some layout fits (None up to MAX_GPUS)."""
+    step = request.gpus_per_node
+    low = request.num_gpus // step          # in units of nodes; low itself does not fit
+    high = max(1, low) * 2
+    while high * step <= MAX_GPUS and fitting_layout(job.resized(high * step), request, constraints) is None:
+        low, high = high, high * 2
+    if high * step > MAX_GPUS:
+        return None
+    while high - low > 1:                   # fits is monotone in GPU count up to divisibility; bisect
+        middle = (low + high) // 2
+        if fitting_layout(job.resized(middle * step), request, constraints) is None:
+            low = middle
+        else:
+            high = middle
+    return high * step
+
+
+def _one(name: str, constraints: Constraints) -> str:
+    return Constraints(**{name: getattr(constraints, name)}).describe()[0]
+
+
+def _split_reason(job: _Job, request: SearchRequest) -> str:
+    space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=Constraints(),
+                        gbs=request.gbs, seq_len=request.seq_len)
+    n = job.cluster.num_gpus
+    dps = sorted({n // (t * c * p) for c in cp_values(space) for t in tp_values(space, c)
+                  for p in pp_values(space, t, c)})
+    if not dps:
+        return (f"{n} GPUs cannot be split into tp*pp*cp model-parallel groups for {job.model.name} "
+                f"(tp must divide {job.model.num_attention_heads} heads and fit a node; pp must split "
+                f"{job.model.num_layers} layers evenly)")
+    return (f"gbs={request.gbs} is not divisible by any data-parallel degree this job allows "
+            f"(dp = {n}/(tp*pp*cp) in {dps[:12]}{' ...' if len(dps) > 12 else ''})")
+
+
+def _no_legal_layout(job: _Job, request: SearchRequest) -> str:
+    c = request.constraints
+    base = sum(1 for _ in _candidates(job, request, Constraints(min_headroom=c.min_headroom)))
+    job_text = f"{job.model.name} on {job.cluster.num_gpus} x {job.hardware.id}"
+    if base == 0:
+        return f"no legal layout of {job_text}: {_split_reason(job, request)}"
+    names = [name for name in c.active() if name != "min_headroom"]
+    culprits = [name for name in names if next(_candidates(job, request, c.without(name)), None) is not None]
+    if culprits:
+        listed = " and ".join(f"'{_one(name, c)}'" for name in culprits)
+        return (f"no legal layout satisfies the constraints: {listed} excludes every legal layout of {job_text} "
+                f"({base} legal layouts without constraints)")
+    return (f"the constraints {', '.join(c.describe())} together exclude every legal layout of {job_text} "
+            f"({base} legal layouts without them)")
+
+
+def _nothing_fits(job: _Job, request: SearchRequest, roomiest: tuple[float, TrainingConfig] | None) -> str:
+    c = request.constraints
+    capacity_gib = job.hardware.hbm_capacity_bytes / GIB
+    n = job.cluster.num_gpus
+    closest = ""
+    if roomiest is not None:
+        headroom, config = roomiest
+        closest = f"closest: {_layout(job, config)} needs {(1 - headroom) * capacity_gib:.1f} GiB per GPU"
+        if c.min_headroom > 0 and headroom >= 0:
+            return (f"layouts fit in memory but none leaves the {c.min_headroom:.0%} headroom asked for; the roomiest, "
+                    f"{_layout(job, config)}, leaves {headroom:.1%} of {capacity_gib:.1f} GiB")
+    parts = [f"no layout of {job.model.name} fits in {capacity_gib:.1f} GiB per {job.hardware.id} on {n} GPUs"]
+    needed = smallest_gpu_count(job, request, c)
+    if needed is not None:
+        parts.append(f"the smallest layout that fits needs {needed} GPUs; you gave {n}")
+    elif c.active():
+        parts.append(f"no GPU count up to {MAX_GPUS} fits within the constraints")
+    names = [name for name in c.active() if name != "min_headroom"]
+    for name in names:
+        found = fitting_layout(job, request, c.without(name))
+        if found is not None:
+            parts.append(f"constraint '{_one(name, c)}' excludes every layout that fits here "
+                         f"(without it, e.g. {_layout(job, found)} fits)")
+    if closest:
+        parts.append(closest)
+    return "; ".join(parts)
+
+
+def explain_empty(request: SearchRequest, job: _Job, *, enumerated: int,
+                  roomiest: tuple[float, TrainingConfig] | None) -> str:
+    """Say why a search returned no layout, with numbers (see the module docstring)."""
+    if request.candidates is not None:
+        if not request.candidates:
+            return "no candidates given"
+        if roomiest is None:
+            return "none of the given candidates is legal within the constraints (see rejected)"
+        return _nothing_fits_explicit(job, roomiest)
+    if enumerated == 0:
+        return _no_legal_layout(job, request)
+    return _nothing_fits(job, request, roomiest)
+
+
+def _nothing_fits_explicit(job: _Job, roomiest: tuple[float, TrainingConfig]) -> str:
+    headroom, config = roomiest
+    capacity_gib = job.hardware.hbm_capacity_bytes / GIB
+    return (f"none of the given candidates passes the memory screen on {job.cluster.num_gpus} x {job.hardware.id}; "
+            f"the roomiest, {_layout(job, config)}, needs {(1 - headroom) * capacity_gib:.1f} of {capacity_gib:.1f} GiB")
+
+
+def _layout(job: _Job, config: TrainingConfig) -> str:
+    from projtune.render import layout_text
+
+    dp = config.dp or job.cluster.num_gpus // (config.tp * config.pp * config.cp)
+    return layout_text(config.model_dump(exclude_none=True) | {"dp": dp})
