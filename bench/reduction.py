@@ -79,8 +79,12 @@ def bench_num_experts(model: ModelSpec, target_ep: int, bench_ep: int) -> int:
     return -(-experts // bench_ep) * bench_ep
 
 
-def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, local_gpus: int) -> Reduction:
+def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, local_gpus: int, *,
+                  local_gpu: str | None = None) -> Reduction:
     """Derive the benchmark layout of ``config`` on ``local_gpus`` GPUs.
+
+    ``local_gpu`` is the hardware id of the local GPUs when it differs from the target's; the
+    benchmark layout then names it (restoration carries compute across by the analytic ratio).
 
     Raises:
         IllegalLayoutError: the target layout itself is illegal.
@@ -129,9 +133,10 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
         "pp": 1, "vpp": 1, "pp_schedule": None, "tp": tp, "ep": ep, "etp": etp, "dp": dp,
         "gbs": config.mbs * dp, "fsdp_size": fsdp_size,
     })
-    bench_cluster = cluster.model_copy(update={"num_gpus": tp * config.cp * dp})
+    bench_hardware = load_hardware(local_gpu) if local_gpu else hardware
+    bench_cluster = cluster.model_copy(update={"num_gpus": tp * config.cp * dp, "gpu": bench_hardware.id})
     bench_spec = bench_model or model
-    reasons = layout_violations(bench_spec, hardware, bench_cluster, bench_config)
+    reasons = layout_violations(bench_spec, bench_hardware, bench_cluster, bench_config)
     if reasons:
         raise ProjtuneError(f"benchmark layout of {local_gpus} GPU(s) is illegal: {'; '.join(reasons)}")
     return Reduction(

@@ -106,7 +106,7 @@ def _check(measurement: Measurement, model: ModelSpec, config: TrainingConfig, t
     if red.target_model.name != model.name:
         raise ProjtuneError(f"measurement is of model '{red.target_model.name}', not '{model.name}'")
     warnings = []
-    if not measurement.representative:
+    if not measurement.representative and measurement.source != "analytic":
         warnings.append(f"measurement source={measurement.source} is not representative (plumbing check only)")
     if red.bench_cluster.gpu != target_hw.id:
         warnings.append(f"measured on {red.bench_cluster.gpu}, target is {target_hw.id}: "

@@ -75,9 +75,9 @@ def _collective_specs(bench: AnalyticLayout, tokens: int, hidden: int) -> list[C
 def run_measurement(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, local_gpus: int,
                     options: BenchOptions) -> Measurement:
     """Benchmark the reduced layout of ``config`` on the local device and return the measurement."""
-    reduction = reduce_layout(model, cluster, config, local_gpus)
-    bench = analytic_layout(reduction.model, reduction.bench_cluster, reduction.bench_config)
     info = runtime_info(options.device)
+    reduction = reduce_layout(model, cluster, config, local_gpus, local_gpu=info.hardware_id)
+    bench = analytic_layout(reduction.model, reduction.bench_cluster, reduction.bench_config)
     device = torch.device("cuda", 0) if options.device == "cuda" else torch.device("cpu")
     dtype = torch.bfloat16 if options.device == "cuda" else torch.float32
     shapes = {kind: shrink(layer_shape(bench.model, bench.config, bench.dims, layer),

@@ -309,7 +309,7 @@ def _rank_orders(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> l
 
 
 # A plan holds about 90 bytes per op: 1.5 MB for pp=16, vpp=4, m=128; 24 MB at m=2048.
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=256)
 def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
     """Turn the per-rank orders into flat arrays in one topological order.
 

@@ -125,10 +125,10 @@ def check_memory(inp: s.LayoutInput) -> s.MemoryOutput:
     lists every broken rule.
     """
     model, hardware, cluster = _job(inp)
-    _checked(model, hardware, cluster, inp.config)
-    dims = parallel_dims(inp.config, cluster)
-    memory = project_memory(model, hardware, inp.config, dims, _profile(hardware, inp.profile_path))
-    return _memory_output(memory, _layout(inp.config.model_dump(exclude_none=True) | {"dp": dims.dp}))
+    _checked(model, hardware, cluster, inp.layout)
+    dims = parallel_dims(inp.layout, cluster)
+    memory = project_memory(model, hardware, inp.layout, dims, _profile(hardware, inp.profile_path))
+    return _memory_output(memory, _layout(inp.layout.model_dump(exclude_none=True) | {"dp": dims.dp}))
 
 
 def _project(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, config: TrainingConfig,
@@ -145,7 +145,7 @@ def project(inp: s.ProjectInput) -> s.ProjectOutput:
     dp comm, optimizer, overhead) names the bottleneck to attack next.
     """
     model, hardware, cluster = _job(inp)
-    data = projection_dict(_project(model, hardware, cluster, inp.config, inp.profile_path, inp.flops_formula))
+    data = projection_dict(_project(model, hardware, cluster, inp.layout, inp.profile_path, inp.flops_formula))
     data["layout"] = _layout(data["config"])
     data["memory"] = data["memory"] | {"layout": data["layout"]}
     return s.ProjectOutput.model_validate(data)
@@ -178,16 +178,16 @@ def _row(index: int, p: Projection, fastest: float) -> s.CompareRow:
 def compare(inp: s.CompareInput) -> s.CompareOutput:
     """Compare two or more layouts of the same job side by side: throughput, MFU, memory and bottleneck.
 
-    Every layout must be legal (an error names the bad one: field configs.N). The fastest
+    Every layout must be legal (an error names the bad one: field layouts.N). The fastest
     gets relative_throughput 1.0.
     """
     model, hardware, cluster = _job(inp)
     projections = []
-    for i, config in enumerate(inp.configs):
+    for i, config in enumerate(inp.layouts):
         try:
             projections.append(_project(model, hardware, cluster, config, inp.profile_path))
         except IllegalLayoutError as err:
-            err.field = f"configs.{i}"  # type: ignore[attr-defined]
+            err.field = f"layouts.{i}"  # type: ignore[attr-defined]
             raise
     fastest = max(p.tokens_per_s_per_gpu for p in projections)
     rows = [_row(i, p, fastest) for i, p in enumerate(projections)]
@@ -244,8 +244,8 @@ def export_launch_config(inp: s.ExportInput) -> LaunchConfig:
     express exactly (e.g. zero-bubble in upstream Megatron). An illegal layout is an error.
     """
     model, hardware, cluster = _job(inp)
-    _checked(model, hardware, cluster, inp.config)
-    return export_layout(model, cluster, inp.config, inp.framework)
+    _checked(model, hardware, cluster, inp.layout)
+    return export_layout(model, cluster, inp.layout, inp.framework)
 
 
 def run_benchmark(inp: s.BenchmarkInput) -> s.BenchmarkOutput:
@@ -256,7 +256,7 @@ def run_benchmark(inp: s.BenchmarkInput) -> s.BenchmarkOutput:
     layouts only.
     """
     model, hardware, cluster = _job(inp)
-    _checked(model, hardware, cluster, inp.config)
+    _checked(model, hardware, cluster, inp.layout)
     try:
         import torch
     except ImportError:
@@ -269,6 +269,6 @@ def run_benchmark(inp: s.BenchmarkInput) -> s.BenchmarkOutput:
     except ImportError:
         return s.BenchmarkOutput(available=False, message="measured mode is not installed here (bench.api "
                                                           "missing); use `project`")
-    results = run_layer_benchmark(model=model, hardware=hardware, cluster=cluster, config=inp.config)
+    results = run_layer_benchmark(model=model, hardware=hardware, cluster=cluster, config=inp.layout)
     data = results.model_dump(mode="json") if hasattr(results, "model_dump") else dict(results)
     return s.BenchmarkOutput(available=True, message=f"measured on {torch.cuda.get_device_name(0)}", results=data)

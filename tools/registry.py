@@ -131,7 +131,7 @@ def _domain_error(err: ProjtuneError) -> dict[str, Any]:
         nearest = difflib.get_close_matches(err.name.lower(), err.choices, n=3, cutoff=0.4)
         return error(field, str(err), err.choices, nearest=nearest)
     if isinstance(err, IllegalLayoutError):
-        return error(getattr(err, "field", "config"), str(err), [], violations=err.reasons)
+        return error(getattr(err, "field", "layout"), str(err), [], violations=err.reasons)
     if isinstance(err, ConstraintError):
         return error(f"constraints.{err.field}", str(err), err.allowed)
     if isinstance(err, ModelSpecError):

@@ -1,8 +1,9 @@
 """Pydantic input and output models of the LLM-callable tools (one pair per tool; the search models live in tools.search).
 
 Field descriptions are what an LLM reads in the tool schema, so they say units, allowed
-values and defaults.  Layout configs are :class:`projection.training_config.TrainingConfig`
-(the sweep-format keys), so every tool validates a layout the same way.
+values and defaults.  Layouts are :class:`projection.training_config.TrainingConfig` (the sweep-format keys), so
+every tool validates a layout the same way.  Inputs say ``layout``, never ``config``: LangChain
+passes its RunnableConfig to a tool under that name, which would hide the argument.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ class LegalAxesOutput(BaseModel):
 class LayoutInput(JobInput):
     """One layout of a job."""
 
-    config: TrainingConfig = Field(description=_CONFIG)
+    layout: TrainingConfig = Field(description=_CONFIG)
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
 
 
@@ -189,7 +190,7 @@ class ProjectOutput(BaseModel):
 class CompareInput(JobInput):
     """Two or more layouts of the same job."""
 
-    configs: list[TrainingConfig] = Field(min_length=2, max_length=8, description="Layouts to compare. " + _CONFIG)
+    layouts: list[TrainingConfig] = Field(min_length=2, max_length=8, description="Layouts to compare. " + _CONFIG)
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
 
 
@@ -264,7 +265,7 @@ ExportOutput = LaunchConfig
 class BenchmarkInput(JobInput):
     """A layout to measure on the local GPU (measured mode)."""
 
-    config: TrainingConfig = Field(description=_CONFIG)
+    layout: TrainingConfig = Field(description=_CONFIG)
 
 
 class BenchmarkOutput(BaseModel):

@@ -123,7 +123,8 @@ def run_command(
         iters=iters if iters is not None else (3 if cpu else 20),
         use_cache=not no_cache)
     measurement = run_measurement(model_spec, cluster, config, local_gpus=_local_gpus(bench_gpus, cpu), options=options)
-    path = out or Path(f"measurement-{model_spec.name}-{measurement.hardware_id or ('cpu' if cpu else 'gpu')}.json")
+    stem = f"measurement-{model_spec.name}-{measurement.hardware_id or ('cpu' if cpu else 'gpu')}".replace("/", "_")
+    path = out or Path(f"{stem}.json")
     write_measurement(measurement, path)
     if as_json:
         typer.echo(json.dumps({"file": str(path), **measurement.model_dump(mode="json")}))

@@ -54,6 +54,7 @@ def project_command(
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
     flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",
+    measured: Annotated[Optional[Path], typer.Option("--measured", help="Measurement file from `projtune bench run`.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Project step time, throughput, MFU, memory per stage and the time breakdown of one layout."""
@@ -104,6 +105,7 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     args = dict(args)
     as_json, profile_path, config_file = args.pop("as_json"), args.pop("profile"), args.pop("config_file")
     flops = args.pop("flops", "6nd")
+    measured = args.pop("measured", None)
     args["num_gpus"] = args.pop("gpus")
     args["pp_schedule"] = args.pop("schedule")
     args["moe_dispatcher"] = args.pop("dispatcher")
@@ -121,7 +123,17 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
         else:
             print_memory(data)
         return
-    result = project(model, cluster, config, hardware=hardware, profile=profile, flops_formula=flops)
+    if measured is not None:
+        from bench.measurement import read_measurement
+        from bench.restore import project_measured
+
+        restored = project_measured(read_measurement(measured), model, cluster, config, hardware=hardware,
+                                    profile=profile, flops_formula=flops)
+        for warning in restored.warnings:
+            typer.echo(f"warning: {warning}", err=True)
+        result = restored.projection
+    else:
+        result = project(model, cluster, config, hardware=hardware, profile=profile, flops_formula=flops)
     data = projection_dict(result)
     if as_json:
         typer.echo(json.dumps(data))

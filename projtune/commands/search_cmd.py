@@ -66,13 +66,15 @@ def _candidate_table(title: str, rows: list[Any]) -> Any:
     from rich.table import Table
 
     table = Table(title=title)
-    for name in ("#", "layout", "tok/s/GPU", "MFU", "iter s", "peak GiB", "headroom", "verdict", "bottleneck"):
-        table.add_column(name, justify="left" if name in ("layout", "verdict", "bottleneck") else "right",
-                         no_wrap=name != "layout")
+    table.add_column("#", justify="right")
+    table.add_column("layout", ratio=1, overflow="fold")
+    for name in ("tok/s/GPU", "MFU", "iter s", "GiB", "free"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("bottleneck", no_wrap=True)
     for c in rows:
+        free = f"{c.headroom_fraction:.0%}" + ("" if c.verdict == "fits" else f" {c.verdict}")
         table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", f"{c.mfu:.1%}",
-                      f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", f"{c.headroom_fraction:.0%}",
-                      c.verdict, c.bottleneck)
+                      f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", free, c.bottleneck)
     return table
 
 
@@ -85,13 +87,14 @@ def _print_search(result: Any, pareto: bool) -> None:
     if result.ranked:
         console.print(_candidate_table("Best layouts", result.ranked))
         for c in result.ranked:
-            console.print(f"  #{c.rank}: {c.reason}")
+            console.print(f"  #{c.rank}: {c.reason}", soft_wrap=True, highlight=False)
     if pareto and result.pareto:
         console.print(_candidate_table("Pareto front (throughput vs memory headroom)", result.pareto))
     console.print(f"enumerated {result.enumerated}, screened out {result.screened_out} (memory), "
                   f"projected {result.projected} in {result.elapsed_s:.2f} s")
     if result.message:
-        console.print(("[yellow]" if result.ranked else "[bold red]no layout:[/] ") + result.message)
+        console.print(("[yellow]" if result.ranked else "[bold red]no layout:[/] ") + result.message, soft_wrap=True,
+                      highlight=False)
 
 
 @user_errors
@@ -125,7 +128,7 @@ def export_command(
     if sequence_parallel:
         config["sequence_parallel"] = True
     payload = call_tool("export_launch_config", {"model": model, "gpu": gpu, "num_gpus": gpus,
-                                                 "gpus_per_node": gpus_per_node, "config": config,
+                                                 "gpus_per_node": gpus_per_node, "layout": config,
                                                  "framework": framework})
     if not payload["ok"]:
         fail(payload["error"]["message"])

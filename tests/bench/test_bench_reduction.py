@@ -70,3 +70,9 @@ def test_cp_is_never_reduced() -> None:
 def test_reduction_round_trips_through_json() -> None:
     r = _reduce("mixtral-8x7b", 16, 2, ep=8, pp=2, gbs=64)
     assert type(r).model_validate_json(r.model_dump_json()) == r
+
+
+def test_a_different_local_gpu_is_named_in_the_bench_layout() -> None:
+    model, cluster = load_model("llama3-8b"), Cluster(gpu="mi300x", num_gpus=16)
+    r = reduce_layout(model, cluster, TrainingConfig(tp=2, gbs=64), 2, local_gpu="NVIDIA H200")
+    assert (r.bench_cluster.gpu, r.target_cluster.gpu) == ("h200", "mi300x")

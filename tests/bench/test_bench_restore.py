@@ -100,3 +100,11 @@ def test_measurement_of_another_model_is_rejected() -> None:
     measurement = analytic_measurement(reduce_layout(model, cluster, target, 1))
     with pytest.raises(ProjtuneError, match="llama3-8b"):
         project_measured(measurement, load_model("llama3-70b"), cluster, target)
+
+
+def test_measurement_from_another_gpu_type_is_carried_across_with_a_warning() -> None:
+    model, cluster, target = _layout("llama3-8b", 16, dict(tp=2, gbs=64))
+    reduction = reduce_layout(model, cluster, target, 1, local_gpu="h200")
+    restored = project_measured(analytic_measurement(reduction), model, cluster, target)
+    assert any("measured on h200" in w for w in restored.warnings)
+    assert restored.projection.tokens_per_s_per_gpu > 0

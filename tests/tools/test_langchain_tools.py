@@ -22,12 +22,12 @@ def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_valid_call_returns_the_registry_payload(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    payload = _call("check_memory", {**job, "config": layout})
+    payload = _call("check_memory", {**job, "layout": layout})
     assert payload["ok"] and payload["result"]["verdict"] in ("fits", "at risk", "out of memory")
 
 
 def test_invalid_calls_return_structured_errors(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    bad_value = _call("project", {**job, "config": {**layout, "precision": "bf32"}})
-    assert bad_value["ok"] is False and bad_value["error"]["field"] == "config.precision"
-    unknown = _call("project", {**job, "model": "llama3-8bb", "config": layout})
+    bad_value = _call("project", {**job, "layout": {**layout, "precision": "bf32"}})
+    assert bad_value["ok"] is False and bad_value["error"]["field"] == "layout.precision"
+    unknown = _call("project", {**job, "model": "llama3-8bb", "layout": layout})
     assert unknown["ok"] is False and unknown["error"]["nearest"][0] == "llama3-8b"

@@ -66,6 +66,6 @@ def test_schema_is_valid_json_schema_and_round_trips(tool: Any) -> None:
 def test_schema_rejects_what_the_model_rejects() -> None:
     schema = parameters_schema(next(t for t in TOOLS if t.name == "project").input_model)
     validator = Draft202012Validator(schema)
-    assert not validator.is_valid({"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8, "config": {}, "x": 1})
+    assert not validator.is_valid({"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8, "layout": {}, "x": 1})
     assert not validator.is_valid({"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8,
-                                   "config": {"precision": "bf32"}})
+                                   "layout": {"precision": "bf32"}})

@@ -50,7 +50,7 @@ def _error(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_unknown_model_names_the_nearest(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    error = _error("project", {**job, "model": "llama3-8bb", "config": layout})
+    error = _error("project", {**job, "model": "llama3-8bb", "layout": layout})
     assert error["field"] == "model"
     assert error["nearest"][0] == "llama3-8b"
     assert "did you mean llama3-8b" in error["message"]
@@ -58,35 +58,35 @@ def test_unknown_model_names_the_nearest(job: dict[str, Any], layout: dict[str, 
 
 
 def test_unknown_gpu_names_the_nearest(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    error = _error("check_memory", {**job, "gpu": "h100-sxn", "config": layout})
+    error = _error("check_memory", {**job, "gpu": "h100-sxn", "layout": layout})
     assert error["field"] == "gpu" and "h100-sxm" in error["nearest"]
 
 
 def test_bad_choice_lists_allowed_values(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    error = _error("project", {**job, "config": {**layout, "precision": "bf32"}})
-    assert error["field"] == "config.precision"
+    error = _error("project", {**job, "layout": {**layout, "precision": "bf32"}})
+    assert error["field"] == "layout.precision"
     assert "bf16" in error["allowed"] and "fp8" in error["allowed"]
 
 
 def test_unknown_key_lists_allowed_keys(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    error = _error("project", {**job, "config": {**layout, "tensor_parallel": 2}})
-    assert error["field"] == "config.tensor_parallel"
+    error = _error("project", {**job, "layout": {**layout, "tensor_parallel": 2}})
+    assert error["field"] == "layout.tensor_parallel"
     assert "tp" in error["allowed"] and "pp" in error["allowed"]
     top = _error("list_models", {"family": "llama"})
     assert top["field"] == "family" and "contains" in top["allowed"]
 
 
 def test_missing_field_and_wrong_type(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    assert _error("project", {"gpu": "h100-sxm", "num_gpus": 8, "config": layout})["field"] == "model"
-    assert _error("project", {**job, "num_gpus": "eight", "config": layout})["field"] == "num_gpus"
+    assert _error("project", {"gpu": "h100-sxm", "num_gpus": 8, "layout": layout})["field"] == "model"
+    assert _error("project", {**job, "num_gpus": "eight", "layout": layout})["field"] == "num_gpus"
 
 
 def test_illegal_layout_lists_violations(job: dict[str, Any], layout: dict[str, Any]) -> None:
-    error = _error("project", {**job, "config": {**layout, "tp": 3}})
-    assert error["field"] == "config"
+    error = _error("project", {**job, "layout": {**layout, "tp": 3}})
+    assert error["field"] == "layout"
     assert any("tp=3" in v for v in error["violations"])
-    compare = _error("compare", {**job, "configs": [layout, {**layout, "tp": 16}]})
-    assert compare["field"] == "configs.1"
+    compare = _error("compare", {**job, "layouts": [layout, {**layout, "tp": 16}]})
+    assert compare["field"] == "layouts.1"
 
 
 def test_constraint_errors_are_clear(job: dict[str, Any]) -> None:

@@ -1,0 +1,64 @@
+"""The agent's door to the tool registry: job arguments, the layout field name, and a call counter.
+
+Every tool the agent uses goes through :func:`tools.registry.call_tool` (validated, never raises).
+The layout argument is named by the tool's input model (``layout`` today, ``config`` in older
+registries), so this module asks the model instead of hard-coding the name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tools.registry import TOOLS_BY_NAME, call_tool
+
+
+def layout_field(tool: str) -> str:
+    """The name of a tool's single-layout argument ('layout' or 'config')."""
+    fields = TOOLS_BY_NAME[tool].input_model.model_fields
+    return "layout" if "layout" in fields else "config"
+
+
+def accepts(tool: str, argument: str) -> bool:
+    """Whether a tool's input model has an argument."""
+    return tool in TOOLS_BY_NAME and argument in TOOLS_BY_NAME[tool].input_model.model_fields
+
+
+@dataclass(slots=True)
+class Toolbox:
+    """Calls tools for one job (model, GPU, cluster, profile) and counts the calls."""
+
+    model: str
+    gpu: str
+    num_gpus: int
+    gpus_per_node: int
+    profile_path: str | None = None
+    calls: int = 0
+
+    @classmethod
+    def for_request(cls, request: Any) -> Toolbox:
+        """A toolbox for a TuneRequest-like object (or its dict)."""
+        get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
+        return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
+                   profile_path=get("profile_path"))
+
+    def job(self, tool: str) -> dict[str, Any]:
+        """The job arguments every layout tool takes."""
+        args: dict[str, Any] = {"model": self.model, "gpu": self.gpu, "num_gpus": self.num_gpus,
+                                "gpus_per_node": self.gpus_per_node}
+        if self.profile_path and accepts(tool, "profile_path"):
+            args["profile_path"] = self.profile_path
+        return args
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        """Call a tool with the job arguments filled in (the caller's win); count the call."""
+        self.calls += 1
+        return call_tool(tool, {**self.job(tool), **arguments})
+
+    def on_layout(self, tool: str, config: dict[str, Any], **arguments: Any) -> dict[str, Any]:
+        """Call a single-layout tool (check_memory, project, export_launch_config, run_benchmark)."""
+        return self.call(tool, **{layout_field(tool): config}, **arguments)
+
+    def explain(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        """Why layout ``a`` beats ``b`` (or the reverse), term by term."""
+        return self.call("explain", a=a, b=b)
