@@ -30,7 +30,7 @@ class TuneRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="Catalog model id, e.g. 'mixtral-8x7b'.")
+    model: str | dict[str, Any] = Field(description="Catalog model id, e.g. 'mixtral-8x7b' (or HF config fields).")
     gpu: str = Field(description="Catalog GPU id, e.g. 'mi300x'.")
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
@@ -47,7 +47,8 @@ class TuneRequest(BaseModel):
     def summary(self) -> str:
         """One line: model on N x GPU, gbs, seq, constraints."""
         rules = f", {', '.join(self.constraints)}" if self.constraints else ""
-        return (f"{self.model} on {self.num_gpus} x {self.gpu} ({self.gpus_per_node}/node), gbs {self.gbs}, "
+        model = self.model if isinstance(self.model, str) else self.model.get("id", "custom model")
+        return (f"{model} on {self.num_gpus} x {self.gpu} ({self.gpus_per_node}/node), gbs {self.gbs}, "
                 f"seq {self.seq_len}{rules}")
 
 
@@ -175,7 +176,8 @@ def parse_request(text: str, base: TuneRequest | dict[str, Any] | None = None) -
     notes += rules.notes
     if questions:
         partial = {k: v for k, v in values.items() if k in ("model", "gpu", "num_gpus", "gpus_per_node", "gbs",
-                                                             "seq_len", "constraints")}
+                                                             "seq_len", "constraints", "top_k")}
+        partial["assumed"] = sorted(assumed)
         return Clarification(question=" ".join(questions), missing=missing, options=options, partial=partial)
     _fill_defaults(values, assumed, notes)
     values["assumed"], values["notes"] = sorted(assumed), notes

@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from projection.device_profile import default_profile
 from projection.engine import project
 from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.memory import project_memory
 from projection.model_spec import load_model
-from projection.device_profile import default_profile
 from projection.training_config import Cluster
 from tools.candidates import enumerate_candidates
 from tools.constraints import Constraints

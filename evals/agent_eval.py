@@ -66,7 +66,11 @@ def agent_result(sweep: LoadedSweep, runs: Sequence[RunScore], *,
 def _agent_choose() -> Any:
     try:
         module = importlib.import_module("agent.evaluate")
-    except ImportError:
+    except ModuleNotFoundError as err:
+        if err.name not in ("agent", "agent.evaluate"):
+            raise
+        return None
+    except ImportError:  # sys.modules entry set to None (tests) or a partial package
         return None
     return getattr(module, "choose", None)
 

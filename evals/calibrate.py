@@ -36,7 +36,7 @@ MIN_FIT_RUNS = 3
 """Fewest complete scored runs a family or GPU needs to be fitted."""
 PRIOR_WEIGHT = 0.1
 """Weight of log(p / p_start) per parameter, against unit-weight log errors of runs."""
-MAX_NFEV = 12
+MAX_NFEV = 5
 """least_squares iterations budget (each also costs one finite-difference Jacobian)."""
 _DIFF_STEP = 1e-2  # relative: the engine is piecewise (tiles, max()), so tiny steps see flat spots
 
@@ -98,23 +98,28 @@ def _projected(item: FitRun, profile: DeviceProfile | None) -> float | None:
     return metrics[item.metric]
 
 
-def log_errors(profile: DeviceProfile, runs: Sequence[FitRun]) -> np.ndarray:
-    """Return log(projected / measured throughput) per run (0 for a run that fails to project)."""
+def projected_values(profile: DeviceProfile | None, runs: Sequence[FitRun]) -> np.ndarray:
+    """Return each run's projected primary metric (nan for a run that fails to project)."""
+    return np.array([v if (v := _projected(item, profile)) is not None and v > 0 else math.nan for item in runs])
+
+
+def log_errors(values: np.ndarray, runs: Sequence[FitRun]) -> np.ndarray:
+    """Return log(projected / measured throughput) per run (0 where the projection failed)."""
     out = np.zeros(len(runs))
-    for i, item in enumerate(runs):
-        value = _projected(item, profile)
-        if value is not None and value > 0:
+    for i, (value, item) in enumerate(zip(values, runs, strict=True)):
+        if not math.isnan(value):
             out[i] = math.log(throughput(item.metric, value) / throughput(item.metric, item.measured))
     return out
 
 
+def ape_values(values: np.ndarray, runs: Sequence[FitRun]) -> list[float]:
+    """Return |projected - measured| / measured for each run that projected."""
+    return [abs(v - item.measured) / item.measured for v, item in zip(values, runs, strict=True) if not math.isnan(v)]
+
+
 def mape(profile: DeviceProfile, runs: Sequence[FitRun]) -> float:
-    """Return the mean absolute percentage error of the runs' primary metric."""
-    errors = []
-    for item in runs:
-        value = _projected(item, profile)
-        if value is not None:
-            errors.append(abs(value - item.measured) / item.measured)
+    """Return the mean absolute percentage error of the runs' primary metric (nan if none projects)."""
+    errors = ape_values(projected_values(profile, runs), runs)
     return statistics.fmean(errors) if errors else math.nan
 
 
@@ -146,25 +151,27 @@ def fit_profile(runs: Sequence[FitRun], start: DeviceProfile) -> FitResult:
 
     if len(runs) < MIN_FIT_RUNS:
         raise ProjtuneError(f"need at least {MIN_FIT_RUNS} complete scored runs to fit, got {len(runs)}")
-    base = log_errors(start, runs)
+    base = projected_values(start, runs)
     free = _sensitive(start, runs, base)
-    x0 = np.array([getattr(start, n) for n in free], dtype=float)
     bounds = [parameter_bounds(n) for n in free]
-    x0 = np.clip(x0, [b[0] for b in bounds], [b[1] for b in bounds])
+    low, high = [b[0] for b in bounds], [b[1] for b in bounds]
+    x0 = np.clip(np.array([getattr(start, n) for n in free], dtype=float), low, high)
+    seen: dict[bytes, np.ndarray] = {}
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        profile = start.model_copy(update=dict(zip(free, x.tolist(), strict=True)))
+        values = projected_values(start.model_copy(update=dict(zip(free, x.tolist(), strict=True))), runs)
+        seen[x.tobytes()] = values
         prior = PRIOR_WEIGHT * np.log(np.maximum(x, 1e-12) / np.maximum(x0, 1e-12))
-        return np.concatenate([log_errors(profile, runs), prior])
+        return np.concatenate([log_errors(values, runs), prior])
 
-    fitted = start
+    fitted, values = start, base
     if free:
-        solution = least_squares(
-            residuals, x0, bounds=([b[0] for b in bounds], [b[1] for b in bounds]), loss="soft_l1",
-            x_scale=np.maximum(np.abs(x0), 1e-9), diff_step=_DIFF_STEP, max_nfev=MAX_NFEV,
-        )
+        solution = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", diff_step=_DIFF_STEP,
+                                 x_scale=np.maximum(np.abs(x0), 1e-9), max_nfev=MAX_NFEV)
         fitted = start.model_copy(update=dict(zip(free, solution.x.tolist(), strict=True)))
-    before, after = mape(start, runs), mape(fitted, runs)
+        values = seen[solution.x.tobytes()] if solution.x.tobytes() in seen else projected_values(fitted, runs)
+    before = statistics.fmean(ape_values(base, runs))
+    after = statistics.fmean(ape_values(values, runs))
     if after > before:  # the robust loss can trade MAPE for fewer outliers; never ship a worse profile
         fitted, after = start, before
     sweeps = tuple(sorted({r.sweep.name for r in runs}))
@@ -181,10 +188,9 @@ def _sensitive(start: DeviceProfile, runs: Sequence[FitRun], base: np.ndarray) -
     for name in FITTABLE:
         value = getattr(start, name)
         low, high = parameter_bounds(name)
-        probe = value * 0.9 if value > 0 else 1e-6
-        probe = min(max(probe, low), high)
-        moved = log_errors(start.model_copy(update={name: probe}), runs)
-        if np.max(np.abs(moved - base)) > 1e-9:
+        probe = min(max(value * 0.9 if value > 0 else 1e-6, low), high)
+        moved = projected_values(start.model_copy(update={name: probe}), runs)
+        if np.nanmax(np.abs(moved - base) / base, initial=0.0) > 1e-9:
             free.append(name)
     return free
 
@@ -196,22 +202,46 @@ def write_profile(result: FitResult, path: Path) -> Path:
     return path
 
 
+def fit_many(jobs: Sequence[tuple[Sequence[FitRun], DeviceProfile]], progress: Progress | None = None
+             ) -> list[FitResult]:
+    """Run independent fits, in parallel processes when there are several CPUs; results in job order."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    workers = min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1:
+        return [fit_profile(runs, start) for runs, start in jobs]
+    results: dict[int, FitResult] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        # Largest first, so one big fit does not start last.
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i][0]))
+        futures = {pool.submit(fit_profile, *jobs[i]): i for i in order}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            if progress:
+                progress(f"fitted {len(results)}/{len(jobs)}")
+    return [results[i] for i in range(len(jobs))]
+
+
 def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path,
                   progress: Progress | None = None) -> dict[str, FitResult | str]:
     """Fit every family with at least MIN_FIT_RUNS runs; write `<family>.yaml`; return results or skip reasons."""
-    families = sorted({f for s in sweeps if (f := family_of(s.sweep.cluster.gpu))})
+    by_family: dict[str, list[FitRun]] = {}
+    for item in fit_runs(sweeps):
+        by_family.setdefault(item.family, []).append(item)
     results: dict[str, FitResult | str] = {}
+    fitted = sorted(f for f, runs in by_family.items() if len(runs) >= MIN_FIT_RUNS)
+    families = sorted({f for s in sweeps if (f := family_of(s.sweep.cluster.gpu))})
     for family in families:
-        runs = fit_runs(sweeps, family=family)
-        if len(runs) < MIN_FIT_RUNS:
-            results[family] = f"skipped: {len(runs)} complete scored runs (need {MIN_FIT_RUNS})"
-            continue
-        if progress:
-            progress(f"fitting {family} on {len(runs)} runs")
-        result = fit_profile(runs, start_profile(None, family, runs))
+        if family not in fitted:
+            count = len(by_family.get(family, []))
+            results[family] = f"skipped: {count} complete scored runs (need {MIN_FIT_RUNS})"
+    jobs = [(by_family[f], start_profile(None, f, by_family[f])) for f in fitted]
+    for family, result in zip(fitted, fit_many(jobs, progress), strict=True):
         write_profile(result, out_dir / f"{family}.yaml")
         results[family] = result
-    return results
+    return dict(sorted(results.items()))
 
 
 @dataclass(slots=True, kw_only=True)
@@ -230,49 +260,46 @@ class SourceScore:
 
 
 def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None) -> dict[str, Any]:
-    """Return leave-one-source-out errors: {"sources": [...], "overall": {...}}."""
+    """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}."""
     all_runs = fit_runs(sweeps)
-    by_family: dict[str, list[FitRun]] = {}
-    for item in all_runs:
-        by_family.setdefault(item.family, []).append(item)
+    sources = sorted({r.file for r in all_runs})
+    folds = []  # (source, family, train, test, start)
+    for source in sources:
+        for family in sorted({r.family for r in all_runs if r.file == source}):
+            train = [r for r in all_runs if r.family == family and r.file != source]
+            test = [r for r in all_runs if r.family == family and r.file == source]
+            folds.append((source, family, train, test, start_profile(None, family, test)))
+    to_fit = [i for i, fold in enumerate(folds) if len(fold[2]) >= MIN_FIT_RUNS]
+    if progress:
+        progress(f"{len(sources)} sources, {len(to_fit)} fits on {len(all_runs)} runs")
+    fitted = dict(zip(to_fit, fit_many([(folds[i][2], folds[i][4]) for i in to_fit], progress), strict=True))
     rows: list[SourceScore] = []
-    errors_default: list[float] = []
-    errors_cv: list[float] = []
-    for source in sorted({r.file for r in all_runs}):
-        held = [r for r in all_runs if r.file == source]
-        row = SourceScore(source=source, runs=len(held), families=sorted({r.family for r in held}),
-                          mape_default=None, mape_cv=None)
-        fold_default, fold_cv = [], []
-        for family in row.families:
-            train = [r for r in by_family[family] if r.file != source]
-            test = [r for r in held if r.family == family]
-            start = start_profile(None, family, test)
-            profile = start
-            if len(train) >= MIN_FIT_RUNS:
-                if progress:
-                    progress(f"{Path(source).name}: fitting {family} on {len(train)} runs")
-                profile = fit_profile(train, start).profile
+    pooled_default: list[float] = []
+    pooled_cv: list[float] = []
+    for source in sources:
+        row = SourceScore(source=source, runs=0, families=[], mape_default=None, mape_cv=None)
+        fold_default: list[float] = []
+        fold_cv: list[float] = []
+        for i, (fold_source, family, train, test, start) in enumerate(folds):
+            if fold_source != source:
+                continue
+            row.runs += len(test)
+            row.families.append(family)
+            profile = fitted[i].profile if i in fitted else start
+            if i in fitted:
                 row.fitted[family] = len(train)
-            fold_default += _apes(start, test)
-            fold_cv += _apes(profile, test)
+            fold_default += ape_values(projected_values(start, test), test)
+            fold_cv += ape_values(projected_values(profile, test), test)
         row.mape_default = statistics.fmean(fold_default) if fold_default else None
         row.mape_cv = statistics.fmean(fold_cv) if fold_cv else None
-        errors_default += fold_default
-        errors_cv += fold_cv
+        pooled_default += fold_default
+        pooled_cv += fold_cv
         rows.append(row)
+    per_source = [r.mape_cv for r in rows if r.mape_cv is not None]
     overall = {
-        "sources": len(rows), "runs": len(errors_cv),
-        "mape_default": statistics.fmean(errors_default) if errors_default else None,
-        "mape_cv": statistics.fmean(errors_cv) if errors_cv else None,
-        "mape_cv_source_mean": statistics.fmean(m for r in rows if (m := r.mape_cv) is not None) if rows else None,
+        "sources": len(rows), "runs": len(pooled_cv),
+        "mape_default": statistics.fmean(pooled_default) if pooled_default else None,
+        "mape_cv": statistics.fmean(pooled_cv) if pooled_cv else None,
+        "mape_cv_source_mean": statistics.fmean(per_source) if per_source else None,
     }
     return {"sources": rows, "overall": overall}
-
-
-def _apes(profile: DeviceProfile, runs: Sequence[FitRun]) -> list[float]:
-    out = []
-    for item in runs:
-        value = _projected(item, profile)
-        if value is not None:
-            out.append(abs(value - item.measured) / item.measured)
-    return out

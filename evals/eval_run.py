@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -263,17 +263,18 @@ def fill_missing(sweep: LoadedSweep, run: LoadedRun, *, profile: DeviceProfile |
     Raises:
         ProjtuneError: no legal value set was found within the budget.
     """
-    keys = [k for k in run.missing_keys if k != "dp"]  # dp is derived from the other degrees
+    fill_gbs = "gbs" in run.missing_keys
+    # Keys without candidates (dp, derived; framework, fsdp_size, ...) keep the format default.
+    choices = {k: c for k in run.missing_keys if (c := _choices(k, sweep, run))}
+    keys = list(choices)
     groups = [tuple(k for k in keys if k in _LAYOUT_KEYS)] + [(k,) for k in keys if k not in _LAYOUT_KEYS]
-    groups = [g for g in groups if g and g != ("gbs",)]
-    choices = {k: _choices(k, sweep, run) for k in keys if k != "gbs"}
-    fill_gbs = "gbs" in keys
+    groups = [g for g in groups if g]
     search = _FillSearch(sweep, run, profile, fill_gbs)
     options = [list(itertools.product(*(choices[k] for k in g))) for g in groups]
     current = search.first_legal(groups, options)
     if current is None:
-        raise ProjtuneError(f"incomplete: no legal value found for {', '.join(keys)} in {search.tried} tries "
-                            f"(last: {search.last_error})")
+        raise ProjtuneError(f"incomplete: no legal value found for {', '.join(run.missing_keys)} in "
+                            f"{search.tried} tries (last: {search.last_error})")
     for _ in range(2):
         before = current
         for group, values in zip(groups, options, strict=True):
@@ -351,7 +352,7 @@ class _FillSearch:
     def first_legal(self, groups: list[tuple[str, ...]], options: list[list[tuple[Any, ...]]]
                     ) -> dict[str, Any] | None:
         """Return the first legal fill in the product of every group's choices."""
-        for combos in _product(options):
+        for combos in itertools.product(*options):
             values = {k: v for group, combo in zip(groups, combos, strict=True)
                       for k, v in zip(group, combo, strict=True)}
             if self.score(values) is not None:
@@ -360,6 +361,3 @@ class _FillSearch:
                 return None
         return None
 
-
-def _product(options: list[list[tuple[Any, ...]]]) -> Iterator[tuple[tuple[Any, ...], ...]]:
-    yield from itertools.product(*options)

@@ -66,8 +66,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-_SUMMARY_PERCENT = {"mape", "mape_complete", "mape_filled", "median_ape", "memory_mape", "oom_recall", "oom_false_alarm_rate",
-                    "top1_rate", "regret_mean"}
+_SUMMARY_PERCENT = {"mape", "mape_complete", "mape_filled", "median_ape", "memory_mape", "oom_recall",
+                    "oom_false_alarm_rate", "top1_rate", "regret_mean"}
 
 
 def render_markdown(result: EvalResult, rank_plots: Sequence[Path], out_dir: Path) -> str:

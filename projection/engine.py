@@ -150,7 +150,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
             for i, layer in enumerate(chunk):
                 lf, lbi, lbw, sel, comp, tp, cp, ep = terms[id(costs[layer])]
                 recompute = lf if i < full else sel
-                factor = 2.0 if i < full else 1.0
+                factor = 1.5 if i < full else 1.0  # a recomputed layer issues its forward comm a third time
                 f += lf
                 bi += lbi + recompute
                 bw += lbw

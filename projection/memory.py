@@ -131,9 +131,38 @@ def _state_bytes(params: float, zero: int, shard: int) -> tuple[float, float, fl
     return weights, grads, optimizer
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LayerTables:
+    """Per-layer activation bytes of one layout, computed once per distinct layer kind."""
+
+    ctx: ActivationContext
+    kept: tuple[float, ...]         # bytes kept per layer without full recompute (selective applied)
+    rebuilt: tuple[float, ...]      # bytes a layer's recompute rebuilds while its backward runs
+    full_input: float               # bytes kept per fully recomputed layer (its input)
+
+
+def _layer_tables(model: ModelSpec, config: TrainingConfig) -> _LayerTables:
+    ctx = activation_context(model, config)
+    no_recompute = replace(ctx, recompute_modules=frozenset())
+    by_kind: dict[tuple[bool, int], tuple[float, float]] = {}
+    kept: list[float] = []
+    rebuilt: list[float] = []
+    for layer in range(model.num_layers):
+        kind = (bool(model.moe_layers[layer]), model.attention_windows[layer] if model.attention_windows else 0)
+        if kind not in by_kind:
+            keep = layer_activation_bytes(model, layer, ctx)
+            by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
+        kept.append(by_kind[kind][0])
+        rebuilt.append(by_kind[kind][1])
+    return _LayerTables(ctx=ctx, kept=tuple(kept), rebuilt=tuple(rebuilt),
+                        full_input=full_recompute_layer_bytes(model, ctx))
+
+
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
-                 rank: int) -> StageMemory:
+                 rank: int, tables: _LayerTables | None = None) -> StageMemory:
     """Peak memory of pipeline rank ``rank``."""
+    tables = tables or _layer_tables(model, config)
+    ctx = tables.ctx
     chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
     layers = [layer for chunk in chunks for layer in chunk]
     first, last = rank == 0, rank == dims.pp - 1
@@ -144,28 +173,22 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     w2, g2, o2 = _state_bytes(experts, config.zero, expert_shard)
     if config.finetune == "lora":  # frozen base weights: no gradients or optimizer states (adapters are tiny)
         g1 = o1 = g2 = o2 = 0.0
-    fp8 = FP8_COPY_BYTES * gemm / (dense_shard if config.zero >= 3 else 1) if config.is_low_precision else 0.0
+    fp8 = 0.0
+    if config.is_low_precision:  # FP8 copies shard like the weights they copy
+        sharded = config.zero >= 3
+        fp8 = FP8_COPY_BYTES * ((gemm - experts) / (dense_shard if sharded else 1)
+                                + experts / (expert_shard if sharded else 1))
 
-    ctx = activation_context(model, config)
     stage_layer_count = len(layers)
-    chunk_bytes: list[float] = []
+    total_chunk_bytes = 0.0
     position = 0
-    by_kind: dict[tuple[bool, int], float] = {}
-
-    def kept_bytes(layer: int) -> float:
-        kind = (bool(model.moe_layers[layer]), model.attention_windows[layer] if model.attention_windows else 0)
-        if kind not in by_kind:
-            by_kind[kind] = layer_activation_bytes(model, layer, ctx)
-        return by_kind[kind]
-
+    kept = tables.kept
     for chunk in chunks:
         full = recomputed_layers(model, config, chunk, stage_layer_count, position)
-        kept = [kept_bytes(layer) for layer in chunk[full:]]
-        chunk_bytes.append(sum(kept) + full * full_recompute_layer_bytes(model, ctx))
+        total_chunk_bytes += sum(kept[layer] for layer in chunk[full:]) + full * tables.full_input
         position += len(chunk)
     in_flight = peak_in_flight_closed_form(effective_schedule(config), dims.pp, dims.vpp, dims.num_microbatches, rank)
-    per_chunk = sum(chunk_bytes) / len(chunk_bytes)
-    activations = in_flight * per_chunk
+    activations = in_flight * total_chunk_bytes / len(chunks)
     if first:
         activations += min(in_flight, dims.num_microbatches) * embedding_activation_bytes(model, ctx) / dims.vpp
     transient = 0.0
@@ -174,10 +197,9 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         transient += output_activation_bytes(model, ctx, loss_bytes)  # logits and their gradient during the loss
     if config.recompute != "none" and layers:
         # What recompute dropped is rebuilt for one layer at a time while its backward runs.
-        no_recompute = replace(ctx, recompute_modules=frozenset())
-        transient += max(layer_activation_bytes(model, layer, no_recompute) - kept_bytes(layer) for layer in layers)
+        transient += max(tables.rebuilt[layer] for layer in layers)
         if config.recompute == "full":
-            transient += full_recompute_layer_bytes(model, ctx)
+            transient += tables.full_input
     if config.zero >= 3 and layers:
         table = layer_param_table(model)
         # Gathered weights of the current and prefetched layer: only the part other shards hold.
@@ -209,7 +231,8 @@ def project_memory(model: ModelSpec, hardware: HardwareSpec, config: TrainingCon
                    profile: DeviceProfile) -> MemoryResult:
     """Memory of every pipeline rank; the verdict uses the largest."""
     ranks = range(dims.pp) if dims.pp <= 4 else sorted({0, 1, dims.pp // 2, dims.pp - 2, dims.pp - 1})
-    stages = tuple(stage_memory(model, config, dims, profile, r) for r in ranks)
+    tables = _layer_tables(model, config)
+    stages = tuple(stage_memory(model, config, dims, profile, r, tables) for r in ranks)
     peak = max(s.total_bytes for s in stages)
     return MemoryResult(stages=stages, capacity_bytes=hardware.hbm_capacity_bytes,
                         verdict=memory_verdict(peak, hardware.hbm_capacity_bytes))

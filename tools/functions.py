@@ -10,18 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from projection.device_profile import DeviceProfile, default_profile, load_profile
-from projection.engine import Projection, project as project_layout
+from projection.engine import Projection
+from projection.engine import project as project_layout
 from projection.errors import IllegalLayoutError
-from projection.hardware import HardwareSpec, list_hardware as catalog_hardware, load_hardware
+from projection.hardware import HardwareSpec, load_hardware
+from projection.hardware import list_hardware as catalog_hardware
 from projection.layout import parallel_dims
-from projection.legality import layout_violations, legal_axes as engine_legal_axes
+from projection.legality import layout_violations
+from projection.legality import legal_axes as engine_legal_axes
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.params import active_params, total_params
 from projection.summary import config_dict, memory_dict, projection_dict
 from projection.training_config import Cluster, TrainingConfig
 from tools import schemas as s
-from tools.launch_config import LaunchConfig, export_launch_config as export_layout
+from tools.launch_config import LaunchConfig
+from tools.launch_config import export_launch_config as export_layout
 from tools.search import SearchRequest, SearchResult, run_search
 
 

@@ -10,7 +10,7 @@ parses the three formats back to sweep-format config keys.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -46,7 +46,7 @@ class LaunchConfig(BaseModel):
     filename: str = Field(description="Suggested file name.")
 
 
-@lru_cache(maxsize=None)
+@cache
 def known_options(framework: str) -> frozenset[str]:
     """The option names listed for a framework in ``tools/launch_options`` (torchtitan: 'section.key')."""
     if framework == "torchtitan":
@@ -97,7 +97,8 @@ def _megatron_options(model: ModelSpec, config: TrainingConfig, warnings: list[s
         opts["--recompute-method"] = "uniform" if c.recompute_num_layers is None else "block"
         opts["--recompute-num-layers"] = 1 if c.recompute_num_layers is None else c.recompute_num_layers
         if c.vpp > 1 and c.recompute_num_layers is not None:
-            warnings.append("Megatron applies --recompute-num-layers to each virtual chunk, the projection to the stage")
+            warnings.append("Megatron applies --recompute-num-layers to each virtual chunk; the projection applies "
+                            "it to the whole stage")
     if c.sequence_parallel and c.tp > 1:
         opts["--sequence-parallel"] = True
     if c.zero in (1, 2):
@@ -152,13 +153,14 @@ def _torchtitan_options(model: ModelSpec, cluster: Cluster, config: TrainingConf
         if c.precision == "fp8-blockwise":
             warnings.append("torchtitan has no 1x128 blockwise float8 recipe; rowwise scaling is the closest")
     elif c.precision in ("fp16", "nvfp4"):
+        # training.mixed_precision_param takes "bfloat16" or "float32" only
         warnings.append(f"precision {c.precision} is not exported for torchtitan; bf16 mixed precision written")
     # local_batch_size is per DP rank: with PP it is split into pipeline micro-batches, without PP it is the
     # micro-batch and torchtitan accumulates gradients up to global_batch_size.
     opts["training.local_batch_size"] = c.gbs // dp if c.pp > 1 else c.mbs
     opts["training.global_batch_size"] = c.gbs
     opts["training.seq_len"] = c.seq_len
-    opts["training.mixed_precision_param"] = "float16" if c.precision == "fp16" else "bfloat16"
+    opts["training.mixed_precision_param"] = "bfloat16"
     shard, replicate, reshard = _torchtitan_dp(c, dp, warnings)
     opts["parallelism.data_parallel_shard_degree"] = shard
     opts["parallelism.data_parallel_replicate_degree"] = replicate

@@ -179,7 +179,7 @@ def _torchtitan_precision(data: dict[str, Any]) -> str:
         return "fp8"
     if any(c in converters for c in ("quantize.linear.mx", "mx")):
         return "mxfp8"
-    return "fp16" if data.get("training", {}).get("mixed_precision_param") == "float16" else "bf16"
+    return "bf16"
 
 
 def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[str, Any]:

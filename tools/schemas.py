@@ -1,4 +1,4 @@
-"""Pydantic input and output models of the LLM-callable tools (one pair per tool; the search models live in tools.search).
+"""Pydantic input and output models of the LLM-callable tools (search's live in tools.search).
 
 Field descriptions are what an LLM reads in the tool schema, so they say units, allowed
 values and defaults.  Layouts are :class:`projection.training_config.TrainingConfig` (the sweep-format keys), so

@@ -37,7 +37,8 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | dict[str, Any] = Field(description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config fields.")
+    model: str | dict[str, Any] = Field(
+        description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config.json fields.")
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
@@ -186,8 +187,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     if request.candidates is not None:
         legal, rejected = _explicit(request, job)
         configs = [c for c in legal if _within(constraints, c)]
-        rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True), "reasons": ["outside the constraints"]}
-                     for c in legal if not _within(constraints, c)]
+        rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True),
+                      "reasons": ["outside the constraints"]} for c in legal if not _within(constraints, c)]
         groups = [[i] for i in range(len(configs))]
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
@@ -253,7 +254,7 @@ def _within(constraints: Constraints, config: TrainingConfig) -> bool:
 
 def what_if(request: SearchRequest, **changes: Any) -> SearchResult:
     """Re-run a search with some request fields changed (e.g. ``num_gpus=8`` or ``gpu='mi300x'``)."""
-    return run_search(request.model_copy(update=changes))
+    return run_search(SearchRequest.model_validate(request.model_dump() | changes))
 
 
 def what_if_gpus(request: SearchRequest, num_gpus: int) -> SearchResult:

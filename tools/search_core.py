@@ -8,9 +8,10 @@ form a *group*.  Two engine facts make pruning safe:
   with FSDP (ZeRO 3): there the engine hides parameter gathers under the whole step, so
   more compute can hide more communication (up to ~4% faster seen), and those groups are
   never pruned;
-- recompute does not change weights, gradients, optimizer states or FP8 copies, so those
-  plus the profile's fixed memory overhead bound the group's headroom from above (and when
-  they alone do not fit, no variant fits).
+- recompute, micro-batch size and schedule do not change weights, gradients, optimizer
+  states or FP8 copies, so those plus the profile's fixed memory overhead bound the group's
+  headroom from above; when they alone do not fit, no layout with the same sharding (tp, pp,
+  vpp, cp, ep, etp, dp, zero, precision) fits, whatever its mbs, schedule or recompute.
 Phase 1 screens each group from the least recompute up and projects the first variant that
 fits.  Phase 2 visits the remaining variants: one whose throughput bound is below the k-th
 best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
@@ -133,6 +134,13 @@ class Evaluator:
         self.min_headroom, self.keep = min_headroom, keep_projections
         self.capacity = job.hardware.hbm_capacity_bytes
         self.fixed_overhead = job.profile.memory_overhead_gib * GIB
+        self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
+
+    @staticmethod
+    def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
+        """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
+        return (config.tp, config.pp, config.vpp, config.cp, config.ep, config.etp, config.dp, config.zero,
+                config.fsdp_size, config.precision)
 
     def memory(self, index: int) -> MemoryResult:
         config = self.configs[index]
@@ -167,6 +175,11 @@ class Evaluator:
         tally = Tally()
         for g in group_ids:
             members = self.groups[g]
+            key = self.sharding_key(self.configs[members[0]])
+            if key in self.static_misfits:
+                tally.screened_out += len(members)
+                tally.visited += len(members)
+                continue
             for position, index in enumerate(members):
                 memory = self.memory(index)
                 tally.visited += 1
@@ -176,7 +189,8 @@ class Evaluator:
                     break
                 self._screened_out(tally, memory, index)
                 bound = self.static_headroom(memory)
-                if bound < 0.0 or bound < self.min_headroom:   # nothing in the group can fit
+                if bound < 0.0 or bound < self.min_headroom:   # nothing with this sharding can fit
+                    self.static_misfits.add(key)
                     rest = len(members) - position - 1
                     tally.screened_out += rest
                     tally.visited += rest
@@ -234,7 +248,9 @@ def default_workers(num_candidates: int) -> int:
 def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int) -> Tally:
     """Run both phases over every group; serial or on ``workers`` forked processes."""
     global _WORKER
-    group_ids = list(range(len(evaluator.groups)))
+    # groups of one sharding go to the same task, so each worker's static-misfit cache covers them
+    group_ids = sorted(range(len(evaluator.groups)),
+                       key=lambda g: repr(evaluator.sharding_key(evaluator.configs[evaluator.groups[g][0]])))
     chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
     total = Tally()
 

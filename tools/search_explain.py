@@ -44,6 +44,19 @@ def _frugal(configs: Iterator[TrainingConfig]) -> list[TrainingConfig]:
     return [c for _, c in best.values()]
 
 
+def roomiest_layout(job: _Job, request: SearchRequest, constraints: Constraints
+                    ) -> tuple[float, TrainingConfig] | None:
+    """(headroom, layout) of the frugal layout with the most free memory, or None when there is no layout."""
+    from tools.search import screen_memory
+
+    best: tuple[float, TrainingConfig] | None = None
+    for config in _frugal(_candidates(job, request, constraints)):
+        headroom = screen_memory(job, config).headroom_fraction
+        if best is None or headroom > best[0]:
+            best = (headroom, config)
+    return best
+
+
 def fitting_layout(job: _Job, request: SearchRequest, constraints: Constraints) -> TrainingConfig | None:
     """A layout that passes the memory screen (the first found among the frugal ones), or None."""
     from tools.search import passes, screen_memory
@@ -106,11 +119,12 @@ def _no_legal_layout(job: _Job, request: SearchRequest) -> str:
             f"({base} legal layouts without them)")
 
 
-def _nothing_fits(job: _Job, request: SearchRequest, roomiest: tuple[float, TrainingConfig] | None) -> str:
+def _nothing_fits(job: _Job, request: SearchRequest) -> str:
     c = request.constraints
     capacity_gib = job.hardware.hbm_capacity_bytes / GIB
     n = job.cluster.num_gpus
     closest = ""
+    roomiest = roomiest_layout(job, request, c)
     if roomiest is not None:
         headroom, config = roomiest
         closest = f"closest: {_layout(job, config)} needs {(1 - headroom) * capacity_gib:.1f} GiB per GPU"
@@ -120,7 +134,8 @@ def _nothing_fits(job: _Job, request: SearchRequest, roomiest: tuple[float, Trai
     parts = [f"no layout of {job.model.name} fits in {capacity_gib:.1f} GiB per {job.hardware.id} on {n} GPUs"]
     needed = smallest_gpu_count(job, request, c)
     if needed is not None:
-        parts.append(f"the smallest layout that fits needs {needed} GPUs; you gave {n}")
+        within = " within the constraints" if any(k != "allow_fp8" for k in c.active()) else ""
+        parts.append(f"the smallest layout that fits{within} needs {needed} GPUs; you gave {n}")
     elif c.active():
         parts.append(f"no GPU count up to {MAX_GPUS} fits within the constraints")
     names = [name for name in c.active() if name != "min_headroom"]
@@ -145,14 +160,15 @@ def explain_empty(request: SearchRequest, job: _Job, *, enumerated: int,
         return _nothing_fits_explicit(job, roomiest)
     if enumerated == 0:
         return _no_legal_layout(job, request)
-    return _nothing_fits(job, request, roomiest)
+    return _nothing_fits(job, request)
 
 
 def _nothing_fits_explicit(job: _Job, roomiest: tuple[float, TrainingConfig]) -> str:
     headroom, config = roomiest
     capacity_gib = job.hardware.hbm_capacity_bytes / GIB
     return (f"none of the given candidates passes the memory screen on {job.cluster.num_gpus} x {job.hardware.id}; "
-            f"the roomiest, {_layout(job, config)}, needs {(1 - headroom) * capacity_gib:.1f} of {capacity_gib:.1f} GiB")
+            f"the roomiest, {_layout(job, config)}, needs {(1 - headroom) * capacity_gib:.1f} "
+            f"of {capacity_gib:.1f} GiB")
 
 
 def _layout(job: _Job, config: TrainingConfig) -> str:

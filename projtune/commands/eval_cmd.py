@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -37,24 +37,21 @@ def _stderr_console() -> Any:
 def eval_command(
     paths: PathsArg,
     as_json: JsonOpt = False,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write report.md and PNG plots here.")] = None,
-    sweep: Annotated[Optional[list[str]], typer.Option("--sweep", help="Sweep name or pattern (repeatable).")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Only sweeps on this hardware id (or family).")] = None,
-    agent: Annotated[bool, typer.Option("--agent", help="Ask the tuner to pick each rankable sweep's best run.")] = False,
-    profile: Annotated[Optional[Path], typer.Option(
+    report: Annotated[Path | None, typer.Option("--report", help="Write report.md and PNG plots here.")] = None,
+    sweep: Annotated[list[str] | None, typer.Option("--sweep", help="Sweep name or pattern (repeatable).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only sweeps on this hardware id (or family).")] = None,
+    agent: Annotated[bool, typer.Option("--agent", help="Ask the tuner to pick each rankable sweep's best.")] = False,
+    profile: Annotated[Path | None, typer.Option(
         "--profile", help="Device profile file for all runs, or a folder of <hardware id|family>.yaml.")] = None,
     fill_unknown: Annotated[bool, typer.Option(
-        "--fill-unknown", help="Fill incomplete runs' missing keys with the best legal values (marked filled).")] = False,
+        "--fill-unknown", help="Fill incomplete runs' missing keys with the best legal values.")] = False,
 ) -> None:
     """Project every measured run and score the projections (APE, ranking, memory, OOM, baselines)."""
     from evals.eval_run import EvalOptions, evaluate
 
     options = EvalOptions(sweeps=tuple(sweep or ()), gpu=gpu, profile=profile, fill_unknown=fill_unknown,
                           agent=agent)
-    if as_json:
-        result = evaluate(paths, options)
-    else:
-        result = _evaluate_with_progress(paths, options)
+    result = evaluate(paths, options) if as_json else _evaluate_with_progress(paths, options)
     if report is not None:
         from evals.report import write_report
 
@@ -124,16 +121,36 @@ def _print_eval(result: EvalResult) -> None:
         groups.add_row(name, str(g["runs"]), _pct(g["mape"]), _pct(g["bias"], signed=True))
     console.print(groups)
     ranked = Table(title="Rankable sweeps")
-    for col in ("sweep", "runs", "MAPE", "tau", "top-1", "regret", "agent regret"):
-        ranked.add_column(col)
+    ranked.add_column("sweep", overflow="fold")
+    for col in ("runs", "MAPE", "tau", "top-1", "regret", "agent"):
+        ranked.add_column(col, justify="right")
     for sw in result.sweeps:
         if sw.rank_metric is not None:
             ranked.add_row(sw.name, f"{sw.runs_scored}/{sw.runs}", _pct(sw.mape), _num(sw.kendall_tau),
-                           _num(sw.top1), _pct(sw.regret), _pct(sw.agent["regret"]) if sw.agent else "-")
+                           "yes" if sw.top1 else "no", _pct(sw.regret), _pct(sw.agent["regret"]) if sw.agent else "-")
     console.print(ranked)
+    _print_skipped(console, result)
     err = _stderr_console()
     for issue in result.load_issues:
         err.print(f"[yellow]load issue[/]: {issue}", highlight=False)
+
+
+def _print_skipped(console: Any, result: EvalResult) -> None:
+    """List runs skipped for a reason other than missing keys; count the incomplete ones."""
+    from rich.table import Table
+
+    incomplete = [r for r in result.runs if r.skipped and r.skipped.startswith("incomplete: missing")]
+    other = [r for r in result.runs if r.skipped and r not in incomplete]
+    if other:
+        table = Table(title="Skipped runs")
+        table.add_column("sweep", overflow="fold")
+        table.add_column("run", justify="right")
+        table.add_column("reason", overflow="fold")
+        for run in other:
+            table.add_row(run.sweep, str(run.index), run.skipped)
+        console.print(table)
+    if incomplete:
+        console.print(f"{len(incomplete)} incomplete runs skipped (missing keys; --fill-unknown fills them)")
 
 
 # ---- calibrate ----------------------------------------------------------------------------------
@@ -141,13 +158,13 @@ def _print_eval(result: EvalResult) -> None:
 @user_errors
 def calibrate_command(
     paths: PathsArg,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Fit on this hardware id's runs.")] = None,
-    family: Annotated[Optional[str], typer.Option("--family", help="Fit on a whole family's runs.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Profile file to write (default: stdout).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Fit on this hardware id's runs.")] = None,
+    family: Annotated[str | None, typer.Option("--family", help="Fit on a whole family's runs.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Profile file to write (default: stdout).")] = None,
     cross_validate: Annotated[bool, typer.Option(
         "--cross-validate", help="Leave-one-source-out error (each file is a source).")] = False,
     fit_all: Annotated[bool, typer.Option("--all", help="Fit every family with enough runs.")] = False,
-    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit a device profile's free parameters to measured runs (or cross-validate the fit)."""
@@ -223,11 +240,12 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="Leave-one-source-out cross-validation (MAPE on held-out runs)")
-    for col in ("source", "runs", "families", "shipped profile", "fitted on the rest"):
-        table.add_column(col)
+    table = Table(title="Leave-one-source-out MAPE on held-out runs")
+    table.add_column("source (file)", no_wrap=True)
+    for col in ("runs", "families", "shipped", "fit on rest"):
+        table.add_column(col, justify="left" if col == "families" else "right")
     for row in cv["sources"]:
-        table.add_row(Path(row.source).name, str(row.runs), ", ".join(row.families), _pct(row.mape_default),
+        table.add_row(Path(row.source).stem, str(row.runs), ",".join(row.families), _pct(row.mape_default),
                       _pct(row.mape_cv))
     o = cv["overall"]
     table.add_row("overall", str(o["runs"]), "", _pct(o["mape_default"]), _pct(o["mape_cv"]), style="bold")
@@ -240,11 +258,11 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
 @user_errors
 def import_command(
     logs: Annotated[list[Path], typer.Argument(help="Megatron-LM / Primus or torchtitan log files, one run each.")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Catalog model id (overrides the logs).")] = None,
-    gpu: Annotated[Optional[str], typer.Option("--gpu", help="Hardware id (needed if the logs name none).")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="GPU count (if the logs do not show it).")] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Sweep name.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Sweep file to write (default: stdout).")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Catalog model id (overrides the logs).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Hardware id (needed if the logs name none).")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="GPU count (if the logs do not show it).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Sweep name.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Sweep file to write (default: stdout).")] = None,
 ) -> None:
     """Turn training logs into one sweep of a sweep file (one run per log)."""
     from evals.log_import import LogImportError, import_logs, render_yaml

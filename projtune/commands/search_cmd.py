@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,7 @@ GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Hardware id, e.g. h100
 GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in the job.")]
 NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-IntOpt = Optional[int]
+IntOpt = int | None
 
 
 @user_errors
@@ -25,12 +25,12 @@ def search_command(
     gbs: Annotated[int, typer.Option(help="Global batch size (sequences).")],
     seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")],
     gpus_per_node: NodeOpt = 8,
-    constraint: Annotated[Optional[list[str]], typer.Option(
+    constraint: Annotated[list[str] | None, typer.Option(
         "--constraint", "-C", help="Axis rule, repeatable: 'tp<=8', 'precision=bf16', 'pp in 1,2,4', "
                                    "'headroom>=10%', 'fp8=false'.")] = None,
     top: Annotated[int, typer.Option("--top", "-k", help="How many layouts to show.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Also show the throughput/headroom Pareto front.")] = False,
-    profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Device profile file.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU."""
@@ -57,9 +57,15 @@ def _run_with_progress(run: Any, request: Any, *, show: bool) -> Any:
     if not show or not console.is_terminal:
         return run(request)
     columns = (TextColumn("searching layouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as bar:
+    # auto_refresh off: no refresh thread, so the search may still fork its worker processes
+    with Progress(*columns, console=console, transient=True, auto_refresh=False) as bar:
         task = bar.add_task("search", total=None)
-        return run(request, progress=lambda done, total: bar.update(task, completed=done, total=total))
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+            bar.refresh()
+
+        return run(request, progress=update)
 
 
 def _candidate_table(title: str, rows: list[Any]) -> Any:
@@ -101,18 +107,18 @@ def _print_search(result: Any, pareto: bool) -> None:
 def export_command(
     model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
     framework: Annotated[str, typer.Option(help="megatron | primus | torchtitan")] = "megatron",
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
     gpus_per_node: NodeOpt = 8,
     tp: IntOpt = None, pp: IntOpt = None, vpp: IntOpt = None, cp: IntOpt = None, ep: IntOpt = None,
     etp: IntOpt = None, mbs: IntOpt = None, gbs: IntOpt = None, seq_len: IntOpt = None,
-    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
-    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    precision: Annotated[str | None, typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none|selective|full")] = None,
     recompute_num_layers: IntOpt = None,
-    recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list.")] = None,
+    recompute_modules: Annotated[str | None, typer.Option(help="Selective: comma list.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
     zero: IntOpt = None, fsdp_size: IntOpt = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
-    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="alltoall|allgather|deepep")] = None,
+    schedule: Annotated[str | None, typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
+    dispatcher: Annotated[str | None, typer.Option("--dispatcher", help="alltoall|allgather|deepep")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write one layout as Megatron-LM arguments, a Primus YAML overlay or a torchtitan TOML section."""

@@ -70,10 +70,10 @@ def small() -> dict[str, Any]:
 
 
 def test_contract_keys_present(small: dict[str, Any]) -> None:
-    assert SUMMARY_KEYS <= small["summary"].keys()
+    assert small["summary"].keys() >= SUMMARY_KEYS
     assert {"summary", "by_gpu", "sweeps", "runs", "by_family", "load_issues"} <= small.keys()
-    assert all(SWEEP_KEYS <= s.keys() for s in small["sweeps"])
-    assert all(RUN_KEYS <= r.keys() for r in small["runs"])
+    assert all(s.keys() >= SWEEP_KEYS for s in small["sweeps"])
+    assert all(r.keys() >= RUN_KEYS for r in small["runs"])
     assert {"runs", "mape", "bias"} <= small["by_gpu"]["a100-80gb"].keys()
     assert small["by_family"]["ampere"]["runs"] == small["by_gpu"]["a100-80gb"]["runs"]
 
@@ -144,7 +144,7 @@ def test_table_output_and_agent(tmp_path: Path) -> None:
     assert "Eval summary" in result.stdout and "mixed-llama3-8b-8xh100" in result.stdout
     data = _eval(str(tmp_path), "--agent")
     agent = data["sweeps"][0]["agent"]
-    assert AGENT_KEYS <= agent.keys() and agent["best_measured"] == 9000
+    assert agent.keys() >= AGENT_KEYS and agent["best_measured"] == 9000
     assert data["summary"]["agent"]["sweeps"] == 1
 
 

@@ -1,0 +1,167 @@
+"""Chat turns: a new request, a follow-up that changes the last one, or a question about its answer.
+
+Handled follow-ups: "what if I only have 32?", "use fp8", "no fp8", "seq 16k", "on mi300x", "gbs
+512" (re-tune with the change); "why not TP 8?" (the best layout under that pin, from the search,
+explained against the winner by the ``explain`` tool); "show memory of #2" (``check_memory``);
+"export it for torchtitan" / "export #2 for primus" (``export_launch_config``); "compare #1 and
+#3"; "top" (the ranked list again).  Anything else is read as a request (or a follow-up of the
+last one); what cannot be read gets a question back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from agent import names
+from agent.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
+from agent.policies import Policy
+from agent.policies.offline import run_request_search
+from agent.replies import memory_text, report_text
+from agent.report import TuneReport
+from agent.request import Clarification, TuneRequest, answer_clarification
+from agent.run import tune
+from agent.state import RunOptions
+from agent.toolbox import Toolbox
+
+HELP = ("Ask for a layout ('tune llama3 8b on 8 h100'), then follow up: 'what if I only have 4?', 'use fp8', "
+        "'seq 16k', 'why not TP 8?', 'show memory of #2', 'export it for torchtitan', 'compare #1 and #2'. "
+        "'exit' ends the session; --session NAME resumes it later.")
+_FRAMEWORKS = {"megatron": "megatron", "primus": "primus", "torchtitan": "torchtitan", "titan": "torchtitan"}
+
+
+@dataclass(slots=True)
+class Turn:
+    """What a chat turn produced: the reply and the session fields it changes."""
+
+    reply: str
+    request: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
+    pending: dict[str, Any] | None = None
+    """The question left open (None: nothing pending after this turn)."""
+
+
+def _pick(report: TuneReport, text: str) -> tuple[int, Any] | None:
+    m = re.search(r"#\s*(\d+)|\bnumber\s+(\d+)|\b(\d+)(?:st|nd|rd|th)\b", text)
+    index = int(next(g for g in m.groups() if g)) if m else 1
+    if 1 <= index <= len(report.top5):
+        return index, report.top5[index - 1]
+    return None
+
+
+def _bare_count(text: str, request: dict[str, Any]) -> str:
+    """'what if I only have 32?' -> the same text with '32 gpus' (so the parser reads a GPU count)."""
+    m = re.search(r"\b(?:have|only|with|use|using|on|to|try|get)\s+(\d+(?:\.\d+)?)\s*([kK])?\s*(gpus?|nodes?)?\s*\??\s*$",
+                  text, re.I)
+    if not m or re.search(r"\b(seq|gbs|batch|tp|pp|ep|cp|mbs)\b", text, re.I):
+        return text
+    count = int(round(float(m.group(1)) * (1024 if m.group(2) else 1)))
+    if m.group(3) and m.group(3).lower().startswith("node"):
+        count *= int(request.get("gpus_per_node", 8))
+    return f"{text[:m.start(1)]} {count} gpus"
+
+
+def _is_new_request(text: str) -> bool:
+    """A line naming a model (and a GPU or count) starts over instead of changing the last request."""
+    return names.find_model(text).kind != "missing" and (
+        names.find_gpu(text).kind == "found" or re.search(r"\d+\s*gpus?", text, re.I) is not None)
+
+
+class ChatTurns:
+    """Answers chat lines against the session's last request and report."""
+
+    def __init__(self, policy: Policy, options: RunOptions, budget: dict[str, float] | None = None) -> None:
+        self.policy, self.options, self.budget = policy, options, budget
+
+    def respond(self, line: str, request: dict[str, Any] | None, report: dict[str, Any] | None,
+                pending: dict[str, Any] | None) -> Turn:
+        """One turn (see the module docstring)."""
+        text = line.strip()
+        last = TuneReport.model_validate(report) if report else None
+        if not text or text.lower() in ("help", "?", "h"):
+            return Turn(HELP)
+        if pending:
+            answer = answer_clarification(Clarification.model_validate(pending), text)
+            return self._run(answer, last)
+        lowered = text.lower()
+        if last is not None and last.best is not None:
+            if re.match(r"^\s*why\s+(not|isn'?t|no|don'?t)\b", lowered):
+                return Turn(self._why_not(text, last))
+            if "memory" in lowered and re.search(r"\b(show|what|print|how much|memory of|memory for)\b", lowered):
+                return Turn(self._memory(text, last))
+            if re.search(r"\bexport\b|\blaunch config\b", lowered):
+                return Turn(self._export(text, last))
+            if re.search(r"\b(compare|explain)\b", lowered) and len(re.findall(r"#\s*\d+", text)) >= 2:
+                return Turn(self._compare(text, last))
+            if re.fullmatch(r"(show\s+)?(the\s+)?(top|list|ranking|results?)(\s+\d+)?", lowered):
+                return Turn(report_text(last))
+        if request and not _is_new_request(text):
+            changed = self.policy.parse(_bare_count(text, request), TuneRequest.model_validate(request))
+            if isinstance(changed, TuneRequest) and changed.model_dump(exclude={"notes", "assumed"}) == \
+                    TuneRequest.model_validate(request).model_dump(exclude={"notes", "assumed"}):
+                return Turn("I did not catch a change to the request. " + HELP)
+            return self._run(changed, last)
+        return self._run(self.policy.parse(text), last)
+
+    def _run(self, parsed: TuneRequest | Clarification, last: TuneReport | None) -> Turn:
+        if isinstance(parsed, Clarification):
+            return Turn(parsed.question, pending=parsed.model_dump())
+        outcome = tune(request=parsed, policy=self.policy, budget=self.budget, options=self.options)
+        report = outcome.report
+        if report.status == "clarification":
+            return Turn(report.message or "Could you say more?", pending=report.clarification)
+        return Turn(report_text(report, previous=last), request=parsed.model_dump(),
+                    report=report.model_dump(mode="json"))
+
+    def _why_not(self, text: str, last: TuneReport) -> str:
+        assert last.best is not None and last.request is not None
+        rest = re.sub(r"^\s*why\s+(not|isn'?t|no|don'?t)\s+(use\s+|it\s+|we\s+use\s+)?", "", text, flags=re.I)
+        rules = extract_constraints(rest).rules
+        if not rules and "fp8" in rest.lower():
+            rules = [f"precision in {FP8_PRECISIONS}"]
+        if not rules and "fsdp" in rest.lower():
+            rules = ["zero=3"]
+        if not rules:
+            return f"Which alternative? e.g. 'why not TP 8?', 'why not fp8?', 'why not pp 2?' (read nothing in '{rest}')"
+        request = {**last.request, "constraints": merge_constraints(last.request.get("constraints", []), rules)}
+        summary, error = run_request_search(request, 1)
+        if summary is None or not summary["ranked"]:
+            why = error or (summary or {}).get("message") or "nothing fits"
+            return f"With {', '.join(rules)}: no layout works. {why}"
+        alt = summary["ranked"][0]
+        if alt["config"] == last.best.config:
+            return f"The best layout already satisfies {', '.join(rules)}: {last.best.layout}."
+        out = Toolbox.for_request(last.request).explain(last.best.config, alt["config"])
+        slower = 1 - alt["tokens_per_sec_per_gpu"] / last.best.tokens_per_sec_per_gpu
+        head = (f"The best layout with {', '.join(rules)} is {alt['layout']} at {alt['tokens_per_sec_per_gpu']:,.0f} "
+                f"tok/s/GPU, {slower:.1%} slower than {last.best.layout}.")
+        return head + (" " + out["result"]["summary"] if out.get("ok") else "")
+
+    def _memory(self, text: str, last: TuneReport) -> str:
+        picked = _pick(last, text)
+        if picked is None:
+            return f"There are {len(last.top5)} ranked layouts; say e.g. 'show memory of #2'."
+        index, row = picked
+        out = Toolbox.for_request(last.request or {}).on_layout("check_memory", row.config)
+        return memory_text(f"#{index}", out["result"]) if out.get("ok") else f"error: {out['error']['message']}"
+
+    def _export(self, text: str, last: TuneReport) -> str:
+        framework = next((f for w, f in _FRAMEWORKS.items() if w in text.lower()), "megatron")
+        picked = _pick(last, text)
+        if picked is None:
+            return f"There are {len(last.top5)} ranked layouts; say e.g. 'export #2 for primus'."
+        index, row = picked
+        out = Toolbox.for_request(last.request or {}).on_layout("export_launch_config", row.config, framework=framework)
+        if not out.get("ok"):
+            return f"error: {out['error']['message']}"
+        warnings = "".join(f"\nwarning: {w}" for w in out["result"].get("warnings", []))
+        return f"#{index} for {framework} ({out['result'].get('filename', '')}):\n{out['result']['text']}{warnings}"
+
+    def _compare(self, text: str, last: TuneReport) -> str:
+        picks = [int(n) for n in re.findall(r"#\s*(\d+)", text)][:2]
+        if any(not 1 <= n <= len(last.top5) for n in picks):
+            return f"There are {len(last.top5)} ranked layouts."
+        a, b = (last.top5[n - 1] for n in picks)
+        out = Toolbox.for_request(last.request or {}).explain(a.config, b.config)
+        return out["result"]["summary"] if out.get("ok") else f"error: {out['error']['message']}"

@@ -1,0 +1,232 @@
+"""The graph's nodes, one function per node: ``(state, runtime) -> partial state``.
+
+parse -> seed -> propose -> evaluate -> rank -> reflect -> (propose | report); report lives in
+:mod:`agent.report`.  Nodes that need the policy get it bound by :func:`agent.graph.build_graph`;
+run options (launch framework, benchmark permission, progress reporter) arrive as the runtime
+context (:class:`RunOptions`), and :func:`agent.progress.emit` reaches the reporter.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from langgraph.runtime import Runtime
+from pydantic import ValidationError
+
+from agent.policies import Policy
+from agent.progress import emit
+from agent.request import Clarification, TuneRequest
+from agent.seeds import seed_proposals
+from agent.space import Job
+from agent.state import DEFAULT_BUDGET, RunOptions, State
+from agent.toolbox import Toolbox
+from projection.errors import ProjtuneError
+
+NO_GAIN = 1e-3          # a round gains when the best improves by more than 0.1%
+_SCORE_KEYS = ("layout", "tokens_per_sec_per_gpu", "mfu", "iteration_time_s", "peak_memory_gib",
+               "headroom_fraction", "verdict", "bottleneck", "breakdown_s")
+
+
+def options_of(runtime: Runtime[RunOptions] | None) -> RunOptions:
+    """The run options of this invocation (defaults when none were passed)."""
+    context = getattr(runtime, "context", None)
+    return context if isinstance(context, RunOptions) else RunOptions()
+
+
+def _spend(state: State, **spent: float) -> dict[str, float]:
+    usage = dict(state.get("usage") or {})
+    for name, amount in spent.items():
+        usage[name] = usage.get(name, 0) + amount
+    return usage
+
+
+def _status(policy: Policy) -> dict[str, Any]:
+    status = getattr(policy, "status", None)
+    return status() if callable(status) else {}
+
+
+def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
+    """Read the request (typed dict, or text through the policy); a question back when it cannot."""
+    result: TuneRequest | Clarification
+    if state.get("request"):
+        try:
+            result = TuneRequest.model_validate(state["request"])
+        except ValidationError as err:
+            result = Clarification(question=f"invalid request: {err.errors()[0]['msg']}")
+    else:
+        result = policy.parse(state.get("text", ""))
+    status = _status(policy)
+    start: dict[str, Any] = {"budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})}, "round": 0, "pending": [],
+                             "usage": {"proposals": 0, "tool_calls": 0, "benchmark_minutes": 0.0}, "ranking": [],
+                             "best_history": [], "search": None, "stop_reason": None, "policy_done": False,
+                             "degraded": bool(status.get("degraded_reason")),
+                             "degraded_reason": status.get("degraded_reason"), "report": None}
+    if isinstance(result, Clarification):
+        return {**start, "clarification": result.model_dump()}
+    try:
+        Job(result)
+    except ProjtuneError as err:
+        return {**start, "clarification": Clarification(question=str(err), partial=result.model_dump()).model_dump()}
+    return {**start, "clarification": None, "request": result.model_dump(), "notes": list(result.notes)}
+
+
+def seed(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
+    """Queue the deterministic seed trials: recipe baseline plus single-axis moves."""
+    job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+    seeds = [{**s, "round": 0} for s in seed_proposals(job, tools)]
+    emit("seed", count=len(seeds))
+    return {"pending": seeds, "usage": _spend(state, tool_calls=tools.calls)}
+
+
+def propose(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
+    """Ask the policy for the next round of proposals (within the proposal budget)."""
+    number = state.get("round", 0) + 1
+    emit("round", round=number)
+    proposals = policy.propose({**state, "round": number})
+    status = _status(policy)
+    pending = list(state.get("pending") or [])
+    room = int(state["budget"]["max_proposals"] - state["usage"].get("proposals", 0)) - len(pending)
+    notes = list(status.get("notes") or [])
+    if len(proposals) > max(room, 0):
+        notes.append(f"proposal budget: kept {max(room, 0)} of {len(proposals)} proposals in round {number}")
+        proposals = proposals[:max(room, 0)]
+    update: dict[str, Any] = {
+        "round": number, "pending": pending + [{**p, "round": number} for p in proposals],
+        "usage": _spend(state, tool_calls=status.get("tool_calls", 0)), "policy_done": not proposals,
+        "notes": notes,
+    }
+    if "search" in status:
+        update["search"] = status["search"]
+    if status.get("degraded_reason") and not state.get("degraded"):
+        update["degraded"], update["degraded_reason"] = True, status["degraded_reason"]
+    return update
+
+
+def _trial(tid: int, proposal: dict[str, Any], status: str, **fields: Any) -> dict[str, Any]:
+    return {"id": tid, "round": proposal.get("round", 0), "source": proposal.get("source", "?"),
+            "reason": proposal.get("reason", ""), "search_rank": proposal.get("search_rank"),
+            "baseline": bool(proposal.get("baseline")), "status": status, "config": proposal.get("config"),
+            "key": None, "violations": [], **fields}
+
+
+def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
+    """Validate every pending proposal, screen its memory, project what fits (search results come scored)."""
+    job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+    seen = {t["key"] for t in state.get("trials", []) if t.get("key")}
+    next_id = len(state.get("trials", []))
+    left = state["budget"]["max_tool_calls"] - state["usage"].get("tool_calls", 0)
+    trials, notes, duplicates = [], [], 0
+    for proposal in state.get("pending") or []:
+        checked = job.check(proposal.get("config") or {})
+        if checked.config is None:
+            trials.append(_trial(next_id + len(trials), proposal, "invalid", violations=checked.reasons))
+            continue
+        key = job.key(checked.config)
+        if key in seen:
+            duplicates += 1
+            continue
+        seen.add(key)
+        trial = _trial(next_id + len(trials), proposal, checked.status, config=job.plain(checked.config), key=key,
+                       violations=checked.reasons, in_space=job.in_space(checked.config))
+        if checked.status == "ok":
+            if proposal.get("source") == "search" and proposal.get("scores"):
+                trial.update(status="scored", scored_by="search", **proposal["scores"])
+            elif tools.calls + 2 > left:
+                trial["status"] = "skipped"
+                notes.append("tool-call budget spent: some proposals were not evaluated")
+            else:
+                trial.update(_score(job, tools, trial["config"]))
+        trials.append(trial)
+        emit("trial", status=trial["status"], layout=trial.get("layout"),
+             tokens_per_sec_per_gpu=trial.get("tokens_per_sec_per_gpu"))
+    if duplicates:
+        notes.append(f"round {state.get('round', 0)}: {duplicates} proposals repeated earlier trials and were skipped")
+    update: dict[str, Any] = {"trials": trials, "pending": [], "notes": sorted(set(notes), key=notes.index)}
+    bench = _benchmark(state, runtime, tools, [*state.get("trials", []), *trials])
+    update["notes"] += bench.pop("notes", [])
+    update.update(bench)
+    update["usage"] = _spend(state, tool_calls=tools.calls, benchmark_minutes=update.pop("_minutes", 0.0),
+                             proposals=len(state.get("pending") or []))
+    return update
+
+
+def _score(job: Job, tools: Toolbox, config: dict[str, Any]) -> dict[str, Any]:
+    """Memory screen, then projection; the trial fields that result."""
+    memory = tools.on_layout("check_memory", config)
+    if not memory.get("ok"):
+        return {"status": "error", "violations": [memory["error"]["message"]]}
+    m = memory["result"]
+    if m["verdict"] == "out of memory" or m["headroom_fraction"] < job.constraints.min_headroom:
+        return {"status": "screened_out", "verdict": m["verdict"], "peak_memory_gib": m["peak_gib"],
+                "headroom_fraction": m["headroom_fraction"], "layout": m.get("layout", "")}
+    projected = tools.on_layout("project", config)
+    if not projected.get("ok"):
+        return {"status": "error", "violations": [projected["error"]["message"]]}
+    p = projected["result"]
+    return {"status": "scored", "scored_by": "project", "layout": p["layout"],
+            "tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
+            "iteration_time_s": p["iteration_time_s"], "peak_memory_gib": p["memory"]["peak_gib"],
+            "headroom_fraction": p["memory"]["headroom_fraction"], "verdict": p["memory"]["verdict"],
+            "bottleneck": p["bottleneck"], "breakdown_s": p["breakdown_s"]}
+
+
+def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trials: list[dict[str, Any]]
+               ) -> dict[str, Any]:
+    """Measure the top few scored layouts with run_benchmark, when allowed and a GPU answers."""
+    options = options_of(runtime)
+    spent = state["usage"].get("benchmark_minutes", 0.0)
+    if not options.allow_benchmark or spent >= state["budget"]["max_benchmark_minutes"]:
+        return {}
+    done = {b["trial"] for b in state.get("benchmarks", [])}
+    if any(b.get("available") is False for b in state.get("benchmarks", [])):
+        return {}
+    top = [t for t in sorted(fitting(trials), key=rank_key) if t["id"] not in done][:options.benchmark_top]
+    results, start = [], time.perf_counter()
+    for t in top:
+        out = tools.on_layout("run_benchmark", t["config"])
+        body = out.get("result") or {"available": False, "message": out.get("error", {}).get("message", "")}
+        results.append({"trial": t["id"], **body})
+        if not body.get("available"):
+            break
+    notes = [f"benchmark: {r['message']}" for r in results if not r.get("available")]
+    return {"benchmarks": results, "notes": notes, "_minutes": (time.perf_counter() - start) / 60}
+
+
+def fitting(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trials the tools scored (projected, memory passed)."""
+    return [t for t in trials if t.get("status") == "scored"]
+
+
+def rank_key(trial: dict[str, Any]) -> tuple[float, float, float, int]:
+    """Best first: throughput, then memory headroom, then the search's own order, then trial order."""
+    rank = trial.get("search_rank")
+    return (-trial["tokens_per_sec_per_gpu"], -trial["headroom_fraction"],
+            rank if rank is not None else math.inf, trial["id"])
+
+
+def rank(state: State) -> dict[str, Any]:
+    """Order the scored trials; record the best throughput of this round."""
+    ordered = sorted(fitting(state.get("trials", [])), key=rank_key)
+    best = ordered[0]["tokens_per_sec_per_gpu"] if ordered else 0.0
+    return {"ranking": [t["id"] for t in ordered], "best_history": [*state.get("best_history", []), best]}
+
+
+def reflect(state: State) -> dict[str, Any]:
+    """Decide whether another round is worth it: budgets, the policy's word, and the gain of this round."""
+    budget, usage, number = state["budget"], state["usage"], state.get("round", 0)
+    history = state.get("best_history", [])
+    reason = None
+    if state.get("policy_done"):
+        reason = "the policy has nothing new to propose"
+    elif number >= budget["max_rounds"]:
+        reason = f"round budget spent ({number} of {int(budget['max_rounds'])})"
+    elif usage.get("proposals", 0) >= budget["max_proposals"]:
+        reason = "proposal budget spent"
+    elif usage.get("tool_calls", 0) >= budget["max_tool_calls"]:
+        reason = "tool-call budget spent"
+    elif number >= 2 and len(history) >= 2 and history[-1] <= history[-2] * (1 + NO_GAIN):
+        reason = f"round {number} brought no gain (best {history[-1]:,.0f} tokens/s/GPU)"
+    emit("reflect", round=number, stop=reason)
+    return {"stop_reason": reason}

@@ -1,0 +1,148 @@
+"""The final answer: :class:`TuneReport`, and the report node that builds it from scored trials only.
+
+Best and top-k come from the trials the tools scored (``status == "scored"``), ranked by
+:func:`agent.nodes.rank_key`; the policy's text (the LLM's, when healthy) is attached as the
+explanation and never decides the layout.  "Why the winner wins" quotes the ``explain`` tool
+(best vs #2, best vs the recipe baseline); the launch config comes from
+``export_launch_config``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langgraph.runtime import Runtime
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.nodes import fitting, options_of, rank_key
+from agent.policies import Policy
+from agent.state import RunOptions, State
+from agent.toolbox import Toolbox
+
+REPORT_SCHEMA_VERSION = 1
+
+
+class RankedLayout(BaseModel):
+    """One scored layout of the report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    layout: str
+    config: dict[str, Any]
+    tokens_per_sec_per_gpu: float
+    mfu: float
+    iteration_time_s: float | None = None
+    peak_memory_gib: float
+    headroom_fraction: float
+    verdict: str
+    bottleneck: str
+    source: str = Field(description="Who proposed it: search, seed, offline or llm.")
+    scored_by: str = Field(description="The tool that scored it: search or project.")
+    reason: str = ""
+    trial: int = Field(description="Trial id in the history.")
+
+
+class TuneReport(BaseModel):
+    """What `projtune tune` answers (one JSON object with --json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = REPORT_SCHEMA_VERSION
+    status: Literal["ok", "no_fit", "clarification"]
+    request: dict[str, Any] | None = None
+    assumptions: list[str] = Field(default_factory=list, description="Defaults assumed and how names were read.")
+    best: RankedLayout | None = None
+    top5: list[RankedLayout] = Field(default_factory=list, description="The ranked top layouts (top_k of them).")
+    why: list[str] = Field(default_factory=list, description="Why the winner wins, from the explain tool.")
+    why_terms: list[dict[str, Any]] = Field(default_factory=list, description="Largest step-time gaps vs #2.")
+    launch_config: dict[str, Any] | None = Field(default=None, description="export_launch_config of the best.")
+    explanation: str = Field(default="", description="The policy's explanation (the LLM's text when healthy).")
+    policy: str = "offline"
+    degraded: bool = False
+    degraded_reason: str | None = None
+    trials: int = Field(default=0, description="Trials in the history.")
+    trials_scored: int = 0
+    rounds: int = 0
+    stop_reason: str | None = None
+    search: dict[str, Any] | None = Field(default=None, description="The layout search the policy ran (counts).")
+    message: str | None = Field(default=None, description="Why nothing fits, or the question back.")
+    clarification: dict[str, Any] | None = None
+    benchmarks: list[dict[str, Any]] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def ranked_layout(rank: int, trial: dict[str, Any]) -> RankedLayout:
+    """A scored trial as a report row."""
+    return RankedLayout(
+        rank=rank, layout=trial["layout"], config=trial["config"], tokens_per_sec_per_gpu=trial["tokens_per_sec_per_gpu"],
+        mfu=trial["mfu"], iteration_time_s=trial.get("iteration_time_s"), peak_memory_gib=trial["peak_memory_gib"],
+        headroom_fraction=trial["headroom_fraction"], verdict=trial["verdict"], bottleneck=trial["bottleneck"],
+        source=trial["source"], scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""),
+        trial=trial["id"])
+
+
+def _why(tools: Toolbox, best: dict[str, Any], other: dict[str, Any], label: str
+         ) -> tuple[str | None, list[dict[str, Any]]]:
+    out = tools.explain(best["config"], other["config"])
+    if not out.get("ok"):
+        return None, []
+    result = out["result"]
+    return f"vs {label}: {result['summary']}", result.get("time_terms_s", [])[:3]
+
+
+def _facts(state: State, ordered: list[dict[str, Any]], tools: Toolbox) -> dict[str, Any]:
+    why: list[str] = []
+    terms: list[dict[str, Any]] = []
+    if len(ordered) > 1:
+        line, terms = _why(tools, ordered[0], ordered[1], "#2")
+        why += [line] if line else []
+    baseline = next((t for t in state.get("trials", []) if t.get("baseline")), None)
+    if ordered and baseline and baseline["id"] != ordered[0]["id"]:
+        if baseline.get("status") == "scored":
+            line, _ = _why(tools, ordered[0], baseline, "the recipe baseline")
+            why += [line] if line else []
+        elif baseline.get("status") == "screened_out":
+            why.append(f"vs the recipe baseline: {baseline.get('layout', '')} does not fit "
+                       f"({baseline.get('peak_memory_gib', 0):.1f} GiB, {baseline.get('verdict')})")
+    return {"best": ordered[0] if ordered else None, "runner_up": ordered[1] if len(ordered) > 1 else None,
+            "why": why, "why_terms": terms, "search": state.get("search"), "request": state.get("request"),
+            "trials_scored": len(ordered), "rounds": state.get("round", 0), "top": ordered[:5],
+            "message": (state.get("search") or {}).get("message")}
+
+
+def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
+    """Build the TuneReport from the scored trials (or the clarification)."""
+    base = {"policy": policy.name, "degraded": bool(state.get("degraded")),
+            "degraded_reason": state.get("degraded_reason"), "notes": list(dict.fromkeys(state.get("notes", [])))}
+    clarification = state.get("clarification")
+    if clarification:
+        out = TuneReport(status="clarification", clarification=clarification, message=clarification["question"],
+                         **base)
+        return {"report": out.model_dump(mode="json")}
+    request = state["request"]
+    base["notes"] = [n for n in base["notes"] if n not in request.get("notes", [])]
+    tools = Toolbox.for_request(request)
+    ordered = sorted(fitting(state.get("trials", [])), key=rank_key)
+    facts = _facts(state, ordered, tools)
+    explanation = policy.explain({**state, "facts": facts})
+    status = getattr(policy, "status", lambda: {})()
+    if status.get("degraded_reason") and not base["degraded"]:
+        base["degraded"], base["degraded_reason"] = True, status["degraded_reason"]
+    base["notes"] += [n for n in status.get("notes", []) if n not in base["notes"]]
+    launch = None
+    if ordered:
+        exported = tools.on_layout("export_launch_config", ordered[0]["config"], framework=options_of(runtime).framework)
+        launch = exported["result"] if exported.get("ok") else {"error": exported["error"]["message"]}
+    search = {k: v for k, v in (state.get("search") or {}).items() if k != "ranked"} or None
+    message = None if ordered else ((state.get("search") or {}).get("message")
+                                    or "no scored layout fits in memory within the constraints")
+    out = TuneReport(
+        status="ok" if ordered else "no_fit", request=request, assumptions=list(request.get("notes", [])),
+        best=ranked_layout(1, ordered[0]) if ordered else None,
+        top5=[ranked_layout(i + 1, t) for i, t in enumerate(ordered[:request.get("top_k", 5)])],
+        why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
+        trials=len(state.get("trials", [])), trials_scored=len(ordered), rounds=state.get("round", 0),
+        stop_reason=state.get("stop_reason"), search=search, message=message,
+        benchmarks=list(state.get("benchmarks", [])), **base)
+    return {"report": out.model_dump(mode="json")}

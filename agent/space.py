@@ -1,0 +1,152 @@
+"""Layouts as the agent handles them: normalised config dicts, canonical keys, legality and the search space.
+
+``Job`` resolves a request once (model, GPU, cluster, constraints).  ``Job.check`` turns any
+proposed config dict into a validated :class:`TrainingConfig` or the reasons it is not one
+(pydantic errors, :func:`projection.legality.layout_violations`, the request's constraints).
+``Job.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
+yields for the request (or one of the request's explicit candidates): the offline policy keeps
+its own trials inside that space, which is what makes its answer equal the search's best.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from projection.hardware import HardwareSpec, load_hardware
+from projection.legality import layout_violations
+from projection.model_spec import ModelSpec, load_model
+from projection.training_config import Cluster, TrainingConfig
+from tools.candidates import (
+    SearchSpace,
+    cp_values,
+    expert_options,
+    mbs_values,
+    pipeline_options,
+    pp_values,
+    precision_values,
+    recompute_options,
+    schedule_fits,
+    tp_values,
+    zero_values,
+)
+from tools.constraints import Constraints
+
+_DEFAULTS = TrainingConfig()
+_FIXED = ("recompute_modules", "fsdp_size", "moe_dispatcher", "moe_routing", "finetune", "framework")
+
+
+@dataclass(slots=True)
+class Checked:
+    """A proposed config after checking: the validated config, or why it is not one."""
+
+    config: TrainingConfig | None
+    status: str = "ok"                    # ok | invalid | illegal | excluded
+    reasons: list[str] = field(default_factory=list)
+
+
+def plain(config: TrainingConfig, num_gpus: int) -> dict[str, Any]:
+    """The config as sweep-format keys with derived dp and the schedule in effect (as the search reports it)."""
+    data = config.model_dump(mode="json", exclude_none=True)
+    data["dp"] = config.dp or num_gpus // (config.tp * config.pp * config.cp)
+    data["pp_schedule"] = config.schedule
+    return data
+
+
+def canonical(config: TrainingConfig, num_gpus: int) -> str:
+    """A key equal for equal layouts (every field, dp derived, schedule resolved)."""
+    data = config.model_dump(mode="json")
+    data["dp"] = config.dp or num_gpus // (config.tp * config.pp * config.cp)
+    data["pp_schedule"] = config.schedule
+    return json.dumps(data, sort_keys=True)
+
+
+class Job:
+    """One request resolved: specs, cluster, constraints and the search space."""
+
+    def __init__(self, request: Any) -> None:
+        get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
+        self.model: ModelSpec = load_model(get("model"))
+        self.hardware: HardwareSpec = load_hardware(get("gpu"))
+        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"))
+        self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
+        self.constraints = Constraints.parse(get("constraints") or [])
+        self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
+                                 constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len)
+        self.explicit: set[str] | None = None
+        candidates = get("candidates")
+        if candidates is not None:
+            self.explicit = set()
+            for raw in candidates:
+                checked = self.check(raw)
+                if checked.config is not None:
+                    self.explicit.add(self.key(checked.config))
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in the job."""
+        return self.cluster.num_gpus
+
+    def key(self, config: TrainingConfig) -> str:
+        """Canonical key of a layout of this job."""
+        return canonical(config, self.num_gpus)
+
+    def plain(self, config: TrainingConfig) -> dict[str, Any]:
+        """Sweep-format dict of a layout of this job."""
+        return plain(config, self.num_gpus)
+
+    def check(self, raw: dict[str, Any]) -> Checked:
+        """Validate a proposed config dict: types, legality, then the request's constraints."""
+        values = {"gbs": self.gbs, "seq_len": self.seq_len, **{k: v for k, v in raw.items() if v is not None}}
+        try:
+            config = TrainingConfig(**values)
+        except (ValidationError, TypeError) as err:
+            reasons = ([f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors()]
+                       if isinstance(err, ValidationError) else [str(err)])
+            return Checked(None, "invalid", reasons)
+        reasons = layout_violations(self.model, self.hardware, self.cluster, config)
+        if reasons:
+            return Checked(config, "illegal", reasons)
+        outside = self.outside_constraints(config)
+        if outside:
+            return Checked(config, "excluded", outside)
+        return Checked(config)
+
+    def outside_constraints(self, config: TrainingConfig) -> list[str]:
+        """The constraints a legal layout breaks (as :func:`tools.search._within` reads them)."""
+        values = config.model_dump()
+        values["pp_schedule"] = config.schedule
+        values["dp"] = config.dp or self.num_gpus // (config.tp * config.pp * config.cp)
+        active = self.constraints.active()
+        broken = [f"{axis}={values[axis]} breaks the constraint {rule}"
+                  for axis, rule in zip(active, self.constraints.describe(), strict=False)
+                  if axis in values and values[axis] is not None and not self.constraints.allows(axis, values[axis])]
+        if not self.constraints.allow_fp8 and config.is_low_precision:
+            broken.append(f"precision={config.precision} but FP8 is not allowed")
+        return broken
+
+    def in_space(self, config: TrainingConfig) -> bool:
+        """Whether the search enumerates this layout for the request (or it is an explicit candidate)."""
+        if self.explicit is not None:
+            return self.key(config) in self.explicit
+        s, c = self.space, config
+        if c.gbs != self.gbs or c.seq_len != self.seq_len:
+            return False
+        if any(getattr(c, name) != getattr(_DEFAULTS, name) for name in _FIXED):
+            return False
+        if c.cp not in cp_values(s) or c.tp not in tp_values(s, c.cp) or c.pp not in pp_values(s, c.tp, c.cp):
+            return False
+        dp = self.num_gpus // (c.tp * c.cp * c.pp)
+        if self.gbs % dp or not self.constraints.allows("dp", dp) or c.dp not in (None, dp):
+            return False
+        if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(s, c.tp, c.cp, dp):
+            return False
+        if (c.vpp, c.schedule) not in pipeline_options(s, c.pp) or c.mbs not in mbs_values(s, dp):
+            return False
+        if not schedule_fits(c.schedule, c.pp, self.gbs // (c.mbs * dp)):
+            return False
+        return (c.zero in zero_values(s, c.tp, c.pp) and c.precision in precision_values(s)
+                and (c.recompute, c.recompute_num_layers) in recompute_options(s, c.pp))

@@ -1,0 +1,238 @@
+"""`projtune tune "REQUEST"` (one-shot) and `projtune chat` (multi-turn, persisted sessions): the tuning agent.
+
+Progress goes to stderr (a status line on a terminal, one line per round otherwise); the answer
+goes to stdout (tables, or one TuneReport JSON object with --json).  Exit codes of tune: 0 a
+layout, 1 nothing fits, 2 a question back (unknown or missing names, empty request) or bad flags.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from projtune.errors import USAGE_EXIT, fail, user_errors
+
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]
+RoundsOpt = Annotated[Optional[int], typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]
+FrameworkOpt = Annotated[str, typer.Option("--framework", help="Launch config: megatron | primus | torchtitan.")]
+BaseUrlOpt = Annotated[Optional[str], typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
+                                                   "(env PROJTUNE_LLM_BASE_URL or OPENAI_BASE_URL).")]
+ModelOpt = Annotated[Optional[str], typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
+KeyOpt = Annotated[Optional[str], typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY or "
+                                               "OPENAI_API_KEY).")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--llm-timeout", help="Seconds per LLM request.")]
+FRAMEWORKS = ("megatron", "primus", "torchtitan")
+
+
+class _Progress:
+    """Progress on stderr without a refresh thread (so the layout search may still fork workers)."""
+
+    def __init__(self, enabled: bool) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True)
+        self.enabled = enabled
+        self.live = enabled and self.console.is_terminal
+        self.round, self.scored, self.trials = 0, 0, 0
+        self.search = ""
+        self._last = 0.0
+        self._status: Any = None
+
+    def __enter__(self) -> _Progress:
+        if self.live:
+            from rich.live import Live
+
+            self._status = Live("parsing the request", console=self.console, auto_refresh=False, transient=True,
+                                redirect_stdout=False, redirect_stderr=False)
+            self._status.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        if event == "round":
+            self.round = data["round"]
+        elif event == "trial":
+            self.trials += 1
+            self.scored += data.get("status") == "scored"
+        elif event == "search":
+            self.search = f", search {data['done']:,}/{data['total']:,} layouts"
+        elif event == "reflect" and not self.live:
+            stop = f": stop, {data['stop']}" if data.get("stop") else ""
+            self.console.print(f"round {data['round']}: {self.scored} of {self.trials} trials scored{stop}")
+        if self.live and (time.monotonic() - self._last > 0.1 or event != "search"):
+            self._last = time.monotonic()
+            self._status.update(f"[bold]tuning[/] round {self.round}: {self.scored} of {self.trials} trials scored"
+                                f"{self.search}", refresh=True)
+
+
+def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str | None, timeout: float | None) -> Any:
+    from agent.policies import make_policy
+
+    return make_policy(offline=offline, base_url=base_url, model=model, api_key=api_key, timeout_s=timeout)
+
+
+def _request(policy: Any, text: str, constraints: list[str], top: int | None) -> Any:
+    """The typed request (flags merged), or the Clarification to answer with."""
+    from agent.constraints_text import merge_constraints
+    from agent.request import Clarification
+    from agent.space import Job
+    from tools.constraints import Constraints
+
+    parsed = policy.parse(text)
+    if isinstance(parsed, Clarification):
+        return parsed
+    Constraints.parse(constraints)   # a bad --constraint is a usage error (exit 2)
+    update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
+    if top is not None:
+        update["top_k"] = top
+    request = parsed.model_copy(update=update)
+    Job(request)                     # unknown names / bad constraints raise here (exit 2)
+    return request
+
+
+def _print_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    probe = Console()
+    out = probe if probe.is_terminal else Console(width=160)   # pipes and logs: keep table rows on one line
+    r = report.request or {}
+    out.print(f"[bold]{r.get('model')}[/] on {r.get('num_gpus')} x {r.get('gpu')} "
+              f"({r.get('gpus_per_node')}/node), gbs {r.get('gbs')}, seq {r.get('seq_len')}"
+              + (f", constraints: {', '.join(r['constraints'])}" if r.get("constraints") else ""))
+    for line in report.assumptions:
+        out.print(f"[dim]{line}[/]")
+    if report.degraded:
+        out.print(f"[yellow]degraded:[/] {report.degraded_reason}")
+    if report.best is None:
+        out.print(f"[bold red]no layout:[/] {report.message}")
+        return
+    out.print(f"[bold green]Best layout:[/] {report.best.layout}")
+    table = Table(title="Ranked layouts (scored by the projection tools)")
+    for name in ("#", "layout", "tok/s/GPU", "MFU", "peak GiB", "headroom", "bottleneck", "from"):
+        table.add_column(name, justify="left" if name in ("layout", "bottleneck", "from") else "right",
+                         no_wrap=name != "layout")
+    for row in report.top5:
+        table.add_row(str(row.rank), row.layout, f"{row.tokens_per_sec_per_gpu:,.0f}", f"{row.mfu:.1%}",
+                      f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
+    out.print(table)
+    out.print("[bold]Why it wins[/]")
+    for line in report.why:
+        out.print(f"  {line}")
+    if report.explanation:
+        out.print(f"[bold]Explanation[/] ({report.policy} policy)\n{report.explanation}")
+    if report.launch_config and "text" in report.launch_config:
+        out.print(f"[bold]Launch config[/] ({report.launch_config['framework']})")
+        out.print(report.launch_config["text"], markup=False, highlight=False)
+    for note in report.notes:
+        out.print(f"[dim]note: {note}[/]")
+    out.print(f"[dim]{report.trials} trials ({report.trials_scored} scored) in {report.rounds} rounds; "
+              f"{report.stop_reason}[/]")
+
+
+@user_errors
+def tune_command(
+    request: Annotated[str, typer.Argument(help='What to tune, e.g. "tune Mixtral 8x7B for 64 MI300X".')] = "",
+    offline: OfflineOpt = False,
+    rounds: RoundsOpt = None,
+    top: Annotated[Optional[int], typer.Option("--top", "-k", min=1, max=50, help="Layouts to rank (default 5).")] = None,
+    constraint: Annotated[Optional[list[str]], typer.Option("--constraint", "-C", help="Axis rule, repeatable: "
+                          "'tp<=8', 'precision=bf16', 'pp in 1,2,4', 'headroom>=10%'.")] = None,
+    framework: FrameworkOpt = "megatron",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the TuneReport as one JSON object.")] = False,
+    log: Annotated[Optional[Path], typer.Option("--log", help="Write the trial history here (JSONL).")] = None,
+    benchmark: Annotated[bool, typer.Option("--benchmark", help="Measure the top layouts on a local GPU.")] = False,
+    llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
+    llm_timeout: TimeoutOpt = None,
+) -> None:
+    """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
+    from agent.report import TuneReport
+    from agent.request import Clarification
+    from agent.run import trial_log_rows, tune
+    from agent.state import RunOptions
+
+    if framework not in FRAMEWORKS:
+        fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
+    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
+    with _Progress(enabled=True) as progress:
+        parsed = _request(policy, request, constraint or [], top)
+        if isinstance(parsed, Clarification):
+            answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
+                                policy=policy.name)
+        else:
+            outcome = tune(request=parsed, policy=policy, budget={"max_rounds": rounds} if rounds else None,
+                           options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress))
+            answer = outcome.report
+            if log is not None:
+                log.write_text("".join(json.dumps(row) + "\n" for row in trial_log_rows(outcome.trials)))
+    if as_json:
+        typer.echo(json.dumps(answer.model_dump(mode="json")))
+    elif answer.status == "clarification":
+        print(f"question: {answer.message}", file=sys.stderr)
+    else:
+        _print_report(answer)
+    if answer.status == "clarification":
+        raise typer.Exit(USAGE_EXIT)
+    if answer.status == "no_fit":
+        raise typer.Exit(1)
+
+
+@user_errors
+def chat_command(
+    session: Annotated[Optional[str], typer.Option("--session", "-s", help="Session name: resume it, or start "
+                                                   "it (default: a new timestamped session).")] = None,
+    offline: OfflineOpt = False,
+    rounds: RoundsOpt = None,
+    framework: FrameworkOpt = "megatron",
+    llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
+    llm_timeout: TimeoutOpt = None,
+) -> None:
+    """Talk to the tuner: a request, then follow-ups ('what if I only have 32?', 'why not TP 8?', 'export it')."""
+    from agent.followups import HELP
+    from agent.session import ChatSession
+    from agent.state import RunOptions
+
+    if framework not in FRAMEWORKS:
+        fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
+    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
+    name = session or ChatSession.new_name()
+    interactive = sys.stdin.isatty()
+    with ChatSession(name, policy, options=RunOptions(framework=framework),
+                     budget={"max_rounds": rounds} if rounds else None) as chat:
+        saved = chat.values()
+        if saved.get("turns"):
+            last = saved.get("request") or {}
+            about = f"; last request: {last.get('model')} on {last.get('num_gpus')} x {last.get('gpu')}" if last else ""
+            print(f"resumed session {name} ({len(saved['turns'])} turns{about})", file=sys.stderr)
+        else:
+            print(f"session {name} ({policy.name} policy); resume later with --session {name}. {HELP}",
+                  file=sys.stderr)
+        while True:
+            if interactive:
+                print("> ", end="", file=sys.stderr, flush=True)
+            line = sys.stdin.readline()
+            if not line:
+                break
+            text = line.strip()
+            if text.lower() in ("exit", "quit", "bye", ":q"):
+                break
+            if not text:
+                continue
+            typer.echo(chat.ask(text))
+            typer.echo("")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `tune` and `chat` to the CLI."""
+    app.command("tune")(tune_command)
+    app.command("chat")(chat_command)

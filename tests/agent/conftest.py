@@ -1,0 +1,34 @@
+"""Shared setup of the agent tests: no LLM from the environment, sessions in a tmp dir, small jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from agent.llm_config import LLMConfig
+
+LLM_ENV = ("PROJTUNE_LLM_BASE_URL", "PROJTUNE_LLM_API_KEY", "PROJTUNE_LLM_MODEL", "PROJTUNE_LLM_TIMEOUT",
+           "PROJTUNE_LLM_MAX_ATTEMPTS", "PROJTUNE_LLM_RETRY_WAIT", "OPENAI_BASE_URL", "OPENAI_API_KEY")
+# Small jobs: their constrained searches take about a second, so the whole folder stays fast.
+SMALL = "tune llama3 8b on 4 h100 with gbs 64, precision=bf16, zero=1, mbs<=2"
+SMALL_8 = "tune llama3 8b on 8 h100 with gbs 64, precision=bf16, zero=1, mbs<=2"
+
+
+@pytest.fixture(autouse=True)
+def _no_llm_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    for name in LLM_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PROJTUNE_HOME", str(tmp_path_factory.mktemp("projtune-home")))
+
+
+@pytest.fixture
+def fast_llm() -> Callable[..., LLMConfig]:
+    """An LLMConfig for the fake server: short timeout, quick retries."""
+
+    def make(url: str, **changes: float) -> LLMConfig:
+        values = {"base_url": url, "api_key": "test-key", "model": "fake-model", "timeout_s": 2.0,
+                  "max_attempts": 3, "retry_wait_s": 0.01, "retry_wait_max_s": 0.05, **changes}
+        return LLMConfig(**values)
+
+    return make

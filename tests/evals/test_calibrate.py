@@ -1,0 +1,98 @@
+"""`projtune calibrate`: a fitted profile loads and records its runs; cross-validation reports per source.
+
+Runs come from two small development files (korthikanti-2022.yaml: Korthikanti et al. 2022
+Table 5, 8 complete A100 runs; megatron-lm.yaml: Megatron-LM README tables), so the fits
+here take seconds. Only the harness is checked, not how good the fit is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evals import calibrate
+from evals.sweep_file import load_sweep_files
+from projection.device_profile import FITTABLE, DeviceProfile, load_profile
+from projtune.cli import app
+
+runner = CliRunner()
+DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
+KORTHIKANTI = DATA / "korthikanti-2022.yaml"
+MEGATRON_LM = DATA / "megatron-lm.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _fewer_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibrate, "MAX_NFEV", 2)
+
+
+def test_parameter_bounds_follow_profile_fields() -> None:
+    for name in FITTABLE:
+        low, high = calibrate.parameter_bounds(name)
+        default = DeviceProfile.model_fields[name].default
+        assert low <= default <= high
+    assert calibrate.parameter_bounds("gemm_efficiency")[1] == 1.0
+    assert calibrate.parameter_bounds("kernel_overhead_s") == (0.0, float("inf"))
+
+
+def test_fit_runs_are_complete_throughput_runs() -> None:
+    runs = calibrate.fit_runs(load_sweep_files([KORTHIKANTI]).sweeps, gpu="a100-80gb")
+    assert len(runs) >= calibrate.MIN_FIT_RUNS
+    assert all(r.run.complete and r.metric == "iteration_time_s" for r in runs)
+
+
+def test_calibrate_writes_a_loadable_profile(tmp_path: Path) -> None:
+    out = tmp_path / "a100-80gb.yaml"
+    result = runner.invoke(app, ["calibrate", str(KORTHIKANTI), "--gpu", "a100-80gb", "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    profile = load_profile(out)
+    assert profile.hardware_id == "a100-80gb"
+    assert profile.fitted_on and all(name.startswith("korthikanti-2022-") for name in profile.fitted_on)
+    assert "MAPE" in profile.fit_note and f"{summary['runs']} complete runs" in profile.fit_note
+    assert summary["mape_after"] <= summary["mape_before"]
+
+
+def test_calibrate_without_runs_is_one_line_error() -> None:
+    result = runner.invoke(app, ["calibrate", str(KORTHIKANTI), "--gpu", "mi300x"])
+    assert result.exit_code == 2 and "no complete scored runs of mi300x" in result.output
+
+
+def test_cross_validate_reports_each_source() -> None:
+    result = runner.invoke(app, ["calibrate", "--cross-validate", str(KORTHIKANTI), str(MEGATRON_LM), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    sources = {Path(row["source"]).name: row for row in data["sources"]}
+    assert set(sources) == {"korthikanti-2022.yaml", "megatron-lm.yaml"}
+    for row in sources.values():
+        assert row["runs"] > 0 and row["mape_cv"] is not None and row["mape_default"] is not None
+    # Each file holds the only runs of its family here, so nothing is left to fit on: shipped profiles.
+    assert all(row["fitted"] == {} for row in sources.values())
+    assert data["overall"]["runs"] == sum(row["runs"] for row in sources.values())
+    table = runner.invoke(app, ["calibrate", "--cross-validate", str(KORTHIKANTI), str(MEGATRON_LM)])
+    assert "korthikanti-2022" in table.stdout and "overall" in table.stdout
+
+
+def test_cross_validate_fits_on_the_other_source(tmp_path: Path) -> None:
+    # Split Korthikanti's A100 sweeps into two files, so each fold fits on the other one.
+    text = KORTHIKANTI.read_text()
+    head, _, body = text.partition("sweeps:\n")
+    sweeps = body.split("\n- name: ")
+    first = head + "sweeps:\n" + "\n- name: ".join(sweeps[:2]) + "\n"
+    second = head + "sweeps:\n- name: " + "\n- name: ".join(sweeps[2:])
+    (tmp_path / "a.yaml").write_text(first)
+    (tmp_path / "b.yaml").write_text(second)
+    cv = calibrate.cross_validate(load_sweep_files([tmp_path]).sweeps)
+    fitted = [row.fitted for row in cv["sources"]]
+    assert any(f.get("ampere", 0) >= calibrate.MIN_FIT_RUNS for f in fitted)
+
+
+def test_calibrate_all_writes_family_files(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["calibrate", "--all", str(KORTHIKANTI), "--out-dir", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["ampere"]["runs"] >= calibrate.MIN_FIT_RUNS
+    assert load_profile(tmp_path / "ampere.yaml").fitted_on
