@@ -52,8 +52,8 @@ def _pick(report: TuneReport, text: str) -> tuple[int, Any] | None:
 
 def _bare_count(text: str, request: dict[str, Any]) -> str:
     """'what if I only have 32?' -> the same text with '32 gpus' (so the parser reads a GPU count)."""
-    m = re.search(r"\b(?:have|only|with|use|using|on|to|try|get)\s+(\d+(?:\.\d+)?)\s*([kK])?\s*(gpus?|nodes?)?\s*\??\s*$",
-                  text, re.I)
+    m = re.search(r"\b(?:have|only|with|use|using|on|to|try|get)\s+(\d+(?:\.\d+)?)\s*([kK])?\s*(gpus?|nodes?)?"
+                  r"\s*\??\s*$", text, re.I)
     if not m or re.search(r"\b(seq|gbs|batch|tp|pp|ep|cp|mbs)\b", text, re.I):
         return text
     count = int(round(float(m.group(1)) * (1024 if m.group(2) else 1)))
@@ -123,7 +123,8 @@ class ChatTurns:
         if not rules and "fsdp" in rest.lower():
             rules = ["zero=3"]
         if not rules:
-            return f"Which alternative? e.g. 'why not TP 8?', 'why not fp8?', 'why not pp 2?' (read nothing in '{rest}')"
+            return (f"Which alternative? e.g. 'why not TP 8?', 'why not fp8?', 'why not pp 2?' "
+                    f"(read nothing in '{rest}')")
         request = {**last.request, "constraints": merge_constraints(last.request.get("constraints", []), rules)}
         summary, error = run_request_search(request, 1)
         if summary is None or not summary["ranked"]:

@@ -67,14 +67,21 @@ class Match:
 
 @lru_cache(maxsize=1)
 def model_catalog() -> dict[str, dict[str, object]]:
-    """Catalog model entries (id -> yaml entry) read from the projection package."""
-    folder = resources.files("projection") / "catalog" / "models"
-    entries: dict[str, dict[str, object]] = {}
-    for item in folder.iterdir():
-        if item.name.endswith(".yaml"):
-            entry = yaml.safe_load(item.read_text(encoding="utf-8"))
-            if isinstance(entry, dict) and "id" in entry:
-                entries[str(entry["id"])] = entry
+    """Catalog model entries (id -> yaml entry): the loader's own cache when it has one, else the files."""
+    try:   # share the parsed catalog with projection.model_spec (the search loads it anyway)
+        from projection.model_spec import _catalog
+
+        entries = {str(k): dict(v) for k, v in _catalog().items()}
+    except (ImportError, AttributeError, TypeError):
+        entries = {}
+    if not entries:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        folder = resources.files("projection") / "catalog" / "models"
+        for item in folder.iterdir():
+            if item.name.endswith(".yaml"):
+                entry = yaml.load(item.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+                if isinstance(entry, dict) and "id" in entry:
+                    entries[str(entry["id"])] = entry
     for model_id in list_model_ids():      # anything the loader knows that the files did not say
         entries.setdefault(model_id, {"id": model_id})
     return entries

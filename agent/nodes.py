@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from typing import Any
 
 from langgraph.runtime import Runtime
@@ -58,7 +59,8 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     else:
         result = policy.parse(state.get("text", ""))
     status = _status(policy)
-    start: dict[str, Any] = {"budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})}, "round": 0, "pending": [],
+    start: dict[str, Any] = {"run_id": uuid.uuid4().hex, "budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})},
+                             "round": 0, "pending": [],
                              "usage": {"proposals": 0, "tool_calls": 0, "benchmark_minutes": 0.0}, "ranking": [],
                              "best_history": [], "search": None, "stop_reason": None, "policy_done": False,
                              "degraded": bool(status.get("degraded_reason")),
@@ -182,7 +184,8 @@ def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trial
     done = {b["trial"] for b in state.get("benchmarks", [])}
     if any(b.get("available") is False for b in state.get("benchmarks", [])):
         return {}
-    top = [t for t in sorted(fitting(trials), key=rank_key) if t["id"] not in done][:options.benchmark_top]
+    top = [t for t in sorted(fitting(trials), key=lambda t: rank_key(t, search_ranks(state)))
+           if t["id"] not in done][:options.benchmark_top]
     results, start = [], time.perf_counter()
     for t in top:
         out = tools.on_layout("run_benchmark", t["config"])
@@ -199,18 +202,42 @@ def fitting(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [t for t in trials if t.get("status") == "scored"]
 
 
-def rank_key(trial: dict[str, Any]) -> tuple[float, float, float, int]:
-    """Best first: throughput, then memory headroom, then the search's own order, then trial order."""
-    rank = trial.get("search_rank")
+def rank_key(trial: dict[str, Any], search_ranks: dict[str, int] | None = None) -> tuple[float, float, float, int]:
+    """Best first: throughput, then memory headroom, then the search's own order, then trial order.
+
+    ``search_ranks`` (layout key -> rank in the search) covers trials that duplicate a search
+    result but were proposed first by someone else (a seed), so exact ties still follow the search.
+    """
+    rank = (search_ranks or {}).get(trial.get("key") or "", trial.get("search_rank"))
     return (-trial["tokens_per_sec_per_gpu"], -trial["headroom_fraction"],
             rank if rank is not None else math.inf, trial["id"])
 
 
+def search_ranks(state: State) -> dict[str, int]:
+    """Layout key -> rank of every layout the policy's search ranked."""
+    ranked = (state.get("search") or {}).get("ranked") or []
+    if not ranked:
+        return {}
+    job = Job(state["request"])
+    out: dict[str, int] = {}
+    for c in ranked:
+        checked = job.check(c["config"])
+        if checked.config is not None:
+            out.setdefault(job.key(checked.config), c["rank"])
+    return out
+
+
+def ordered(state: State) -> list[dict[str, Any]]:
+    """The scored trials, best first."""
+    ranks = search_ranks(state)
+    return sorted(fitting(state.get("trials", [])), key=lambda t: rank_key(t, ranks))
+
+
 def rank(state: State) -> dict[str, Any]:
     """Order the scored trials; record the best throughput of this round."""
-    ordered = sorted(fitting(state.get("trials", [])), key=rank_key)
-    best = ordered[0]["tokens_per_sec_per_gpu"] if ordered else 0.0
-    return {"ranking": [t["id"] for t in ordered], "best_history": [*state.get("best_history", []), best]}
+    best_first = ordered(state)
+    best = best_first[0]["tokens_per_sec_per_gpu"] if best_first else 0.0
+    return {"ranking": [t["id"] for t in best_first], "best_history": [*state.get("best_history", []), best]}
 
 
 def reflect(state: State) -> dict[str, Any]:

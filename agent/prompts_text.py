@@ -62,7 +62,8 @@ def history_table(state: dict[str, Any], anchored: list[dict[str, Any]]) -> str:
         lines += [_row(t) for t in others]
     if anchored:
         lines.append("The exhaustive layout search's top picks are being scored this round too:")
-        lines += [f"- {a['scores']['layout']}: {a['scores']['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU" for a in anchored]
+        lines += [f"- {a['scores']['layout']}: {a['scores']['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU"
+                  for a in anchored]
     lines.append("Propose layouts that could beat the best (call propose_layouts), or done=true if none can.")
     return "\n".join(lines)
 

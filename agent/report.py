@@ -14,7 +14,7 @@ from typing import Any, Literal
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.nodes import fitting, options_of, rank_key
+from agent.nodes import options_of, ordered
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox
@@ -75,7 +75,8 @@ class TuneReport(BaseModel):
 def ranked_layout(rank: int, trial: dict[str, Any]) -> RankedLayout:
     """A scored trial as a report row."""
     return RankedLayout(
-        rank=rank, layout=trial["layout"], config=trial["config"], tokens_per_sec_per_gpu=trial["tokens_per_sec_per_gpu"],
+        rank=rank, layout=trial["layout"], config=trial["config"],
+        tokens_per_sec_per_gpu=trial["tokens_per_sec_per_gpu"],
         mfu=trial["mfu"], iteration_time_s=trial.get("iteration_time_s"), peak_memory_gib=trial["peak_memory_gib"],
         headroom_fraction=trial["headroom_fraction"], verdict=trial["verdict"], bottleneck=trial["bottleneck"],
         source=trial["source"], scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""),
@@ -91,23 +92,23 @@ def _why(tools: Toolbox, best: dict[str, Any], other: dict[str, Any], label: str
     return f"vs {label}: {result['summary']}", result.get("time_terms_s", [])[:3]
 
 
-def _facts(state: State, ordered: list[dict[str, Any]], tools: Toolbox) -> dict[str, Any]:
+def _facts(state: State, best_first: list[dict[str, Any]], tools: Toolbox) -> dict[str, Any]:
     why: list[str] = []
     terms: list[dict[str, Any]] = []
-    if len(ordered) > 1:
-        line, terms = _why(tools, ordered[0], ordered[1], "#2")
+    if len(best_first) > 1:
+        line, terms = _why(tools, best_first[0], best_first[1], "#2")
         why += [line] if line else []
     baseline = next((t for t in state.get("trials", []) if t.get("baseline")), None)
-    if ordered and baseline and baseline["id"] != ordered[0]["id"]:
+    if best_first and baseline and baseline["id"] != best_first[0]["id"]:
         if baseline.get("status") == "scored":
-            line, _ = _why(tools, ordered[0], baseline, "the recipe baseline")
+            line, _ = _why(tools, best_first[0], baseline, "the recipe baseline")
             why += [line] if line else []
         elif baseline.get("status") == "screened_out":
             why.append(f"vs the recipe baseline: {baseline.get('layout', '')} does not fit "
                        f"({baseline.get('peak_memory_gib', 0):.1f} GiB, {baseline.get('verdict')})")
-    return {"best": ordered[0] if ordered else None, "runner_up": ordered[1] if len(ordered) > 1 else None,
+    return {"best": best_first[0] if best_first else None, "runner_up": best_first[1] if len(best_first) > 1 else None,
             "why": why, "why_terms": terms, "search": state.get("search"), "request": state.get("request"),
-            "trials_scored": len(ordered), "rounds": state.get("round", 0), "top": ordered[:5],
+            "trials_scored": len(best_first), "rounds": state.get("round", 0), "top": best_first[:5],
             "message": (state.get("search") or {}).get("message")}
 
 
@@ -123,26 +124,27 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     request = state["request"]
     base["notes"] = [n for n in base["notes"] if n not in request.get("notes", [])]
     tools = Toolbox.for_request(request)
-    ordered = sorted(fitting(state.get("trials", [])), key=rank_key)
-    facts = _facts(state, ordered, tools)
+    best_first = ordered(state)
+    facts = _facts(state, best_first, tools)
     explanation = policy.explain({**state, "facts": facts})
     status = getattr(policy, "status", lambda: {})()
     if status.get("degraded_reason") and not base["degraded"]:
         base["degraded"], base["degraded_reason"] = True, status["degraded_reason"]
     base["notes"] += [n for n in status.get("notes", []) if n not in base["notes"]]
     launch = None
-    if ordered:
-        exported = tools.on_layout("export_launch_config", ordered[0]["config"], framework=options_of(runtime).framework)
+    if best_first:
+        framework = options_of(runtime).framework
+        exported = tools.on_layout("export_launch_config", best_first[0]["config"], framework=framework)
         launch = exported["result"] if exported.get("ok") else {"error": exported["error"]["message"]}
     search = {k: v for k, v in (state.get("search") or {}).items() if k != "ranked"} or None
-    message = None if ordered else ((state.get("search") or {}).get("message")
+    message = None if best_first else ((state.get("search") or {}).get("message")
                                     or "no scored layout fits in memory within the constraints")
     out = TuneReport(
-        status="ok" if ordered else "no_fit", request=request, assumptions=list(request.get("notes", [])),
-        best=ranked_layout(1, ordered[0]) if ordered else None,
-        top5=[ranked_layout(i + 1, t) for i, t in enumerate(ordered[:request.get("top_k", 5)])],
+        status="ok" if best_first else "no_fit", request=request, assumptions=list(request.get("notes", [])),
+        best=ranked_layout(1, best_first[0]) if best_first else None,
+        top5=[ranked_layout(i + 1, t) for i, t in enumerate(best_first[:request.get("top_k", 5)])],
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
-        trials=len(state.get("trials", [])), trials_scored=len(ordered), rounds=state.get("round", 0),
+        trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,
         benchmarks=list(state.get("benchmarks", [])), **base)
     return {"report": out.model_dump(mode="json")}

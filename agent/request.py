@@ -190,15 +190,15 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str]) 
         values["gpus_per_node"] = DEFAULT_GPUS_PER_NODE
         assumed.add("gpus_per_node")
         notes.append(f"assumed {DEFAULT_GPUS_PER_NODE} GPUs per node")
-    if values["num_gpus"] < values["gpus_per_node"]:
-        values["gpus_per_node"] = values["num_gpus"]
+    if "gpus_per_node" in assumed:   # a job smaller than a node uses what it has
+        values["gpus_per_node"] = min(DEFAULT_GPUS_PER_NODE, values["num_gpus"])
     if "gbs" not in values or "gbs" in assumed:
         values["gbs"] = default_gbs(values["num_gpus"])
         assumed.add("gbs")
         notes.append(f"assumed gbs={values['gbs']} (smallest multiple of {values['num_gpus']} GPUs >= "
                      f"{DEFAULT_GBS_FLOOR}); say 'gbs N' to change it")
     if "seq_len" not in values or "seq_len" in assumed:
-        values["seq_len"] = names.typical_seq_len(values["model"])
+        values["seq_len"] = names.typical_seq_len(values["model"]) if isinstance(values["model"], str) else 4096
         assumed.add("seq_len")
         notes.append(f"assumed seq_len={values['seq_len']}; say 'seq 8k' to change it")
 

@@ -35,6 +35,8 @@ class InputState(TypedDict, total=False):
 class State(InputState, total=False):
     """The working state: the parsed request, budgets, every trial, the ranking and the report."""
 
+    run_id: str
+    """Unique per run (set by parse); a policy with memory (the LLM's conversation) starts over on a new one."""
     clarification: dict[str, Any] | None
     """Set by parse when the request needs a question back; the graph then goes to report."""
     round: int

@@ -128,11 +128,12 @@ def _mape(items: Sequence[FitRun], profiles: dict[str, DeviceProfile],
 
 
 def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
-                 progress: Callable[[int], None] | None = None) -> FitResult:
-    """Fit every device group and non-reference framework on ``items`` jointly."""
+                 progress: Callable[[int], None] | None = None,
+                 start: dict[str, DeviceProfile] | None = None) -> FitResult:
+    """Fit every device group and non-reference framework on ``items`` jointly (``start`` overrides start profiles)."""
     groups = sorted({i.device_group for i in items})
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
-    base = {g: _base_profile(items, g) for g in groups}
+    base = {g: (start or {}).get(g) or _base_profile(items, g) for g in groups}
     base_fw = {f: framework_profile(f) for f in frameworks}
     slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in DEVICE_PARAMS]
     slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]

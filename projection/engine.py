@@ -175,8 +175,20 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     return stages, parts
 
 
-def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net) -> float:
-    """Total gradient/parameter communication of one step per GPU (before overlap), seconds."""
+def _bucketed(collective, total_bytes: float, bucket_bytes: float, group, net) -> float:
+    """Time of ``total_bytes`` sent as consecutive collectives of ``bucket_bytes`` each (latency per bucket)."""
+    if total_bytes <= bucket_bytes:
+        return collective(total_bytes, group, net)
+    return total_bytes / bucket_bytes * collective(bucket_bytes, group, net)
+
+
+def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, framework: FrameworkProfile) -> float:
+    """Total gradient/parameter communication of one step per GPU (before overlap), seconds.
+
+    Collectives are issued in the framework's buckets (Megatron DDP: max(40M, 1M*dp) elements;
+    FSDP: one transformer layer; DeepSpeed ZeRO-3: its prefetch/reduce bucket sizes), so each
+    bucket pays the collective's latency.
+    """
     if (dims.dp * dims.cp == 1 and dims.expert_dp == 1) or config.finetune == "lora":
         return 0.0
     layers_per_rank = model.num_layers / dims.pp
@@ -184,24 +196,32 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net) 
     for p in layer_param_table(model):
         dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
         expert += p.experts / (dims.ep * dims.etp)
+    layer_params = (dense + expert) / model.num_layers  # mean per-layer elements held by one GPU
     scale = layers_per_rank / model.num_layers
     dense, expert = dense * scale, expert * scale
     dense += model.vocab_size * model.hidden_size / dims.tp / max(1, dims.pp // 2 + 1)
     dense_group = place_group(config.fsdp_size or dims.dp * dims.cp, dims.tp, net)
     expert_group = place_group(dims.expert_dp, dims.ep * dims.etp, net)
+    grad_bucket = framework.grad_bucket_elements or layer_params
+    grad_bucket = max(grad_bucket, framework.grad_bucket_elements_per_dp_rank * dims.dp)
+    fsdp_bucket = framework.fsdp_bucket_elements or layer_params
     total = 0.0
     for params, group in ((dense, dense_group), (expert, expert_group)):
         if group.size == 1 or params == 0:
             continue
         if config.zero == 0:
-            total += all_reduce_s(GRAD_REDUCE_BYTES * params, group, net)
+            total += _bucketed(all_reduce_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket, group, net)
         elif config.zero in (1, 2):
-            total += reduce_scatter_s(GRAD_REDUCE_BYTES * params, group, net)
-            total += all_gather_s(PARAM_GATHER_BYTES * params, group, net)
+            total += _bucketed(reduce_scatter_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket,
+                               group, net)
+            total += _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * grad_bucket,
+                               group, net)
         else:
             gathers = 2 + (config.recompute == "full")
-            per_mb = gathers * all_gather_s(PARAM_GATHER_BYTES * params, group, net)
-            per_mb += reduce_scatter_s(GRAD_REDUCE_BYTES * params, group, net)
+            per_mb = gathers * _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * fsdp_bucket,
+                                         group, net)
+            per_mb += _bucketed(reduce_scatter_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket,
+                                group, net)
             total += per_mb * dims.num_microbatches
     return total
 
@@ -269,7 +289,7 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     tp_s, cp_s, ep_s = (parts[k][critical] * m for k in ("tp", "cp", "ep"))
     bubble = max(0.0, pipe.makespan_s - compute - tp_s - cp_s - ep_s)
 
-    dp_total = _dp_comm(model, config, dims, net) / framework.dp_comm_efficiency
+    dp_total = _dp_comm(model, config, dims, net, framework) / framework.dp_comm_efficiency
     busy = compute + tp_s + cp_s + ep_s
     # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
     # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.

@@ -35,6 +35,13 @@ class FrameworkProfile(BaseModel):
     loss_bytes_per_logit: float = Field(
         6.0, gt=0, description="Bytes per (token, vocab) entry live during the loss: Megatron's fused vocab-parallel "
         "cross-entropy keeps bf16 logits + fp32 softmax (6); an unfused PyTorch loss adds the fp32 gradient (10).")
+    grad_bucket_elements: float | None = Field(
+        40e6, gt=0, description="Elements per gradient reduce bucket (Megatron-core DDP default 40M; None = one "
+        "transformer layer, as FSDP2 reduces per block).")
+    grad_bucket_elements_per_dp_rank: float = Field(
+        1e6, ge=0, description="Megatron-core grows buckets with DP: bucket = max(40M, 1M * dp) elements.")
+    fsdp_bucket_elements: float | None = Field(
+        None, gt=0, description="Elements per ZeRO-3/FSDP parameter all-gather; None = one transformer layer.")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parent
@@ -26,7 +26,7 @@ def prompt_names() -> list[str]:
     return sorted(p.name.removesuffix(".md") for p in FOLDER.iterdir() if p.name.endswith(".md"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_prompt(name: str) -> str:
     """Return the text of ``prompts/NAME.md`` (header line included).
 

@@ -88,8 +88,9 @@ class LLMPolicy:
             return self._offline(state)
         job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
         anchored: list[dict[str, Any]] = []
-        if self._run != json.dumps(state["request"], sort_keys=True):
-            self._run = json.dumps(state["request"], sort_keys=True)
+        run = state.get("run_id") or json.dumps(state["request"], sort_keys=True)
+        if self._run != run:
+            self._run = run
             axes = tools.call("legal_axes", seq_len=job.seq_len)
             self.messages = [{"role": "system", "content": render_prompt("propose", job=job_text(job, axes))}]
             if self.anchor_search and state.get("search") is None:
@@ -128,29 +129,38 @@ class LLMPolicy:
         return proposals
 
     def _converse(self, job: Job, tools: Toolbox) -> list[dict[str, Any]]:
-        """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns."""
+        """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns.
+
+        A reply that cannot be read (no call, or arguments that are not JSON even after repair) is
+        asked again once per round; a second one ends the round.
+        """
         schemas = llm_tool_schemas()
+        reasked = False
         for _ in range(self.max_turns):
             message = self.client.complete(self.messages, schemas)
-            calls = [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]
-            if not calls:
-                self.messages.append(message)
-                found = calls_in_text(message.get("content") or "")
-                if not found:
-                    self.messages.append({"role": "user", "content": f"Call {PROPOSE} with layouts, or with an "
-                                                                     "empty list and done=true."})
-                    continue
-                accepted, done, results = self._handle(job, tools, [(None, n, a) for n, a in found])
-                self.messages.append({"role": "user", "content": "Tool results: " + json.dumps(results)})
-            else:
+            calls = [(c["id"], c["function"]["name"], c["function"]["arguments"])
+                     for c in message.get("tool_calls", [])]
+            if calls:
                 accepted, done, results = self._handle(job, tools, calls)
                 message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(r["args"])}}
                                          for c, r in zip(message["tool_calls"], results, strict=True)]
                 self.messages.append(message)
                 self.messages += [{"role": "tool", "tool_call_id": c["id"], "content": r["text"]}
                                   for c, r in zip(message["tool_calls"], results, strict=True)]
+            else:
+                self.messages.append(message)
+                found = calls_in_text(message.get("content") or "")
+                accepted, done, results = self._handle(job, tools, [(None, n, a) for n, a in found])
+                nudge = f"Call {PROPOSE} with layouts, or with an empty list and done=true."
+                texts = json.dumps([r["text"] for r in results])
+                self.messages.append({"role": "user", "content": f"Tool results: {texts}" if found else nudge})
             if accepted or done:
                 return accepted
+            if not results or any(r.get("unreadable") for r in results):
+                if reasked:
+                    self._status["notes"].append("the LLM's reply could not be read twice; round ended")
+                    return []
+                reasked = True
         self._status["notes"].append(f"the LLM put forward no legal layout in {self.max_turns} turns")
         return []
 
@@ -164,7 +174,8 @@ class LLMPolicy:
             if note and args is not None:
                 self._status["notes"].append(f"LLM tool call {name}: {note}")
             if args is None:
-                results.append({"args": {}, "text": tool_result_text({"ok": False, "error": note})})
+                results.append({"args": {}, "unreadable": True,
+                                "text": tool_result_text({"ok": False, "error": note})})
             elif name == PROPOSE:
                 payload, legal, stop = self._proposals(job, args)
                 accepted += legal
@@ -203,7 +214,8 @@ class LLMPolicy:
         from agent.prompts_text import facts_text
 
         try:
-            reply = self.client.complete([{"role": "user", "content": render_prompt("explain", facts=facts_text(facts))}])
+            prompt = render_prompt("explain", facts=facts_text(facts))
+            reply = self.client.complete([{"role": "user", "content": prompt}])
         except LLMUnavailable as err:
             self._go_offline(err)
             return offline_explanation(facts)

@@ -11,21 +11,21 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from projtune.errors import USAGE_EXIT, fail, user_errors
 
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]
-RoundsOpt = Annotated[Optional[int], typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]
+RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]
 FrameworkOpt = Annotated[str, typer.Option("--framework", help="Launch config: megatron | primus | torchtitan.")]
-BaseUrlOpt = Annotated[Optional[str], typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
+BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
                                                    "(env PROJTUNE_LLM_BASE_URL or OPENAI_BASE_URL).")]
-ModelOpt = Annotated[Optional[str], typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
-KeyOpt = Annotated[Optional[str], typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY or "
+ModelOpt = Annotated[str | None, typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
+KeyOpt = Annotated[str | None, typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY or "
                                                "OPENAI_API_KEY).")]
-TimeoutOpt = Annotated[Optional[float], typer.Option("--llm-timeout", help="Seconds per LLM request.")]
+TimeoutOpt = Annotated[float | None, typer.Option("--llm-timeout", help="Seconds per LLM request.")]
 FRAMEWORKS = ("megatron", "primus", "torchtitan")
 
 
@@ -145,12 +145,12 @@ def tune_command(
     request: Annotated[str, typer.Argument(help='What to tune, e.g. "tune Mixtral 8x7B for 64 MI300X".')] = "",
     offline: OfflineOpt = False,
     rounds: RoundsOpt = None,
-    top: Annotated[Optional[int], typer.Option("--top", "-k", min=1, max=50, help="Layouts to rank (default 5).")] = None,
-    constraint: Annotated[Optional[list[str]], typer.Option("--constraint", "-C", help="Axis rule, repeatable: "
+    top: Annotated[int | None, typer.Option("--top", "-k", min=1, max=50, help="Layouts to rank (default 5).")] = None,
+    constraint: Annotated[list[str] | None, typer.Option("--constraint", "-C", help="Axis rule, repeatable: "
                           "'tp<=8', 'precision=bf16', 'pp in 1,2,4', 'headroom>=10%'.")] = None,
     framework: FrameworkOpt = "megatron",
     as_json: Annotated[bool, typer.Option("--json", help="Print the TuneReport as one JSON object.")] = False,
-    log: Annotated[Optional[Path], typer.Option("--log", help="Write the trial history here (JSONL).")] = None,
+    log: Annotated[Path | None, typer.Option("--log", help="Write the trial history here (JSONL).")] = None,
     benchmark: Annotated[bool, typer.Option("--benchmark", help="Measure the top layouts on a local GPU.")] = False,
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None,
@@ -189,7 +189,7 @@ def tune_command(
 
 @user_errors
 def chat_command(
-    session: Annotated[Optional[str], typer.Option("--session", "-s", help="Session name: resume it, or start "
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Session name: resume it, or start "
                                                    "it (default: a new timestamped session).")] = None,
     offline: OfflineOpt = False,
     rounds: RoundsOpt = None,

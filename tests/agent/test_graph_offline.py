@@ -43,6 +43,15 @@ def test_best_equals_the_search_and_was_scored(small: Any) -> None:
     assert rates == sorted(rates, reverse=True) and len(report.top5) == 5
 
 
+@pytest.mark.parametrize("text", [
+    "tune llama3 8b on 4 h100 with gbs 64, zero=1, mbs<=2, use fp8",          # fp8 and fp8-blockwise tie exactly
+    "tune mixtral 8x7b on 16 mi300x, gbs 64, precision=bf16, zero=1, mbs=1, pp<=2",   # MoE: EP in the space
+])
+def test_best_equals_the_search_on_ties_and_moe(text: str) -> None:
+    report = tune(text).report
+    assert report.best is not None and report.best.config == search_best(TuneRequest.model_validate(report.request))
+
+
 def test_every_offline_trial_is_legal_and_inside_the_search_space(small: Any) -> None:
     job = Job(small.report.request)
     for trial in small.trials:

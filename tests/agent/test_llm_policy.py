@@ -102,6 +102,24 @@ def test_unrepairable_json_is_asked_again(fast_llm: Callable[..., LLMConfig]) ->
     assert len(llm_trials(out)) == 1
 
 
+def test_second_unreadable_reply_ends_the_round(fast_llm: Callable[..., LLMConfig]) -> None:
+    bad = reply(calls=[tool_call("propose_layouts", "<<not json>>")])
+    with FakeOpenAIServer([bad, bad, propose(done=True), reply(EXPLANATION)]) as server:
+        out = run(server, fast_llm(server.url))
+    assert_scored(out)
+    assert len(server.requests) == 4 and out.report.explanation == EXPLANATION and not out.report.degraded
+    assert any("could not be read twice" in n for n in out.report.notes) and llm_trials(out) == []
+
+
+def test_call_written_in_the_message_text_is_read(fast_llm: Callable[..., LLMConfig]) -> None:
+    call = {"name": "propose_layouts", "arguments": {"layouts": [{"layout": GOOD, "reason": "in text"}]}}
+    script = [reply(f"Here is my proposal:\n```json\n{json.dumps(call)}\n```"), propose(done=True), reply(EXPLANATION)]
+    with FakeOpenAIServer(script) as server:
+        out = run(server, fast_llm(server.url))
+    assert_scored(out)
+    assert [t["reason"] for t in llm_trials(out)] == ["in text"]
+
+
 def test_illegal_proposal_goes_back_with_the_reason(fast_llm: Callable[..., LLMConfig]) -> None:
     script = [propose(ILLEGAL), propose(GOOD), propose(done=True), reply(EXPLANATION)]
     with FakeOpenAIServer(script) as server:
