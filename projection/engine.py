@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from projection.collectives import (
+    NetworkParams,
     all_gather_s,
     all_reduce_s,
     network_params_from_hardware,
@@ -23,7 +24,7 @@ from projection.collectives import (
     place_group,
     reduce_scatter_s,
 )
-from projection.compute import device_rates
+from projection.compute import DeviceRates, device_rates
 from projection.device_profile import DeviceProfile, default_profile
 from projection.errors import IllegalLayoutError
 from projection.flops import FlopsFormula, model_flops_per_step
@@ -116,9 +117,13 @@ def _exposed(comm_s: float, overlap_fraction: float) -> float:
 
 
 def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
-                 framework: FrameworkProfile, costs: dict[int, LayerCost], head: tuple[float, float, float],
+                 framework: FrameworkProfile, costs: Mapping[int, LayerCost], head: tuple[float, float, float],
                  embed: tuple[float, float]) -> tuple[list[StageTimes], dict[str, list[float]]]:
-    """Per-rank, per-chunk times, and per-rank component sums (per micro-batch) for the breakdown."""
+    """Per-rank, per-chunk times, and per-rank component sums (per micro-batch) for the breakdown.
+
+    Chunks are contiguous layer ranges and recomputed layers a prefix of each chunk, so every
+    chunk sum is a difference of prefix sums over per-layer terms.
+    """
     tp_overlap = profile.tp_overlap_fraction if framework.tp_overlap_fraction is None else framework.tp_overlap_fraction
     selective_attention = config.recompute == "selective" and "core_attn" in config.recompute_modules
     lora = config.finetune == "lora"  # frozen base weights: no weight gradients
@@ -133,6 +138,16 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         selective = cost.attention_fwd_s if selective_attention else 0.0
         terms[id(cost)] = (cost.fwd_s + comm, cost.bwd_input_s + comm, weight_grad, selective,
                            cost.fwd_s + cost.bwd_input_s + weight_grad, tp, cp, ep)
+    width = 8
+    prefix = [[0.0] * (model.num_layers + 1) for _ in range(width)]
+    for layer in range(model.num_layers):
+        values = terms[id(costs[layer])]
+        for k in range(width):
+            prefix[k][layer + 1] = prefix[k][layer] + values[k]
+
+    def span(k: int, first: int, last: int) -> float:
+        return prefix[k][last] - prefix[k][first]
+
     chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)
     zbv = effective_schedule(config) == "zbv"
     head_rank, head_chunk = (0, 0) if zbv else (dims.pp - 1, dims.vpp - 1)
@@ -146,18 +161,17 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         for chunk_index, chunk in enumerate(chunks):
             full = recomputed_layers(model, config, chunk, stage_layer_count, position)
             position += len(chunk)
-            f = bi = bw = 0.0
-            for i, layer in enumerate(chunk):
-                lf, lbi, lbw, sel, comp, tp, cp, ep = terms[id(costs[layer])]
-                recompute = lf if i < full else sel
-                factor = 1.5 if i < full else 1.0  # a recomputed layer issues its forward comm a third time
-                f += lf
-                bi += lbi + recompute
-                bw += lbw
-                compute += comp + (lf - tp - cp - ep if i < full else sel)
-                tp_sum += tp * factor
-                cp_sum += cp * factor
-                ep_sum += ep * factor
+            lo = chunk[0] if chunk else 0
+            mid, hi = lo + full, lo + len(chunk)
+            f = span(0, lo, hi)
+            recompute_full = span(0, lo, mid)
+            bi = span(1, lo, hi) + recompute_full + span(3, mid, hi)
+            bw = span(2, lo, hi)
+            comm_full = span(5, lo, mid) + span(6, lo, mid) + span(7, lo, mid)
+            compute += span(4, lo, hi) + (recompute_full - comm_full) + span(3, mid, hi)
+            tp_sum += span(5, lo, hi) + 0.5 * span(5, lo, mid)  # a recomputed layer re-issues its forward comm
+            cp_sum += span(6, lo, hi) + 0.5 * span(6, lo, mid)
+            ep_sum += span(7, lo, hi) + 0.5 * span(7, lo, mid)
             if rank == 0 and chunk_index == 0:
                 f, bi = f + embed[0], bi + embed[1]
                 compute += embed[0] + embed[1]
@@ -243,19 +257,23 @@ def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, h
     return ADAM_BYTES_PER_PARAM * (dense + expert) / bandwidth
 
 
-def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
-            profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None,
-            flops_formula: FlopsFormula = "6nd", check: bool = True,
-            layer_costs: Mapping[int, LayerCost] | None = None) -> Projection:
-    """Project one layout.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Prepared:
+    """Everything of a projection that comes before the pipeline simulation."""
 
-    ``framework`` overrides the shipped profile of ``config.framework`` (calibration passes trial values).
-    ``layer_costs`` (layer index -> cost of one micro-batch on one GPU) replaces the analytic
-    per-layer costs; measured mode (``bench/restore.py``) passes restored measurements.
+    hardware: HardwareSpec
+    profile: DeviceProfile
+    framework: FrameworkProfile
+    dims: ParallelDims
+    rates: DeviceRates
+    net: NetworkParams
+    stages: list[StageTimes]
+    parts: dict[str, list[float]]
 
-    Raises:
-        IllegalLayoutError: the layout breaks framework rules (when ``check``), with every reason.
-    """
+
+def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
+             profile: DeviceProfile | None, framework: FrameworkProfile | None, check: bool,
+             layer_costs: Mapping[int, LayerCost] | None) -> _Prepared:
     hardware = hardware or load_hardware(cluster.gpu)
     profile = profile or default_profile(hardware)
     if check:
@@ -276,6 +294,45 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
              else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
     stages, parts = _stage_times(model, config, dims, profile, framework, costs, head_cost(model, config, dims, rates),
                                  embedding_cost(model, config, dims, rates))
+    return _Prepared(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
+                     stages=stages, parts=parts)
+
+
+def iteration_time_lower_bound(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *,
+                               hardware: HardwareSpec | None = None, profile: DeviceProfile | None = None,
+                               framework: FrameworkProfile | None = None) -> float:
+    """A lower bound of :func:`project`'s iteration time, seconds, at about a third of its cost.
+
+    The pipeline makespan is at least the busiest rank's work (no bubble, no p2p), and exposed
+    DP communication is at least zero; optimizer and step overhead are exact.  Search uses it to
+    skip layouts that cannot reach the current top-k.  Assumes a legal layout.
+    """
+    prep = _prepare(model, cluster, config, hardware, profile, framework, False, None)
+    m = prep.dims.num_microbatches
+    busiest = max(m * (sum(s.forward_s) + sum(s.backward_input_s) + sum(s.backward_weight_s)) for s in prep.stages)
+    return (busiest + _optimizer_s(model, config, prep.dims, prep.hardware, prep.profile)
+            + prep.profile.step_overhead_s)
+
+
+def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
+            profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None,
+            flops_formula: FlopsFormula = "6nd", check: bool = True,
+            layer_costs: Mapping[int, LayerCost] | None = None, memory: MemoryResult | None = None) -> Projection:
+    """Project one layout.
+
+    ``framework`` overrides the shipped profile of ``config.framework`` (calibration passes trial values).
+    ``layer_costs`` (layer index -> cost of one micro-batch on one GPU) replaces the analytic
+    per-layer costs; measured mode (``bench/restore.py``) passes restored measurements.
+    ``memory`` is this layout's :func:`projection.memory.project_memory` result when the caller
+    already has it (search screens memory first).
+
+    Raises:
+        IllegalLayoutError: the layout breaks framework rules (when ``check``), with every reason.
+    """
+    prep = _prepare(model, cluster, config, hardware, profile, framework, check, layer_costs)
+    hardware, profile, framework, dims, rates, net = (prep.hardware, prep.profile, prep.framework, prep.dims,
+                                                      prep.rates, prep.net)
+    stages, parts = prep.stages, prep.parts
     pp_stride_cross = dims.tp * dims.cp * dims.dp >= net.scale_up_domain_gpus
     boundary_bytes = 2.0 * config.mbs * config.seq_len / dims.cp * model.hidden_size / (
         dims.tp if config.sequence_parallel else 1)
@@ -313,6 +370,6 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
         breakdown=StepBreakdown(compute_s=compute, tp_comm_s=tp_s, cp_comm_s=cp_s, ep_comm_s=ep_s,
                                 pp_bubble_s=bubble, dp_comm_s=dp_exposed, optimizer_s=optimizer,
                                 overhead_s=overhead),
-        memory=project_memory(model, hardware, config, dims, profile),
+        memory=memory or project_memory(model, hardware, config, dims, profile),
         bubble_fraction=pipe.bubble_fraction,
     )

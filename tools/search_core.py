@@ -12,8 +12,10 @@ form a *group*.  Two engine facts make pruning safe:
   states or FP8 copies, so those plus the profile's fixed memory overhead bound the group's
   headroom from above; when they alone do not fit, no layout with the same sharding (tp, pp,
   vpp, cp, ep, etp, dp, zero, precision) fits, whatever its mbs, schedule or recompute.
-Phase 1 screens each group from the least recompute up and projects the first variant that
-fits.  Phase 2 visits the remaining variants: one whose throughput bound is below the k-th
+Phase 1 screens each group from the least recompute up and queues the first variant that
+fits (its *lead*) with an upper bound of its throughput from the engine's iteration-time lower
+bound (:func:`projection.engine.iteration_time_lower_bound`); leads are then projected from
+the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits the remaining variants: one whose throughput bound is below the k-th
 best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
 can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
 tests/tools/test_search_core.py checks both facts and that pruning changes no result.
@@ -29,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from projection.engine import Projection, project
+from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.training_config import TrainingConfig
@@ -38,6 +40,7 @@ RECOMPUTE_ORDER = {("none", False): 0, ("selective", False): 1, ("full", True): 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 2000   # below this a second process costs more than it saves
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
+_REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,18 @@ class Outcome:
     index: int
     tokens_per_s_per_gpu: float
     headroom_fraction: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lead:
+    """The first variant of a group that fits memory, waiting to be projected."""
+
+    group: int
+    position: int
+    index: int
+    memory: MemoryResult
+    tps_bound: float
+    static_headroom: float
 
 
 @dataclass(slots=True)
@@ -59,6 +74,7 @@ class Tally:
     visited: int = 0
     roomiest: tuple[float, int] | None = None          # (headroom, index) of the roomiest screened-out layout
     leads: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # group -> (position, tps, bound)
+    pending: list[Lead] = field(default_factory=list)                          # phase-1 leads to project
     projections: dict[int, Projection] = field(default_factory=dict)         # serial runs keep them
 
     def merge(self, other: Tally) -> None:
@@ -70,6 +86,7 @@ class Tally:
         if other.roomiest is not None and (self.roomiest is None or other.roomiest > self.roomiest):
             self.roomiest = other.roomiest
         self.leads.update(other.leads)
+        self.pending += other.pending
         self.projections.update(other.projections)
 
 
@@ -147,14 +164,42 @@ class Evaluator:
         return project_memory(self.job.model, self.job.hardware, config, parallel_dims(config, self.job.cluster),
                               self.job.profile)
 
-    def project(self, index: int, tally: Tally) -> Projection:
+    def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
         p = project(job.model, job.cluster, self.configs[index], hardware=job.hardware, profile=job.profile,
-                    check=False)
+                    check=False, memory=memory)
         tally.outcomes.append(Outcome(index, p.tokens_per_s_per_gpu, p.memory.headroom_fraction))
         if self.keep:
             tally.projections[index] = p
         return p
+
+    def throughput_bound(self, index: int) -> float:
+        """Upper bound of a candidate's tokens/s/GPU from the engine's iteration-time lower bound."""
+        job, config = self.job, self.configs[index]
+        seconds = iteration_time_lower_bound(job.model, job.cluster, config, hardware=job.hardware,
+                                             profile=job.profile)
+        return config.gbs * config.seq_len / seconds / job.cluster.num_gpus
+
+    def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally) -> None:
+        """Project group leads from the highest throughput bound down; skip those that cannot matter.
+
+        A lead whose bound is dominated by what is already projected (top-k and Pareto front)
+        is counted as pruned; its bound still bounds its group's other variants in phase 2.
+        Bounds are refreshed every few projections (stale bounds prune less, never wrongly).
+        """
+        bounds = bounds_from([], top_k)
+        since_refresh = 0
+        for lead in sorted(pending, key=lambda item: -item.tps_bound):
+            if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.memory.headroom_fraction):
+                tally.pruned += 1
+                tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
+                continue
+            p = self.project(lead.index, tally, lead.memory)
+            tally.leads[lead.group] = (lead.position, p.tokens_per_s_per_gpu, lead.static_headroom)
+            since_refresh += 1
+            if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
+                bounds = bounds_from(tally.outcomes, top_k)
+                since_refresh = 0
 
     def static_headroom(self, memory: MemoryResult) -> float:
         """Headroom bound of every recompute variant: only the terms recompute cannot change."""
@@ -184,8 +229,9 @@ class Evaluator:
                 memory = self.memory(index)
                 tally.visited += 1
                 if self.fits(memory):
-                    p = self.project(index, tally)
-                    tally.leads[g] = (position, p.tokens_per_s_per_gpu, self.static_headroom(memory))
+                    tally.pending.append(Lead(group=g, position=position, index=index, memory=memory,
+                                              tps_bound=self.throughput_bound(index),
+                                              static_headroom=self.static_headroom(memory)))
                     break
                 self._screened_out(tally, memory, index)
                 bound = self.static_headroom(memory)
@@ -262,6 +308,7 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     if workers <= 1:
         for chunk in chunks:
             absorb(evaluator.phase1(chunk))
+        evaluator.project_leads(total.pending, top_k, total)
         bounds = bounds_from(total.outcomes, top_k)
         for chunk in chunks:
             absorb(evaluator.phase2(chunk, total.leads, bounds))
@@ -271,6 +318,7 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             for part in pool.imap_unordered(_phase1_task, chunks):
                 absorb(part)
+            evaluator.project_leads(total.pending, top_k, total)
             bounds = bounds_from(total.outcomes, top_k)
             tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
             for part in pool.imap_unordered(_phase2_task, tasks):

@@ -86,3 +86,19 @@ def test_impossible_request_exits_1_with_the_reason() -> None:
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["status"] == "no_fit" and "the smallest layout that fits needs 256 GPUs" in report["message"]
+
+
+def test_llm_from_the_environment_falls_back_when_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fake_openai_server import closed_port
+
+    monkeypatch.setenv("PROJTUNE_LLM_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    monkeypatch.setenv("PROJTUNE_LLM_MAX_ATTEMPTS", "2")
+    monkeypatch.setenv("PROJTUNE_LLM_RETRY_WAIT", "0.01")
+    result = runner.invoke(app, ["tune", SMALL, "--json", "--llm-timeout", "0.5"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["policy"] == "llm" and report["degraded"] and "after 2 attempts" in report["degraded_reason"]
+    assert report["best"] is not None
+    offline = json.loads(runner.invoke(app, ["tune", SMALL, "--json", "--offline"]).stdout)
+    assert offline["policy"] == "offline" and not offline["degraded"]
+    assert offline["best"]["config"] == report["best"]["config"]
