@@ -213,6 +213,30 @@ def _family_of_group(group: str) -> str:
         return group
 
 
+def _fit_fold(runs: Sequence[FitRun], source: str) -> Any:
+    train = [r for r in runs if r.source != source]
+    return fit_profiles(train, max_evaluations=MAX_NFEV) if len(train) >= MIN_FIT_RUNS else None
+
+
+def _fit_folds(runs: Sequence[FitRun], sources: Sequence[str], progress: Progress | None) -> dict[str, Any]:
+    """Fit every leave-one-out fold, on forked worker processes when there are several CPUs."""
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    workers = min(len(sources), os.cpu_count() or 1)
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return {source: _fit_fold(runs, source) for source in sources}
+    fits: dict[str, Any] = {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(_fit_fold, runs, source): source for source in sources}
+        for future in as_completed(futures):
+            fits[futures[future]] = future.result()
+            if progress:
+                progress(f"fold {len(fits)}/{len(sources)} fitted (held out {Path(futures[future]).name})")
+    return fits
+
+
 def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None) -> dict[str, Any]:
     """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}."""
     runs = collect_fit_runs(sweeps)
@@ -220,12 +244,11 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
     rows: list[SourceScore] = []
     pooled_default: list[float] = []
     pooled_cv: list[float] = []
-    for index, source in enumerate(sources):
-        if progress:
-            progress(f"fold {index + 1}/{len(sources)}: holding out {Path(source).name}")
+    fits = _fit_folds(runs, sources, progress)
+    for source in sources:
         train = [r for r in runs if r.source != source]
         test = [r for r in runs if r.source == source]
-        fitted = fit_profiles(train, max_evaluations=MAX_NFEV) if len(train) >= MIN_FIT_RUNS else None
+        fitted = fits[source]
         row = SourceScore(source=source, runs=len(test), families=sorted({r.specs.hardware.family for r in test}),
                           mape_default=None, mape_cv=None,
                           fitted=dict(Counter(r.device_group for r in train)) if fitted else {})

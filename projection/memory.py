@@ -196,10 +196,10 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         loss_bytes = framework_profile(config.framework).loss_bytes_per_logit
         transient += output_activation_bytes(model, ctx, loss_bytes)  # logits and their gradient during the loss
     if config.recompute != "none" and layers:
-        # What recompute dropped is rebuilt for one layer at a time while its backward runs.
-        transient += max(tables.rebuilt[layer] for layer in layers)
-        if config.recompute == "full":
-            transient += tables.full_input
+        # What recompute dropped is rebuilt for one layer at a time while its backward runs:
+        # the whole layer under full recompute, the dropped modules under selective.
+        rebuilt = kept if config.recompute == "full" else tables.rebuilt
+        transient += max(rebuilt[layer] for layer in layers)
     if config.zero >= 3 and layers:
         table = layer_param_table(model)
         # Gathered weights of the current and prefetched layer: only the part other shards hold.
