@@ -36,7 +36,9 @@ def choose_index(model: str | dict[str, Any], gpu: str, num_gpus: int, gpus_per_
     request = TuneRequest(model=model, gpu=gpu,
                           num_gpus=num_gpus, gpus_per_node=gpus_per_node, gbs=gbs, seq_len=seq_len,
                           top_k=min(len(candidates), 50), candidates=[dict(c) for c in candidates],
-                          profile_path=profile_path)
+                          profile_path=profile_path,
+                          # measured runs ran: rank them all, however tight the projected memory
+                          constraints=["headroom>=0"])
     report = tune(request=request, policy=OfflinePolicy(), budget={"max_rounds": 2}).report
     if report.best is None:
         return _fallback(candidates)

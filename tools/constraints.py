@@ -171,8 +171,9 @@ class Constraints(BaseModel):
     precision: AxisValue = _axis_field(f"Precision recipe, one or a list of {', '.join(PRECISIONS)}.")
     recompute: AxisValue = _axis_field("Activation recompute: none, selective, full (one or a list).")
     pp_schedule: AxisValue = _axis_field("Pipeline schedule: 1f1b, interleaved, zero-bubble (one or a list).")
-    min_headroom: float = Field(default=0.0, ge=0.0, lt=1.0,
-                                description="Least free HBM fraction a layout must leave, e.g. 0.1 for 10%.")
+    min_headroom: float = Field(default=0.10, ge=0.0, lt=1.0,
+                                description="Least free HBM fraction a layout must leave; default 0.10 = the "
+                                            "'fits' verdict (Primus tuning agent memory_safety_margin 0.10).")
     allow_fp8: bool = Field(default=True, description="Search FP8 recipes the GPU supports (else bf16 only).")
 
     @field_validator(*AXES, mode="after")
