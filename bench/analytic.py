@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from projection.collectives import NetworkParams, network_params_from_hardware
+from projection.collectives import NetworkParams
 from projection.compute import DeviceRates, device_rates, gemm_fwd_bwd_s, streaming_s
 from projection.device_profile import DeviceProfile, default_profile
-from projection.engine import ADAM_BYTES_PER_PARAM, _comm_groups, _layer_costs
+from projection.engine import ADAM_BYTES_PER_PARAM, _comm_groups, _layer_costs, network_for
 from projection.framework_profile import FrameworkProfile, framework_profile
 from projection.hardware import HardwareSpec, load_hardware
 from projection.layout import ParallelDims, parallel_dims
@@ -94,12 +94,7 @@ class AnalyticLayout:
 
 def network_params(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile) -> NetworkParams:
     """The network model exactly as ``projection.engine.project`` builds it."""
-    return network_params_from_hardware(
-        hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
-        nic_gbit_per_s=cluster.nic_gbps, scale_up_efficiency=profile.comm_efficiency,
-        scale_out_efficiency=profile.comm_efficiency, scale_up_latency_s=profile.scale_up_latency_s,
-        scale_out_latency_s=profile.scale_out_latency_s,
-    )
+    return network_for(hardware, cluster, profile)
 
 
 def expert_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates) -> ExpertCost:

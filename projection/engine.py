@@ -271,6 +271,16 @@ class _Prepared:
     parts: dict[str, list[float]]
 
 
+def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile) -> NetworkParams:
+    """The collective model's view of a cluster: catalog links, cluster overrides, profile efficiencies."""
+    return network_params_from_hardware(
+        hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
+        nic_gbit_per_s=cluster.nic_gbps, scale_up_efficiency=profile.comm_efficiency,
+        scale_out_efficiency=profile.comm_efficiency, scale_up_latency_s=profile.scale_up_latency_s,
+        scale_out_latency_s=profile.scale_out_latency_s,
+    )
+
+
 def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
              profile: DeviceProfile | None, framework: FrameworkProfile | None, check: bool,
              layer_costs: Mapping[int, LayerCost] | None) -> _Prepared:
@@ -283,12 +293,7 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency)
-    net = network_params_from_hardware(
-        hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
-        nic_gbit_per_s=cluster.nic_gbps, scale_up_efficiency=profile.comm_efficiency,
-        scale_out_efficiency=profile.comm_efficiency, scale_up_latency_s=profile.scale_up_latency_s,
-        scale_out_latency_s=profile.scale_out_latency_s,
-    )
+    net = network_for(hardware, cluster, profile)
     # measured-mode hook (bench/restore.py)
     costs = (dict(layer_costs) if layer_costs is not None
              else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
