@@ -29,10 +29,11 @@ import yaml
 from evals.fit import (
     BOUNDS,
     MIN_RUNS_PER_ID,
-    REFERENCE_FRAMEWORK,
     FitRun,
     collect_fit_runs,
     fit_profiles,
+    pristine_framework,
+    pristine_profile,
     projected_value,
 )
 from evals.sweep_file import LoadedSweep
@@ -73,10 +74,8 @@ def fit_runs(sweeps: Sequence[LoadedSweep], *, gpu: str | None = None, family: s
 
 
 def start_profile(gpu: str | None, family: str | None, runs: Sequence[FitRun]) -> DeviceProfile:
-    """The shipped profile the fit starts from, named for the target GPU or family."""
-    hardware = runs[0].specs.hardware
-    return default_profile(hardware).model_copy(update={"hardware_id": gpu or family or hardware.id,
-                                                        "fitted_on": (), "fit_note": ""})
+    """The built-in profile the fit starts from, named for the target GPU or family."""
+    return pristine_profile(gpu or family or runs[0].specs.hardware.id)
 
 
 def _note(runs: Sequence[FitRun], before: float, after: float) -> str:
@@ -171,8 +170,8 @@ def _group_mape(members: Sequence[FitRun], profile: DeviceProfile | None, result
     errors = []
     for item in members:
         fw = result.framework_profiles.get(item.framework) if profile is not None else None
-        value = projected_value(item, profile or default_profile(item.specs.hardware),
-                                fw or framework_profile(item.framework))
+        value = projected_value(item, profile or pristine_profile(item.device_group),
+                                fw or pristine_framework(item.framework))
         if value is not None:
             errors.append(abs(value / item.measured - 1))
     return statistics.fmean(errors) if errors else float("nan")
@@ -186,7 +185,7 @@ class SourceScore:
     runs: int
     families: list[str]
     mape_default: float | None
-    """MAPE with the shipped profiles."""
+    """MAPE with the shipped profiles (fitted on every source: in-sample)."""
     mape_cv: float | None
     """MAPE with profiles fitted on the other sources."""
     fitted: dict[str, int] = field(default_factory=dict)
@@ -199,7 +198,7 @@ def _held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> Devic
         return profiles[item.device_group]
     family = item.specs.hardware.family
     same_family = [p for g, p in profiles.items() if _family_of_group(g) == family]
-    return same_family[0] if same_family else default_profile(item.specs.hardware)
+    return same_family[0] if same_family else pristine_profile(item.device_group)
 
 
 def _family_of_group(group: str) -> str:
@@ -259,8 +258,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
                 default_err.append(abs(base / item.measured - 1))
             if fitted is None:
                 continue
-            fw = fitted.framework_profiles.get(item.framework) or framework_profile(
-                REFERENCE_FRAMEWORK if item.framework == REFERENCE_FRAMEWORK else item.framework)
+            fw = fitted.framework_profiles.get(item.framework) or pristine_framework(item.framework)
             value = projected_value(item, _held_out_profile(item, fitted.device_profiles), fw)
             if value is not None:
                 cv_err.append(abs(value / item.measured - 1))

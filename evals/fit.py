@@ -29,7 +29,7 @@ from projection.errors import ProjtuneError
 from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
 
 MIN_RUNS_PER_ID = 4            # a hardware id with fewer complete runs shares its family's profile
-PRIOR_WEIGHT = 0.05            # residual weight of (param - default) / (bound range) per parameter
+PRIOR_WEIGHT = 0.15            # residual weight of (param - default) / (bound range) per parameter
 FRAMEWORK_PARAMS = ("compute_efficiency", "dp_comm_efficiency")
 REFERENCE_FRAMEWORK = "megatron"
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -112,9 +112,23 @@ class FitResult:
     mape_after: float
 
 
+def pristine_profile(group: str) -> DeviceProfile:
+    """The built-in starting point of every fit: DeviceProfile defaults, nothing fitted.
+
+    Fits never start from the shipped (already fitted) files, so a fit - and each
+    cross-validation fold - sees no trace of the runs it leaves out.
+    """
+    return DeviceProfile(hardware_id=group)
+
+
+def pristine_framework(name: str) -> FrameworkProfile:
+    """A framework's documented facts (buckets, loss bytes) with its fitted multipliers reset to 1."""
+    return framework_profile(name).model_copy(update={"compute_efficiency": 1.0, "dp_comm_efficiency": 1.0,
+                                                      "fitted_on": (), "fit_note": ""})
+
+
 def _base_profile(items: Sequence[FitRun], group: str) -> DeviceProfile:
-    hardware = next(i.specs.hardware for i in items if i.device_group == group)
-    return default_profile(hardware).model_copy(update={"hardware_id": group})
+    return pristine_profile(group)
 
 
 def _mape(items: Sequence[FitRun], profiles: dict[str, DeviceProfile],
@@ -134,7 +148,7 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     groups = sorted({i.device_group for i in items})
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
     base = {g: (start or {}).get(g) or _base_profile(items, g) for g in groups}
-    base_fw = {f: framework_profile(f) for f in frameworks}
+    base_fw = {f: pristine_framework(f) for f in frameworks}
     slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in DEVICE_PARAMS]
     slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]
     x0 = np.array([getattr(base[n] if kind == "device" else base_fw[n], p) for kind, n, p in slots])
