@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Literal
 
 from projection.collectives import (
@@ -138,15 +139,8 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         selective = cost.attention_fwd_s if selective_attention else 0.0
         terms[id(cost)] = (cost.fwd_s + comm, cost.bwd_input_s + comm, weight_grad, selective,
                            cost.fwd_s + cost.bwd_input_s + weight_grad, tp, cp, ep)
-    width = 8
-    prefix = [[0.0] * (model.num_layers + 1) for _ in range(width)]
-    for layer in range(model.num_layers):
-        values = terms[id(costs[layer])]
-        for k in range(width):
-            prefix[k][layer + 1] = prefix[k][layer] + values[k]
-
-    def span(k: int, first: int, last: int) -> float:
-        return prefix[k][last] - prefix[k][first]
+    columns = zip(*(terms[id(costs[layer])] for layer in range(model.num_layers)), strict=True)
+    p_f, p_bi, p_bw, p_sel, p_comp, p_tp, p_cp, p_ep = (list(accumulate(c, initial=0.0)) for c in columns)
 
     chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)
     zbv = effective_schedule(config) == "zbv"
@@ -163,15 +157,16 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
             position += len(chunk)
             lo = chunk[0] if chunk else 0
             mid, hi = lo + full, lo + len(chunk)
-            f = span(0, lo, hi)
-            recompute_full = span(0, lo, mid)
-            bi = span(1, lo, hi) + recompute_full + span(3, mid, hi)
-            bw = span(2, lo, hi)
-            comm_full = span(5, lo, mid) + span(6, lo, mid) + span(7, lo, mid)
-            compute += span(4, lo, hi) + (recompute_full - comm_full) + span(3, mid, hi)
-            tp_sum += span(5, lo, hi) + 0.5 * span(5, lo, mid)  # a recomputed layer re-issues its forward comm
-            cp_sum += span(6, lo, hi) + 0.5 * span(6, lo, mid)
-            ep_sum += span(7, lo, hi) + 0.5 * span(7, lo, mid)
+            f = p_f[hi] - p_f[lo]
+            recompute_full = p_f[mid] - p_f[lo]
+            selective = p_sel[hi] - p_sel[mid]
+            bi = p_bi[hi] - p_bi[lo] + recompute_full + selective
+            bw = p_bw[hi] - p_bw[lo]
+            tp_full, cp_full, ep_full = p_tp[mid] - p_tp[lo], p_cp[mid] - p_cp[lo], p_ep[mid] - p_ep[lo]
+            compute += p_comp[hi] - p_comp[lo] + (recompute_full - tp_full - cp_full - ep_full) + selective
+            tp_sum += p_tp[hi] - p_tp[lo] + 0.5 * tp_full  # a recomputed layer re-issues its forward comm
+            cp_sum += p_cp[hi] - p_cp[lo] + 0.5 * cp_full
+            ep_sum += p_ep[hi] - p_ep[lo] + 0.5 * ep_full
             if rank == 0 and chunk_index == 0:
                 f, bi = f + embed[0], bi + embed[1]
                 compute += embed[0] + embed[1]

@@ -13,6 +13,7 @@ sets the pipeline schedule holds in flight (:mod:`projection.pipeline`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Literal
 
 from projection.activations import (
@@ -102,9 +103,22 @@ def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationCo
     )
 
 
-def _stage_params(model: ModelSpec, layers: list[int], dims: ParallelDims, first: bool, last: bool
+def _stage_params(model: ModelSpec, layers: tuple[int, ...], dims: ParallelDims, first: bool, last: bool
                   ) -> tuple[float, float, float]:
     """Return (dense-sharded, expert-sharded, GEMM-weight) parameters held by one GPU of a stage."""
+    return _stage_params_cached(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
+
+
+@lru_cache(maxsize=8192)
+def _stage_layers(num_layers: int, pp: int, vpp: int, rank: int) -> tuple[int, ...]:
+    """Every layer index pipeline rank ``rank`` holds, over its chunks."""
+    return tuple(layer for chunk in chunk_layers(num_layers, pp, vpp)[rank] for layer in chunk)
+
+
+@lru_cache(maxsize=8192)
+def _stage_params_cached(model: ModelSpec, layers: tuple[int, ...], tp: int, ep: int, etp: int, pp: int,
+                         first: bool, last: bool) -> tuple[float, float, float]:
+    dims = _Degrees(tp=tp, ep=ep, etp=etp, pp=pp)
     dense = 0.0
     experts = 0.0
     table = layer_param_table(model)
@@ -132,17 +146,33 @@ def _state_bytes(params: float, zero: int, shard: int) -> tuple[float, float, fl
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _Degrees:
+    """The parallel degrees parameter sharding depends on."""
+
+    tp: int
+    ep: int
+    etp: int
+    pp: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _LayerTables:
     """Per-layer activation bytes of one layout, computed once per distinct layer kind."""
 
     ctx: ActivationContext
     kept: tuple[float, ...]         # bytes kept per layer without full recompute (selective applied)
+    kept_prefix: tuple[float, ...]  # prefix sums of ``kept`` (chunks are contiguous layer ranges)
     rebuilt: tuple[float, ...]      # bytes a layer's recompute rebuilds while its backward runs
     full_input: float               # bytes kept per fully recomputed layer (its input)
 
 
 def _layer_tables(model: ModelSpec, config: TrainingConfig) -> _LayerTables:
-    ctx = activation_context(model, config)
+    return _layer_tables_for(model, activation_context(model, config))
+
+
+@lru_cache(maxsize=4096)
+def _layer_tables_for(model: ModelSpec, ctx: ActivationContext) -> _LayerTables:
+    """Tables of one (model, activation context): shared by every layout that differs elsewhere."""
     no_recompute = replace(ctx, recompute_modules=frozenset())
     by_kind: dict[tuple[bool, int], tuple[float, float]] = {}
     kept: list[float] = []
@@ -154,7 +184,10 @@ def _layer_tables(model: ModelSpec, config: TrainingConfig) -> _LayerTables:
             by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
         kept.append(by_kind[kind][0])
         rebuilt.append(by_kind[kind][1])
-    return _LayerTables(ctx=ctx, kept=tuple(kept), rebuilt=tuple(rebuilt),
+    prefix = [0.0]
+    for value in kept:
+        prefix.append(prefix[-1] + value)
+    return _LayerTables(ctx=ctx, kept=tuple(kept), kept_prefix=tuple(prefix), rebuilt=tuple(rebuilt),
                         full_input=full_recompute_layer_bytes(model, ctx))
 
 
@@ -164,7 +197,7 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     tables = tables or _layer_tables(model, config)
     ctx = tables.ctx
     chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
-    layers = [layer for chunk in chunks for layer in chunk]
+    layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
     first, last = rank == 0, rank == dims.pp - 1
     dense, experts, gemm = _stage_params(model, layers, dims, first, last)
     dense_shard = config.fsdp_size or dims.dp * dims.cp
@@ -182,10 +215,12 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     stage_layer_count = len(layers)
     total_chunk_bytes = 0.0
     position = 0
-    kept = tables.kept
+    kept, prefix = tables.kept, tables.kept_prefix
     for chunk in chunks:
-        full = recomputed_layers(model, config, chunk, stage_layer_count, position)
-        total_chunk_bytes += sum(kept[layer] for layer in chunk[full:]) + full * tables.full_input
+        if not chunk:
+            continue
+        full = recomputed_layers(model, config, chunk, stage_layer_count, position) if config.recompute == "full" else 0
+        total_chunk_bytes += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * tables.full_input
         position += len(chunk)
     in_flight = peak_in_flight_closed_form(effective_schedule(config), dims.pp, dims.vpp, dims.num_microbatches, rank)
     activations = in_flight * total_chunk_bytes / len(chunks)

@@ -41,6 +41,7 @@ BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by t
 PARALLEL_MIN_CANDIDATES = 2000   # below this a second process costs more than it saves
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
+_HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,14 +181,16 @@ class Evaluator:
                                              profile=job.profile)
         return config.gbs * config.seq_len / seconds / job.cluster.num_gpus
 
-    def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally) -> None:
+    def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally,
+                      known: Sequence[Outcome] = ()) -> None:
         """Project group leads from the highest throughput bound down; skip those that cannot matter.
 
         A lead whose bound is dominated by what is already projected (top-k and Pareto front)
         is counted as pruned; its bound still bounds its group's other variants in phase 2.
         Bounds are refreshed every few projections (stale bounds prune less, never wrongly).
         """
-        bounds = bounds_from([], top_k)
+        seen = list(known)
+        bounds = bounds_from(seen, top_k)
         since_refresh = 0
         for lead in sorted(pending, key=lambda item: -item.tps_bound):
             if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.memory.headroom_fraction):
@@ -198,7 +201,7 @@ class Evaluator:
             tally.leads[lead.group] = (lead.position, p.tokens_per_s_per_gpu, lead.static_headroom)
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
-                bounds = bounds_from(tally.outcomes, top_k)
+                bounds = bounds_from([*seen, *tally.outcomes], top_k)
                 since_refresh = 0
 
     def static_headroom(self, memory: MemoryResult) -> float:
@@ -277,6 +280,14 @@ def _phase1_task(group_ids: list[int]) -> Tally:
     return _WORKER.phase1(group_ids)
 
 
+def _leads_task(args: tuple[list[Lead], int, list[Outcome]]) -> Tally:
+    assert _WORKER is not None
+    pending, top_k, known = args
+    tally = Tally()
+    _WORKER.project_leads(pending, top_k, tally, known)
+    return tally
+
+
 def _phase2_task(args: tuple[list[int], dict[int, tuple[int, float, float]], Bounds]) -> Tally:
     assert _WORKER is not None
     return _WORKER.phase2(*args)
@@ -318,7 +329,15 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
         with multiprocessing.get_context("fork").Pool(workers) as pool:
             for part in pool.imap_unordered(_phase1_task, chunks):
                 absorb(part)
-            evaluator.project_leads(total.pending, top_k, total)
+            # The most promising leads first, here, to set the bounds; the rest split over the workers
+            # (each prunes against those bounds plus its own results: stale bounds only prune less).
+            ordered = sorted(total.pending, key=lambda item: -item.tps_bound)
+            head, rest = ordered[:_HEAD_LEADS_PER_K * top_k], ordered[_HEAD_LEADS_PER_K * top_k:]
+            evaluator.project_leads(head, top_k, total)
+            known = list(total.outcomes)
+            parts = [(rest[w::workers], top_k, known) for w in range(workers)]
+            for part in pool.imap_unordered(_leads_task, parts):
+                absorb(part)
             bounds = bounds_from(total.outcomes, top_k)
             tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
             for part in pool.imap_unordered(_phase2_task, tasks):
