@@ -29,7 +29,7 @@ from projection.errors import ProjtuneError
 from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
 
 MIN_RUNS_PER_ID = 4            # a hardware id with fewer complete runs shares its family's profile
-PRIOR_WEIGHT = 0.15            # residual weight of (param - default) / (bound range) per parameter
+PRIOR_WEIGHT = 0.3            # residual weight of (param - default) / (bound range) per parameter
 FRAMEWORK_PARAMS = ("compute_efficiency", "dp_comm_efficiency")
 REFERENCE_FRAMEWORK = "megatron"
 BOUNDS: dict[str, tuple[float, float]] = {

@@ -100,9 +100,30 @@ def _comm_groups(dims: ParallelDims, net) -> CommGroups:
     )
 
 
+_COSTS_CACHE: dict[tuple[object, ...], dict[int, LayerCost]] = {}
+_COSTS_CACHE_SIZE = 4096
+
+
 def _layer_costs(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates, net, groups
                  ) -> dict[int, LayerCost]:
-    """Cost of every layer, computed once per distinct layer kind (MoE flag, window)."""
+    """Cost of every layer, computed once per distinct layer kind (MoE flag, window).
+
+    Memoised on exactly what :func:`projection.workload.layer_cost` reads, so layouts that differ
+    only in PP, VPP, DP, ZeRO, recompute or schedule (most of a search) share one computation.
+    The returned mapping is shared: callers must not mutate it.
+    """
+    key = (model, config.seq_len, config.mbs, config.sequence_parallel, config.precision, config.moe_dispatcher,
+           dims.tp, dims.cp, dims.ep, dims.etp, rates, net, groups)
+    cached = _COSTS_CACHE.get(key)
+    if cached is None:
+        if len(_COSTS_CACHE) >= _COSTS_CACHE_SIZE:
+            _COSTS_CACHE.clear()
+        cached = _COSTS_CACHE[key] = _compute_layer_costs(model, config, dims, rates, net, groups)
+    return cached
+
+
+def _compute_layer_costs(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates, net, groups
+                         ) -> dict[int, LayerCost]:
     by_kind: dict[tuple[bool, int], LayerCost] = {}
     costs: dict[int, LayerCost] = {}
     for layer in range(model.num_layers):
