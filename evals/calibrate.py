@@ -92,11 +92,13 @@ def fit_profile(runs: Sequence[FitRun], start: DeviceProfile, *, max_evaluations
         raise ProjtuneError(f"need at least {MIN_FIT_RUNS} complete scored runs to fit, got {len(runs)}")
     group = [_regroup(r, start.hardware_id) for r in runs]
     result = fit_profiles(group, max_evaluations=max_evaluations or MAX_NFEV, start={start.hardware_id: start})
-    profile = result.device_profiles[start.hardware_id].model_copy(update={
-        "fitted_on": tuple(sorted({r.sweep.name for r in runs})),
-        "fit_note": _note(runs, result.mape_before, result.mape_after)})
-    return FitResult(profile=profile, runs=len(runs), mape_before=result.mape_before,
-                     mape_after=result.mape_after, fitted=FITTABLE)
+    fitted, after = result.device_profiles[start.hardware_id], result.mape_after
+    if after > result.mape_before:  # the robust loss can trade MAPE for fewer outliers: never ship worse
+        fitted, after = start, result.mape_before
+    profile = fitted.model_copy(update={"fitted_on": tuple(sorted({r.sweep.name for r in runs})),
+                                        "fit_note": _note(runs, result.mape_before, after)})
+    return FitResult(profile=profile, runs=len(runs), mape_before=result.mape_before, mape_after=after,
+                     fitted=FITTABLE)
 
 
 def _regroup(run: FitRun, group: str) -> FitRun:

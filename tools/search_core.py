@@ -41,6 +41,8 @@ BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by t
 PARALLEL_MIN_CANDIDATES = 2000   # below this a second process costs more than it saves
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
+# FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
+ENGINE_ALIKE_PRECISIONS = frozenset({"fp8", "fp8-blockwise", "mxfp8"})
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
@@ -153,25 +155,43 @@ class Evaluator:
         self.capacity = job.hardware.hbm_capacity_bytes
         self.fixed_overhead = job.profile.memory_overhead_gib * GIB
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
+        self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
+        self._projection_cache: dict[TrainingConfig, Projection] = {}
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
         """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
+        precision = "fp8" if config.precision in ENGINE_ALIKE_PRECISIONS else config.precision
         return (config.tp, config.pp, config.vpp, config.cp, config.ep, config.etp, config.dp, config.zero,
-                config.fsdp_size, config.precision)
+                config.fsdp_size, precision)
+
+    def canonical(self, index: int) -> TrainingConfig:
+        """The candidate as the engine sees it: FP8 recipes it models alike share one evaluation."""
+        config = self.configs[index]
+        if config.precision in ENGINE_ALIKE_PRECISIONS:
+            return config.model_copy(update={"precision": "fp8"})
+        return config
 
     def memory(self, index: int) -> MemoryResult:
-        config = self.configs[index]
-        return project_memory(self.job.model, self.job.hardware, config, parallel_dims(config, self.job.cluster),
-                              self.job.profile)
+        key = self.canonical(index)
+        cached = self._memory_cache.get(key)
+        if cached is None:
+            config = self.configs[index]
+            cached = self._memory_cache[key] = project_memory(
+                self.job.model, self.job.hardware, config, parallel_dims(config, self.job.cluster), self.job.profile)
+        return cached
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
-        p = project(job.model, job.cluster, self.configs[index], hardware=job.hardware, profile=job.profile,
-                    check=False, memory=memory)
+        key = self.canonical(index)
+        p = self._projection_cache.get(key)
+        if p is None:
+            p = self._projection_cache[key] = project(job.model, job.cluster, self.configs[index],
+                                                      hardware=job.hardware, profile=job.profile, check=False,
+                                                      memory=memory)
+            if self.keep:
+                tally.projections[index] = p
         tally.outcomes.append(Outcome(index, p.tokens_per_s_per_gpu, p.memory.headroom_fraction))
-        if self.keep:
-            tally.projections[index] = p
         return p
 
     def throughput_bound(self, index: int) -> float:
@@ -307,7 +327,8 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     global _WORKER
     # groups of one sharding go to the same task, so each worker's static-misfit cache covers them
     group_ids = sorted(range(len(evaluator.groups)),
-                       key=lambda g: repr(evaluator.sharding_key(evaluator.configs[evaluator.groups[g][0]])))
+                       key=lambda g: (repr(evaluator.sharding_key(evaluator.configs[evaluator.groups[g][0]])),
+                                      repr(evaluator.canonical(evaluator.groups[g][0]))))
     chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
     total = Tally()
 
