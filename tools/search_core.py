@@ -62,7 +62,7 @@ class Lead:
     group: int
     position: int
     index: int
-    memory: MemoryResult
+    headroom: float          # its memory headroom (the memory result stays in the screening process)
     tps_bound: float
     static_headroom: float
 
@@ -213,11 +213,11 @@ class Evaluator:
         bounds = bounds_from(seen, top_k)
         since_refresh = 0
         for lead in sorted(pending, key=lambda item: -item.tps_bound):
-            if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.memory.headroom_fraction):
+            if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.headroom):
                 tally.pruned += 1
                 tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
                 continue
-            p = self.project(lead.index, tally, lead.memory)
+            p = self.project(lead.index, tally, self._memory_cache.get(self.canonical(lead.index)))
             tally.leads[lead.group] = (lead.position, p.tokens_per_s_per_gpu, lead.static_headroom)
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
@@ -252,7 +252,8 @@ class Evaluator:
                 memory = self.memory(index)
                 tally.visited += 1
                 if self.fits(memory):
-                    tally.pending.append(Lead(group=g, position=position, index=index, memory=memory,
+                    tally.pending.append(Lead(group=g, position=position, index=index,
+                                              headroom=memory.headroom_fraction,
                                               tps_bound=self.throughput_bound(index),
                                               static_headroom=self.static_headroom(memory)))
                     break
@@ -326,9 +327,14 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     """Run both phases over every group; serial or on ``workers`` forked processes."""
     global _WORKER
     # groups of one sharding go to the same task, so each worker's static-misfit cache covers them
-    group_ids = sorted(range(len(evaluator.groups)),
-                       key=lambda g: (repr(evaluator.sharding_key(evaluator.configs[evaluator.groups[g][0]])),
-                                      repr(evaluator.canonical(evaluator.groups[g][0]))))
+    def order(g: int) -> tuple[str, int, str, str, bool]:
+        config = evaluator.configs[evaluator.groups[g][0]]
+        # sharding first (shared static-misfit cache), then what else tells layouts apart, so
+        # FP8-recipe twins (same key, precision aside) land in the same task and share evaluations
+        return (repr(evaluator.sharding_key(config)), config.mbs, config.schedule, config.moe_dispatcher,
+                config.sequence_parallel)
+
+    group_ids = sorted(range(len(evaluator.groups)), key=order)
     chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
     total = Tally()
 
