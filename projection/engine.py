@@ -160,7 +160,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         selective = cost.attention_fwd_s if selective_attention else 0.0
         terms[id(cost)] = (cost.fwd_s + comm, cost.bwd_input_s + comm, weight_grad, selective,
                            cost.fwd_s + cost.bwd_input_s + weight_grad, tp, cp, ep)
-    columns = zip(*(terms[id(costs[layer])] for layer in range(model.num_layers)), strict=True)
+    columns = zip(*map(terms.__getitem__, map(id, map(costs.__getitem__, range(model.num_layers)))), strict=True)
     p_f, p_bi, p_bw, p_sel, p_comp, p_tp, p_cp, p_ep = (list(accumulate(c, initial=0.0)) for c in columns)
 
     chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)

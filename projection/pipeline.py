@@ -69,7 +69,8 @@ class StageTimes:
                     f"{name} has {len(values)} entries, forward_s has {num_chunks}; "
                     "need one per virtual chunk"
                 )
-            if not all(math.isfinite(v) and v >= 0.0 for v in values):
+            # min() and sum() run in C: all >= 0 and a finite sum <=> every value finite and >= 0 (NaN fails both)
+            if not (min(values) >= 0.0 and math.isfinite(sum(values))):
                 raise ValueError(f"{name} must be finite and >= 0, got {values}")
 
 
