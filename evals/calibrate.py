@@ -17,10 +17,13 @@ weak prior towards the shipped values.
 from __future__ import annotations
 
 import datetime
+import multiprocessing
+import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,9 @@ from evals.fit import (
 )
 from evals.sweep_file import LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
+from projection.errors import ProjtuneError
 from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.hardware import load_hardware
 
 MIN_FIT_RUNS = 3
 """Fewest complete scored runs a GPU or family needs to be fitted."""
@@ -86,11 +91,9 @@ def _note(runs: Sequence[FitRun], before: float, after: float) -> str:
 
 def fit_profile(runs: Sequence[FitRun], start: DeviceProfile, *, max_evaluations: int | None = None) -> FitResult:
     """Fit one device profile on ``runs`` (all treated as one device group)."""
-    from projection.errors import ProjtuneError
-
     if len(runs) < MIN_FIT_RUNS:
         raise ProjtuneError(f"need at least {MIN_FIT_RUNS} complete scored runs to fit, got {len(runs)}")
-    group = [_regroup(r, start.hardware_id) for r in runs]
+    group = [replace(r, device_group=start.hardware_id) for r in runs]
     result = fit_profiles(group, max_evaluations=max_evaluations or MAX_NFEV, start={start.hardware_id: start})
     fitted, after = result.device_profiles[start.hardware_id], result.mape_after
     if after > result.mape_before:  # the robust loss can trade MAPE for fewer outliers: never ship worse
@@ -99,12 +102,6 @@ def fit_profile(runs: Sequence[FitRun], start: DeviceProfile, *, max_evaluations
                                         "fit_note": _note(runs, result.mape_before, after)})
     return FitResult(profile=profile, runs=len(runs), mape_before=result.mape_before, mape_after=after,
                      fitted=FITTABLE)
-
-
-def _regroup(run: FitRun, group: str) -> FitRun:
-    from dataclasses import replace
-
-    return replace(run, device_group=group)
 
 
 def write_profile(result: FitResult, path: Path) -> Path:
@@ -205,9 +202,6 @@ def _held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> Devic
 
 def _family_of_group(group: str) -> str:
     """The family of a device group (a hardware id or already a family name)."""
-    from projection.errors import ProjtuneError
-    from projection.hardware import load_hardware
-
     try:
         return load_hardware(group).family
     except ProjtuneError:
@@ -221,10 +215,6 @@ def _fit_fold(runs: Sequence[FitRun], source: str) -> Any:
 
 def _fit_folds(runs: Sequence[FitRun], sources: Sequence[str], progress: Progress | None) -> dict[str, Any]:
     """Fit every leave-one-out fold, on forked worker processes when there are several CPUs."""
-    import multiprocessing
-    import os
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     workers = min(len(sources), os.cpu_count() or 1)
     if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
         return {source: _fit_fold(runs, source) for source in sources}

@@ -127,10 +127,6 @@ def pristine_framework(name: str) -> FrameworkProfile:
                                                       "fitted_on": (), "fit_note": ""})
 
 
-def _base_profile(items: Sequence[FitRun], group: str) -> DeviceProfile:
-    return pristine_profile(group)
-
-
 def _mape(items: Sequence[FitRun], profiles: dict[str, DeviceProfile],
           frameworks: dict[str, FrameworkProfile]) -> float:
     errors = []
@@ -147,7 +143,7 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     """Fit every device group and non-reference framework on ``items`` jointly (``start`` overrides start profiles)."""
     groups = sorted({i.device_group for i in items})
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
-    base = {g: (start or {}).get(g) or _base_profile(items, g) for g in groups}
+    base = {g: (start or {}).get(g) or pristine_profile(g) for g in groups}
     base_fw = {f: pristine_framework(f) for f in frameworks}
     slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in DEVICE_PARAMS]
     slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]

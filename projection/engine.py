@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
 
@@ -174,7 +175,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         compute = tp_sum = cp_sum = ep_sum = 0.0
         position = 0
         for chunk_index, chunk in enumerate(chunks):
-            full = recomputed_layers(model, config, chunk, stage_layer_count, position)
+            full = recomputed_layers(config, chunk, stage_layer_count, position)
             position += len(chunk)
             lo = chunk[0] if chunk else 0
             mid, hi = lo + full, lo + len(chunk)
@@ -205,6 +206,16 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     return stages, parts
 
 
+@lru_cache(maxsize=4096)
+def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(dense, expert) elements of all decoder layers one GPU of a full pipeline would hold."""
+    dense = expert = 0.0
+    for p in layer_param_table(model):
+        dense += (p.attention + p.mlp + p.shared_experts) / tp + p.replicated
+        expert += p.experts / (ep * etp)
+    return dense, expert
+
+
 def _bucketed(collective, total_bytes: float, bucket_bytes: float, group, net) -> float:
     """Time of ``total_bytes`` sent as consecutive collectives of ``bucket_bytes`` each (latency per bucket)."""
     if total_bytes <= bucket_bytes:
@@ -222,10 +233,7 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     if (dims.dp * dims.cp == 1 and dims.expert_dp == 1) or config.finetune == "lora":
         return 0.0
     layers_per_rank = model.num_layers / dims.pp
-    dense = expert = 0.0
-    for p in layer_param_table(model):
-        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
-        expert += p.experts / (dims.ep * dims.etp)
+    dense, expert = _layer_params_per_gpu(model, dims.tp, dims.ep, dims.etp)
     layer_params = (dense + expert) / model.num_layers  # mean per-layer elements held by one GPU
     scale = layers_per_rank / model.num_layers
     dense, expert = dense * scale, expert * scale
@@ -260,10 +268,7 @@ def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, h
                  profile: DeviceProfile) -> float:
     if config.finetune == "lora":
         return 0.0  # adapters only: negligible next to the frozen model
-    dense = expert = 0.0
-    for p in layer_param_table(model):
-        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
-        expert += p.experts / (dims.ep * dims.etp)
+    dense, expert = _layer_params_per_gpu(model, dims.tp, dims.ep, dims.etp)
     dense = dense / dims.pp + model.vocab_size * model.hidden_size / dims.tp
     expert /= dims.pp
     if config.zero >= 1:

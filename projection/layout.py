@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
 
@@ -86,8 +85,7 @@ def chunk_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[tuple[int, .
     return tuple(tuple(bounds[chunk * pp + rank] for chunk in range(vpp)) for rank in range(pp))
 
 
-def recomputed_layers(model: ModelSpec, config: TrainingConfig, layers: tuple[int, ...], stage_layers: int,
-                      position: int) -> int:
+def recomputed_layers(config: TrainingConfig, layers: tuple[int, ...], stage_layers: int, position: int) -> int:
     """How many of ``layers`` (a chunk starting at ``position`` within its stage) run full recompute."""
     if config.recompute != "full":
         return 0

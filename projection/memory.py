@@ -118,22 +118,21 @@ def _stage_layers(num_layers: int, pp: int, vpp: int, rank: int) -> tuple[int, .
 @lru_cache(maxsize=8192)
 def _stage_params_cached(model: ModelSpec, layers: tuple[int, ...], tp: int, ep: int, etp: int, pp: int,
                          first: bool, last: bool) -> tuple[float, float, float]:
-    dims = _Degrees(tp=tp, ep=ep, etp=etp, pp=pp)
     dense = 0.0
     experts = 0.0
     table = layer_param_table(model)
     for layer in layers:
         p = table[layer]
-        dense += (p.attention + p.mlp + p.shared_experts) / dims.tp + p.replicated
-        experts += p.experts / (dims.ep * dims.etp)
+        dense += (p.attention + p.mlp + p.shared_experts) / tp + p.replicated
+        experts += p.experts / (ep * etp)
     gemm = dense + experts
     if first:
-        dense += embedding_params(model) / dims.tp
+        dense += embedding_params(model) / tp
     if last:
-        head = output_params(model) if not model.tie_embeddings or dims.pp == 1 else (
+        head = output_params(model) if not model.tie_embeddings or pp == 1 else (
             output_params(model) + model.vocab_size * model.hidden_size)
-        dense += head / dims.tp
-        gemm += 0 if model.tie_embeddings and dims.pp == 1 else model.vocab_size * model.hidden_size / dims.tp
+        dense += head / tp
+        gemm += 0 if model.tie_embeddings and pp == 1 else model.vocab_size * model.hidden_size / tp
     return dense, experts, gemm
 
 
@@ -143,16 +142,6 @@ def _state_bytes(params: float, zero: int, shard: int) -> tuple[float, float, fl
     grads = GRAD_BYTES * params / (shard if zero >= 2 else 1)
     optimizer = OPTIMIZER_BYTES * params / (shard if zero >= 1 else 1)
     return weights, grads, optimizer
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Degrees:
-    """The parallel degrees parameter sharding depends on."""
-
-    tp: int
-    ep: int
-    etp: int
-    pp: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,7 +208,7 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     for chunk in chunks:
         if not chunk:
             continue
-        full = recomputed_layers(model, config, chunk, stage_layer_count, position) if config.recompute == "full" else 0
+        full = recomputed_layers(config, chunk, stage_layer_count, position)
         total_chunk_bytes += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * tables.full_input
         position += len(chunk)
     in_flight = peak_in_flight_closed_form(effective_schedule(config), dims.pp, dims.vpp, dims.num_microbatches, rank)

@@ -19,8 +19,11 @@ from projection.training_config import TrainingConfig
 
 ACT_BYTES = 2                  # bf16 activations
 DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency vs plain A2A (notes Sec. 2.2)
-KERNELS_PER_LAYER_FWD = 14     # norms, rope, residual adds, activation, casts: Megatron-core fused layer (approx.)
-KERNELS_PER_MOE_FWD = 12       # router, top-k, permute, unpermute, grouped GEMM setup (approx.)
+# Element-wise kernels per layer forward, counted from Megatron-core's TransformerLayer with Transformer
+# Engine fusions (2 norms, rope, 2 residual adds, activation, casts, ...); an estimate, not a trace.
+# They multiply the profile's fitted kernel_overhead_s, so the count only sets how that cost scales.
+KERNELS_PER_LAYER_FWD = 14
+KERNELS_PER_MOE_FWD = 12       # router, top-k, permute, unpermute, grouped-GEMM setup (same kind of estimate)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
