@@ -9,7 +9,9 @@ edits data. A finding is a value to compare with its cited source by hand. Check
 - MFU against model TFLOP/s; throughput and memory against the GPU's peak and capacity;
 - layout arithmetic: TP*PP*CP | num_gpus, gbs | mbs*dp, EP within the DP*CP*TP group,
   FSDP group | DP*CP, heads | TP, "GA=n" notes against gbs/(mbs*dp);
-- notes that contradict config keys (dropless vs token-drop).
+- notes that contradict config keys (dropless vs token-drop);
+- a run measured as running whose recorded layout needs more than twice the GPU's memory by
+  the projection's memory model (a memory-saving setting, e.g. recompute, is missing).
 
 FLOP checks need the model's HF fields; a sweep whose model is a catalog id gets the
 other checks only.
@@ -24,7 +26,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from evals.runner import RunSpecs, run_specs
 from evals.sweep_file import LoadedRun, LoadedSweep, Measured, Run, load_sweep_files
+from projection.device_profile import default_profile
+from projection.errors import ProjtuneError
+from projection.layout import ParallelDims, parallel_dims
+from projection.memory import GIB, project_memory
 
 # Dense (no sparsity) peak TFLOP/s per GPU by number format, from the vendors' datasheets
 # (NVIDIA A100/H100/H200/HGX B200/B300/GB200/GB300 NVL72, AMD Instinct MI300X/MI325X/
@@ -55,6 +62,7 @@ _FORMAT = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp8-blockwise": "fp8",
 _Hit = tuple[str, Any, str]  # (key, value, why it looks wrong)
 _FLOPS_TOLERANCE = 0.10   # slack on the FLOP/token bounds (rounded sources, estimate error)
 _MATCH_TOLERANCE = 0.03   # two printed values that should be equal up to rounding
+_MEMORY_IMPOSSIBLE = 2.0  # projected peak / HBM above which a run that ran must be recorded wrong
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -156,7 +164,7 @@ def check_consistency(loaded_sweeps: list[LoadedSweep]) -> list[Finding]:
             if run.run is None:
                 continue
             messages = [*_layout(loaded, run), *_notes(loaded, run, run.run),
-                        *_metrics(loaded, run, run.run.measured)]
+                        *_metrics(loaded, run, run.run.measured), *_memory(loaded, run, run.run.measured)]
             findings += [
                 Finding(file=loaded.file, sweep=loaded.name, run_index=run.index,
                         key=key, value=value, message=message)
@@ -242,6 +250,47 @@ def _metrics(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
                         f"(peaks {', '.join(f'{p:g}' for p in mfu_peaks)})"))
     out += _throughput(loaded, run.config, m, mfu_peaks)
     return out
+
+
+def _memory(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
+    """Flag a run that ran although its recorded layout cannot fit, even with a 2x memory-model error.
+
+    The projection's memory model is within about 10% of measured peaks on the development
+    set, so a layout it puts at more than twice the GPU's HBM did not run as recorded.
+    """
+    if not run.complete or m.oom or (m.tokens_per_sec_per_gpu, m.iteration_time_s, m.model_tflops_per_gpu,
+                                     m.mfu) == (None, None, None, None):
+        return []
+    try:
+        specs = run_specs(loaded, run)
+        dims = parallel_dims(specs.config, specs.cluster)
+        memory = project_memory(specs.model, specs.hardware, specs.config, dims, default_profile(specs.hardware))
+    except (ProjtuneError, ValueError):
+        return []
+    if memory.peak_bytes <= _MEMORY_IMPOSSIBLE * memory.capacity_bytes:
+        return []
+    config = specs.config
+    return [("memory", round(memory.peak_bytes / GIB), f"GiB per GPU needed by the recorded layout (recompute "
+             f"{config.recompute}, zero {config.zero}, mbs {config.mbs}) vs {memory.capacity_bytes / GIB:.0f} GiB "
+             f"on {specs.hardware.id}, yet it ran; {_memory_fix(specs, dims)}")]
+
+
+def _memory_fix(specs: RunSpecs, dims: ParallelDims) -> str:
+    """Name the smallest recorded-setting change that makes the layout fit (what the record probably lacks)."""
+    changes: list[dict[str, Any]] = []
+    if specs.config.zero == 0 and dims.dp * dims.cp > 1:
+        changes.append({"zero": 1})
+    if specs.config.recompute != "full":
+        changes.append({"recompute": "full"})
+    if len(changes) == 2:
+        changes.append({**changes[0], **changes[1]})
+    for change in changes:
+        config = specs.config.model_copy(update=change)
+        memory = project_memory(specs.model, specs.hardware, config, dims, default_profile(specs.hardware))
+        if memory.peak_bytes <= memory.capacity_bytes:
+            what = " and ".join(f"{k} {v}" for k, v in change.items())
+            return f"with {what} it needs {memory.peak_bytes / GIB:.0f} GiB, so the record probably lacks that"
+    return "neither zero 1 nor full recompute makes it fit: the record lacks something else (offload, a layout key)"
 
 
 def _throughput(

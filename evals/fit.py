@@ -23,7 +23,7 @@ from scipy.sparse import lil_matrix
 
 from evals.runner import RunSpecs, projected_metrics, run_specs
 from evals.sweep_file import LoadedRun, LoadedSweep
-from projection.device_profile import FITTABLE, DeviceProfile, default_profile
+from projection.device_profile import FITTABLE, DeviceProfile
 from projection.engine import project
 from projection.errors import ProjtuneError
 from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
@@ -43,10 +43,13 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "dp_overlap_fraction": (0.0, 0.99),
     "kernel_overhead_s": (1e-7, 5e-5),
     "tp_overlap_fraction": (0.0, 0.95),
+    "ep_overlap_fraction": (0.0, 0.9),
     "compute_efficiency": (0.3, 1.3),
     "dp_comm_efficiency": (0.05, 1.3),
 }
-DEVICE_PARAMS = (*FITTABLE, "tp_overlap_fraction")
+# Overlap fractions of TP and EP comm are fitted too: Megatron-core hides them with recipe switches
+# (tp_comm_overlap, overlap_moe_expert_parallel_comm / DeepEP) that the sweep files do not record.
+DEVICE_PARAMS = (*FITTABLE, "tp_overlap_fraction", "ep_overlap_fraction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -171,15 +171,18 @@ def plot_projected_vs_measured(runs: Sequence[RunScore], path: Path) -> Path:
 
 def _log_axes(ax: Any) -> None:
     """Log scales with plain tick labels (1000, not 10^3); minor labels only within about a decade."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_xscale("log")
     ax.set_yscale("log")
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     low, high = ax.get_xlim()
+    narrow = high / low < 30
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(plain)
-        axis.set_minor_formatter(plain if high / low < 30 else NullFormatter())
+        axis.set_minor_formatter(plain if narrow else NullFormatter())
+        if narrow:  # 125 and 150 too, so a range like 40-170 has labels above 100
+            axis.set_minor_locator(LogLocator(base=10, subs=(1.25, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)))
 
 
 def _identity_band(ax: Any, points: Sequence[RunScore]) -> None:

@@ -56,6 +56,23 @@ def _attended_keys(seq_len: int, window: int) -> float:
     return window - window * window / (2.0 * seq_len)
 
 
+def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, etp: int = 1) -> float:
+    """Elements cast to FP8 per layer forward on one GPU: the input of every FP8 GEMM.
+
+    QKV and output-projection inputs; then fc1 and fc2 inputs of the dense MLP, or, in an MoE
+    layer (``routed`` token copies on this GPU's experts), each expert's own routed copies
+    (h in, expert FFN width out) plus the shared experts' inputs.  The router stays in 16 bits.
+    """
+    h = model.hidden_size
+    elements = tokens * (h + model.q_width / tp)
+    if routed <= 0:
+        return elements + tokens * (h + model.ffn_hidden_size / tp)
+    elements += routed * (h + model.moe_ffn_hidden_size / etp)
+    if model.num_shared_experts:
+        elements += tokens * (h + model.shared_expert_ffn_hidden_size / tp)
+    return elements
+
+
 def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
                net: NetworkParams, groups: CommGroups) -> LayerCost:
     """Compute and communication of ``layer`` for one micro-batch."""
@@ -97,6 +114,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     moe = bool(model.moe_layers and model.moe_layers[layer])
     fixed = rates.moe_layer_overhead_s if moe else 0.0
     ep_comm = 0.0
+    routed = 0.0
     stream_bytes = 0.0
     kernels = KERNELS_PER_LAYER_FWD
     if moe:
@@ -126,8 +144,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     sp_div = t if config.sequence_parallel else 1
     stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
     stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
-    if config.is_low_precision:
-        stream_bytes += 3 * tokens * (2 * h + model.q_width / t + model.ffn_hidden_size / t)  # FP8 casts
+    if config.is_low_precision:  # FP8 casts: read bf16, write fp8 (3 B per element)
+        stream_bytes += 3 * fp8_cast_elements(model, tokens, t, routed if moe else 0.0, dims.etp if moe else 1)
     stream = streaming_s(stream_bytes, kernels, rates)
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.

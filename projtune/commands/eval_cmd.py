@@ -280,7 +280,12 @@ def import_command(
 
 @sweeps_app.command("validate")
 @user_errors
-def validate_command(paths: PathsArg) -> None:
+def validate_command(
+    paths: PathsArg,
+    check: Annotated[bool, typer.Option("--check", help="Also list values that disagree with each other, the "
+                                        "model or the GPU (python -m evals.data_checks); they never fail the run.")]
+    = False,
+) -> None:
     """Load sweep files and print every issue (exit 2 if there is any)."""
     from evals.sweep_file import load_sweep_files
 
@@ -288,6 +293,14 @@ def validate_command(paths: PathsArg) -> None:
     runs = sum(len(s.runs) for s in loaded.sweeps)
     for issue in loaded.errors:
         typer.echo(issue.message)
-    typer.echo(f"{len(loaded.sweeps)} sweeps, {runs} runs, {len(loaded.errors)} issues", err=True)
+    summary = f"{len(loaded.sweeps)} sweeps, {runs} runs, {len(loaded.errors)} issues"
+    if check:
+        from evals.data_checks import check_consistency
+
+        findings = check_consistency(loaded.sweeps)
+        for finding in findings:
+            typer.echo(f"suspicious: {finding}")
+        summary += f", {len(findings)} suspicious values (compare them with their sources)"
+    typer.echo(summary, err=True)
     if loaded.errors:
         raise typer.Exit(USAGE_EXIT)

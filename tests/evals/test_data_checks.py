@@ -47,7 +47,7 @@ def test_llama3_8b_params() -> None:
 
 def test_consistent_run_has_no_findings(tmp_path: Path) -> None:
     # Megatron-Bridge 25.09 Llama3-8B H100 row: 14079 tokens/s/GPU, 725 TFLOP/s (51.5 GFLOP/token).
-    path = sweep_file(tmp_path, fixed="{tp: 1, pp: 1, mbs: 1, gbs: 128, seq_len: 8192, precision: fp8}",
+    path = sweep_file(tmp_path, fixed="{tp: 1, pp: 1, mbs: 1, gbs: 128, seq_len: 8192, precision: fp8, zero: 1}",
                       measured="{tokens_per_sec_per_gpu: 14079, model_tflops_per_gpu: 725}", notes="GA=16")
     assert findings(path) == []
 
@@ -55,13 +55,13 @@ def test_consistent_run_has_no_findings(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fixed", "measured", "notes", "key"),
     [
-        ("{mbs: 1, gbs: 128, seq_len: 8192}", "{tokens_per_sec_per_gpu: 14079, model_tflops_per_gpu: 400}",
+        ("{mbs: 1, gbs: 128, seq_len: 8192, zero: 1}", "{tokens_per_sec_per_gpu: 14079, model_tflops_per_gpu: 400}",
          "x", "model_tflops_per_gpu"),
-        ("{mbs: 1, gbs: 128, seq_len: 8192}", "{model_tflops_per_gpu: 400, mfu: 0.3}", "x", "mfu"),
-        ("{mbs: 1, gbs: 128, seq_len: 8192}", "{iteration_time_s: 10.0, tokens_per_sec_per_gpu: 14079}", "x",
+        ("{mbs: 1, gbs: 128, seq_len: 8192, zero: 1}", "{model_tflops_per_gpu: 400, mfu: 0.3}", "x", "mfu"),
+        ("{mbs: 1, gbs: 128, seq_len: 8192, zero: 1}", "{iteration_time_s: 10.0, tokens_per_sec_per_gpu: 14079}", "x",
          "tokens_per_sec_per_gpu"),
-        ("{mbs: 1, gbs: 128, seq_len: 8192}", "{model_tflops_per_gpu: 2500}", "x", "model_tflops_per_gpu"),
-        ("{mbs: 1, gbs: 128, seq_len: 8192}", "{peak_memory_gib: 90}", "x", "peak_memory_gib"),
+        ("{mbs: 1, gbs: 128, seq_len: 8192, zero: 1}", "{model_tflops_per_gpu: 2500}", "x", "model_tflops_per_gpu"),
+        ("{mbs: 1, gbs: 128, seq_len: 8192, zero: 1}", "{peak_memory_gib: 90}", "x", "peak_memory_gib"),
         ("{tp: 3, mbs: 1, gbs: 128}", "{mfu: 0.4}", "x", "tp*pp*cp"),
         ("{tp: 2, mbs: 3, gbs: 128}", "{mfu: 0.4}", "x", "gbs"),
         ("{tp: 2, mbs: 1, gbs: 128}", "{mfu: 0.4}", "GA=16", "GA"),
@@ -75,7 +75,8 @@ def test_inconsistency_is_found(tmp_path: Path, fixed: str, measured: str, notes
 def test_development_data_findings() -> None:
     # The findings listed in evals/data/CHECKS.md; the data is not edited.
     result = load_sweep_files([DATA])
-    found = {(Path(f.file).name, f.sweep, f.run_index, f.key) for f in check_consistency(result.sweeps)}
+    every = check_consistency(result.sweeps)
+    found = {(Path(f.file).name, f.sweep, f.run_index, f.key) for f in every if f.key != "memory"}
     gpt_oss = {(Path(f), s, 0, "model_tflops_per_gpu") for f, s in [
         ("megatron-bridge-25.11.yaml", "megatron-bridge-25.11-gpt-oss-120b-b200-64g-gbs512-s4k"),
         ("megatron-bridge-25.11.yaml", "megatron-bridge-25.11-gpt-oss-120b-h100-sxm-64g-gbs512-s4k"),
@@ -94,3 +95,49 @@ def test_development_data_findings() -> None:
         *{("primus.yaml", "primus-llama2-7b-mi300x-8g", i, "model_tflops_per_gpu") for i in range(4)},
         *{(str(f), s, i, k) for f, s, i, k in gpt_oss},
     }
+
+
+def test_development_data_memory_findings() -> None:
+    # CHECKS.md entry 15: the DeepSpeed ZeRO-3 rows of Narayanan et al. record no recompute, and
+    # without it the layouts need 2-8x an A100's memory; full recompute (what SC'21 Eq. 3 assumes)
+    # makes four of them fit.  The Megatron-Bridge/NeMo `zero: 0` rows are found too (lead's note).
+    result = load_sweep_files([DATA])
+    memory = [f for f in check_consistency(result.sweeps) if f.key == "memory"]
+    zero3 = {f.sweep: f.message for f in memory if Path(f.file).name == "narayanan-sc21.yaml"}
+    assert set(zero3) == {f"narayanan-sc21-gpt-{m}-a100-80gb-{g}g-gbs{b}-s2k" for m, g, b in [
+        ("175b", 384, 1536), ("175b", 768, 1536), ("530b", 640, 2560), ("530b", 1120, 2240), ("530b", 2240, 2240)]}
+    fixed_by_recompute = {s for s, m in zero3.items() if "with recompute full it needs" in m}
+    assert len(fixed_by_recompute) == 4
+    assert all("zero 0" in f.message for f in memory if Path(f.file).name != "narayanan-sc21.yaml")
+
+
+def test_memory_check_names_the_missing_setting(tmp_path: Path) -> None:
+    fixed = "{tp: 1, pp: 1, mbs: 1, gbs: 128, seq_len: 8192, precision: fp8, zero: 0}"
+    found = check_consistency(load_sweep_files([sweep_file(
+        tmp_path, fixed=fixed, measured="{tokens_per_sec_per_gpu: 14079}")]).sweeps)
+    assert [f.key for f in found] == ["memory"]
+    assert "zero 1" in found[0].message
+    # the same run recorded as out of memory is consistent, and so is one without a throughput
+    for measured in ("{oom: true}", "{peak_memory_gib: 70}"):
+        (tmp_path / "s.yaml").unlink()
+        path = sweep_file(tmp_path, fixed=fixed, measured=measured)
+        assert [f.key for f in check_consistency(load_sweep_files([path]).sweeps)] == []
+
+
+def test_sweeps_validate_check_lists_findings_without_failing(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from projtune.cli import app
+
+    path = sweep_file(tmp_path, fixed="{tp: 1, pp: 1, mbs: 1, gbs: 128, seq_len: 8192, precision: fp8, zero: 0}",
+                      measured="{tokens_per_sec_per_gpu: 14079}")
+    runner = CliRunner()
+    plain = runner.invoke(app, ["sweeps", "validate", str(path)])
+    assert plain.exit_code == 0 and "suspicious" not in plain.output
+    checked = runner.invoke(app, ["sweeps", "validate", str(path), "--check"])
+    assert checked.exit_code == 0, checked.output
+    assert "suspicious: " in checked.stdout and "memory=" in checked.stdout and "zero 1" in checked.stdout
+    assert "1 suspicious values" in checked.stderr
+    path.write_text(path.read_text().replace("num_gpus: 8", "num_gpus: eight"))
+    broken = runner.invoke(app, ["sweeps", "validate", str(path), "--check"])
+    assert broken.exit_code == 2 and "num_gpus" in broken.output
