@@ -255,8 +255,9 @@ def _metrics(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
 def _memory(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
     """Flag a run that ran although its recorded layout cannot fit, even with a 2x memory-model error.
 
-    The projection's memory model is within about 10% of measured peaks on the development
-    set, so a layout it puts at more than twice the GPU's HBM did not run as recorded.
+    The projection's memory model is within about 10% of the (four) measured peaks of the
+    development set, so a layout it puts at more than twice the GPU's HBM probably did not run
+    as recorded.  A suspicion to check against the source, like every finding.
     """
     if not run.complete or m.oom or (m.tokens_per_sec_per_gpu, m.iteration_time_s, m.model_tflops_per_gpu,
                                      m.mfu) == (None, None, None, None):
