@@ -31,7 +31,6 @@ import yaml
 
 from evals.fit import (
     BOUNDS,
-    DEVICE_PARAMS,
     MIN_RUNS_PER_ID,
     FitRun,
     collect_fit_runs,
@@ -102,7 +101,7 @@ def fit_profile(runs: Sequence[FitRun], start: DeviceProfile, *, max_evaluations
     profile = fitted.model_copy(update={"fitted_on": tuple(sorted({r.sweep.name for r in runs})),
                                         "fit_note": _note(runs, result.mape_before, after)})
     return FitResult(profile=profile, runs=len(runs), mape_before=result.mape_before, mape_after=after,
-                     fitted=DEVICE_PARAMS)
+                     fitted=FITTABLE)
 
 
 def write_profile(result: FitResult, path: Path) -> Path:
@@ -141,7 +140,7 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
         fitted = profile.model_copy(update={"fitted_on": tuple(sorted({r.sweep.name for r in members})),
                                             "fit_note": note})
         out[group] = FitResult(profile=fitted, runs=len(members), mape_before=before, mape_after=after,
-                               fitted=DEVICE_PARAMS)
+                               fitted=FITTABLE)
         write_profile(out[group], out_dir / f"{group}.yaml")
     for family in families:  # family fallback for GPUs without a profile of their own
         if family in out:
@@ -151,7 +150,7 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
         source = out[best]
         assert isinstance(source, FitResult)
         fallback = FitResult(profile=source.profile.model_copy(update={"hardware_id": family}), runs=source.runs,
-                             mape_before=source.mape_before, mape_after=source.mape_after, fitted=DEVICE_PARAMS)
+                             mape_before=source.mape_before, mape_after=source.mape_after, fitted=FITTABLE)
         write_profile(fallback, out_dir / f"{family}.yaml")
         out[family] = fallback
     frameworks = framework_dir or out_dir.parent / "frameworks"

@@ -259,8 +259,7 @@ def _memory(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
     development set, so a layout it puts at more than twice the GPU's HBM probably did not run
     as recorded.  A suspicion to check against the source, like every finding.
     """
-    if not run.complete or m.oom or (m.tokens_per_sec_per_gpu, m.iteration_time_s, m.model_tflops_per_gpu,
-                                     m.mfu) == (None, None, None, None):
+    if not run.complete or m.oom or run.metric is None:  # only a run with a throughput surely ran
         return []
     try:
         specs = run_specs(loaded, run)

@@ -47,9 +47,6 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "compute_efficiency": (0.3, 1.3),
     "dp_comm_efficiency": (0.05, 1.3),
 }
-# Overlap fractions of TP and EP comm are fitted too: Megatron-core hides them with recipe switches
-# (tp_comm_overlap, overlap_moe_expert_parallel_comm / DeepEP) that the sweep files do not record.
-DEVICE_PARAMS = (*FITTABLE, "tp_overlap_fraction", "ep_overlap_fraction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,7 +145,7 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
     base = {g: (start or {}).get(g) or pristine_profile(g) for g in groups}
     base_fw = {f: pristine_framework(f) for f in frameworks}
-    slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in DEVICE_PARAMS]
+    slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in FITTABLE]
     slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]
     x0 = np.array([getattr(base[n] if kind == "device" else base_fw[n], p) for kind, n, p in slots])
     lo = np.array([BOUNDS[p][0] for _, _, p in slots])

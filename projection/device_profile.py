@@ -31,6 +31,10 @@ FITTABLE = (
     "comm_efficiency",
     "dp_overlap_fraction",
     "kernel_overhead_s",
+    # TP and EP comm overlap: Megatron-core hides them with recipe switches (tp_comm_overlap,
+    # overlap_moe_expert_parallel_comm / DeepEP) that measured sweep files do not record.
+    "tp_overlap_fraction",
+    "ep_overlap_fraction",
 )
 
 

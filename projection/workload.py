@@ -145,7 +145,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
     stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
     if config.is_low_precision:  # FP8 casts: read bf16, write fp8 (3 B per element)
-        stream_bytes += 3 * fp8_cast_elements(model, tokens, t, routed if moe else 0.0, dims.etp if moe else 1)
+        stream_bytes += 3 * fp8_cast_elements(model, tokens, t, routed, dims.etp)
     stream = streaming_s(stream_bytes, kernels, rates)
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.

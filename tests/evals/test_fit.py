@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from evals.fit import (
-    DEVICE_PARAMS,
     FitRun,
     collect_fit_runs,
     fit_profiles,
@@ -20,6 +19,7 @@ from evals.fit import (
     projected_value,
 )
 from evals.sweep_file import load_sweep_files
+from projection.device_profile import FITTABLE
 
 DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
 FILES = [DATA / f"megatron-bridge-{r}.yaml" for r in ("25.11", "26.02", "26.02.01")]
@@ -31,7 +31,7 @@ def _runs(model: str) -> list[FitRun]:
 
 
 def test_ep_overlap_is_fitted_where_expert_all_to_all_is_exposed() -> None:
-    assert "ep_overlap_fraction" in DEVICE_PARAMS
+    assert "ep_overlap_fraction" in FITTABLE
     runs = _runs("qwen3-235b-a22b")
     assert len(runs) >= 3
     start = pristine_profile("h100-sxm")
