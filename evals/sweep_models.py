@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 GPU_IDS: tuple[str, ...] = (
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
-    "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi355x",
+    "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi350x", "mi355x",
 )
 """Hardware ids of the spec (section *Hardware ids*); the hardware catalog resolves each."""
 
@@ -87,6 +87,9 @@ class ConfigKeys(BaseModel):
     framework: Framework | None = Field(None, description="Training framework.")
     moe_dispatcher: MoeDispatcher | None = Field(None, description="MoE token dispatcher.")
     moe_routing: MoeRouting | None = Field(None, description="MoE routing mode.")
+    moe_capacity_factor: float | None = Field(
+        None, gt=0, le=64, description="With token-drop: expert capacity / balanced share of tokens."
+    )
     finetune: Finetune | None = Field(None, description="Fine-tuning mode; none = pre-training.")
 
 

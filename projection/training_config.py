@@ -59,6 +59,14 @@ class TrainingConfig(BaseModel):
     framework: Framework | None = None
     moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "alltoall"
     moe_routing: Literal["balanced", "dropless", "token-drop"] = "dropless"
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=64,
+        description=(
+            "With token-drop routing: expert capacity as a multiple of the balanced share of tokens "
+            "(MaxText `capacity_factor`, Megatron `moe_expert_capacity_factor`); experts compute on the "
+            "full padded capacity. None = dropless."
+        ),
+    )
     finetune: Literal["sft", "lora"] | None = None
 
     @model_validator(mode="after")
