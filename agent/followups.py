@@ -3,19 +3,24 @@
 Handled follow-ups: "what if I only have 32?", "use fp8", "no fp8", "seq 16k", "on mi300x", "gbs
 512" (re-tune with the change); "why not TP 8?" (the best layout under that pin, from the search,
 explained against the winner by the ``explain`` tool); "show memory of #2" (``check_memory``);
-"export it for torchtitan" / "export #2 for primus" (``export_launch_config``); "compare #1 and
-#3"; "top" (the ranked list again).  Anything else is read as a request (or a follow-up of the
-last one); what cannot be read gets a question back.
+"export it for torchtitan" / "export #2 for primus" (``export_launch_config``; "... to run.yaml"
+writes the file it names); "compare #1 and #3" / "why is #1 better than #3?"; "top" (the ranked
+list again); "set gbs to 512" (read as "gbs 512"); "what if I had 128?"; "go back to the previous
+one" (the run before, from the session history, not re-tuned); "what was the best on 64 GPUs?"
+(answered from the history).  Anything else is read as a request (or a follow-up of the last one);
+what cannot be read gets a question back.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agent import names
 from agent.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
+from agent.decide import mfu_text
 from agent.policies import Policy
 from agent.policies.offline import run_request_search
 from agent.replies import memory_text, report_text
@@ -26,7 +31,8 @@ from agent.state import RunOptions
 from agent.toolbox import Toolbox
 
 HELP = ("Ask for a layout ('tune llama3 8b on 8 h100'), then follow up: 'what if I only have 4?', 'use fp8', "
-        "'seq 16k', 'why not TP 8?', 'show memory of #2', 'export it for torchtitan', 'compare #1 and #2'. "
+        "'set gbs to 512', 'seq 16k', 'why not TP 8?', 'why is #1 better than #3?', 'show memory of #2', "
+        "'export it for primus to run.yaml', 'go back to the previous one', 'what was the best on 8 GPUs?'. "
         "'exit' ends the session; --session NAME resumes it later.")
 _FRAMEWORKS = {"megatron": "megatron", "primus": "primus", "torchtitan": "torchtitan", "titan": "torchtitan"}
 
@@ -40,6 +46,8 @@ class Turn:
     report: dict[str, Any] | None = None
     pending: dict[str, Any] | None = None
     """The question left open (None: nothing pending after this turn)."""
+    record: bool = True
+    """Whether a new request/report goes into the session's history (False when going back to an old one)."""
 
 
 def _pick(report: TuneReport, text: str) -> tuple[int, Any] | None:
@@ -52,7 +60,7 @@ def _pick(report: TuneReport, text: str) -> tuple[int, Any] | None:
 
 def _bare_count(text: str, request: dict[str, Any]) -> str:
     """'what if I only have 32?' -> the same text with '32 gpus' (so the parser reads a GPU count)."""
-    m = re.search(r"\b(?:have|only|with|use|using|on|to|try|get)\s+(\d+(?:\.\d+)?)\s*([kK])?\s*(gpus?|nodes?)?"
+    m = re.search(r"\b(?:have|had|only|with|use|using|on|to|try|get)\s+(\d+(?:\.\d+)?)\s*([kK])?\s*(gpus?|nodes?)?"
                   r"\s*\??\s*$", text, re.I)
     if not m or re.search(r"\b(seq|gbs|batch|tp|pp|ep|cp|mbs)\b", text, re.I):
         return text
@@ -60,6 +68,19 @@ def _bare_count(text: str, request: dict[str, Any]) -> str:
     if m.group(3) and m.group(3).lower().startswith("node"):
         count *= int(request.get("gpus_per_node", 8))
     return f"{text[:m.start(1)]} {count} gpus"
+
+
+def _setting(text: str) -> str:
+    """'set gbs to 512' / 'change the sequence length to 16k' -> 'gbs 512' / 'seq 16k' (what the parser reads)."""
+    words = {"global batch": "gbs", "batch size": "gbs", "batch": "gbs", "gbs": "gbs", "sequence length": "seq",
+             "sequence": "seq", "seq len": "seq", "seq_len": "seq", "seq": "seq", "context": "seq",
+             "micro batch": "mbs", "mbs": "mbs"}
+    m = re.match(r"^\s*(?:set|change|make|use)\s+(?:the\s+)?(" + "|".join(sorted(words, key=len, reverse=True))
+                 + r")\s+(?:to|=|at)\s+(\S+?)\s*[.!]?\s*$", text, re.I)
+    if not m:
+        return text
+    key = words[m.group(1).lower()]
+    return f"mbs<={m.group(2)}" if key == "mbs" else f"{key} {m.group(2)}"
 
 
 def _is_new_request(text: str) -> bool:
@@ -75,10 +96,17 @@ class ChatTurns:
         self.policy, self.options, self.budget = policy, options, budget
 
     def respond(self, line: str, request: dict[str, Any] | None, report: dict[str, Any] | None,
-                pending: dict[str, Any] | None) -> Turn:
-        """One turn (see the module docstring)."""
-        text = line.strip()
+                pending: dict[str, Any] | None, history: list[dict[str, Any]] | None = None) -> Turn:
+        """One turn (see the module docstring); ``history``: the session's earlier (request, report) pairs."""
+        text = _setting(line.strip())
         last = TuneReport.model_validate(report) if report else None
+        history = history or []
+        if re.search(r"\b(go\s+back|previous\s+(one|run|answer|request)|undo)\b", text, re.I):
+            return self._back(history, request)
+        earlier = re.search(r"\bwhat\s+(?:was|were|is)\s+(?:the\s+)?best\b.*?\b(?:on|with|for)\s+(\d+)\s*gpus?\b",
+                            text, re.I)
+        if earlier:
+            return Turn(self._from_history(history, int(earlier.group(1))))
         if not text or text.lower() in ("help", "?", "h"):
             return Turn(HELP)
         if pending:
@@ -92,7 +120,8 @@ class ChatTurns:
                 return Turn(self._memory(text, last))
             if re.search(r"\bexport\b|\blaunch config\b", lowered):
                 return Turn(self._export(text, last))
-            if re.search(r"\b(compare|explain)\b", lowered) and len(re.findall(r"#\s*\d+", text)) >= 2:
+            if re.search(r"\b(compare|explain|why|better|worse|faster|slower)\b", lowered) and \
+                    len(re.findall(r"#\s*\d+", text)) >= 2:
                 return Turn(self._compare(text, last))
             if re.fullmatch(r"(show\s+)?(the\s+)?(top|list|ranking|results?)(\s+\d+)?", lowered):
                 return Turn(report_text(last))
@@ -147,6 +176,29 @@ class ChatTurns:
         out = Toolbox.for_request(last.request or {}).on_layout("check_memory", row.config)
         return memory_text(f"#{index}", out["result"]) if out.get("ok") else f"error: {out['error']['message']}"
 
+    def _back(self, history: list[dict[str, Any]], request: dict[str, Any] | None) -> Turn:
+        """Return to the run before the current one (history is the session's record of tuned runs)."""
+        current = next((i for i in range(len(history) - 1, -1, -1) if history[i]["request"] == request), None)
+        index = (current if current is not None else len(history)) - 1
+        if index < 0:
+            return Turn("There is no earlier run in this session to go back to.", record=False)
+        entry = history[index]
+        report = TuneReport.model_validate(entry["report"])
+        return Turn("Back to the earlier run:\n" + report_text(report), request=entry["request"],
+                    report=entry["report"], record=False)
+
+    def _from_history(self, history: list[dict[str, Any]], gpus: int) -> str:
+        """The best of the latest earlier run on ``gpus`` GPUs, from the session history (no new tuning)."""
+        for entry in reversed(history):
+            if entry["request"].get("num_gpus") == gpus:
+                report = TuneReport.model_validate(entry["report"])
+                if report.best is None:
+                    return f"On {gpus} GPUs nothing fit: {report.message}"
+                b = report.best
+                return (f"On {gpus} x {entry['request'].get('gpu')} (from this session's history): {b.layout}, "
+                        f"{b.tokens_per_sec_per_gpu:,.0f} tok/s/GPU projected, {mfu_text(b.model_dump())}.")
+        return f"No earlier run on {gpus} GPUs in this session; say 'what if I had {gpus}?' to tune it."
+
     def _export(self, text: str, last: TuneReport) -> str:
         framework = next((f for w, f in _FRAMEWORKS.items() if w in text.lower()), "megatron")
         picked = _pick(last, text)
@@ -157,6 +209,12 @@ class ChatTurns:
         if not out.get("ok"):
             return f"error: {out['error']['message']}"
         warnings = "".join(f"\nwarning: {w}" for w in out["result"].get("warnings", []))
+        target = re.search(r"\b(?:to|as|into|in)\s+([\w./~-]+\.(?:sh|ya?ml|toml|txt|json|args|cfg))\b", text)
+        if target:
+            path = Path(target.group(1)).expanduser()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(out["result"]["text"] + ("\n" if not out["result"]["text"].endswith("\n") else ""))
+            return f"Wrote #{index} for {framework} to {path} ({path.stat().st_size} bytes).{warnings}"
         return f"#{index} for {framework} ({out['result'].get('filename', '')}):\n{out['result']['text']}{warnings}"
 
     def _compare(self, text: str, last: TuneReport) -> str:

@@ -22,7 +22,12 @@ from projection.model_spec import list_model_ids
 
 WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]*")
 SIZE = re.compile(r"^(\d+(?:\.\d+)?x)?\d+(?:\.\d+)?b$")
-MODEL_FAMILIES = ("llama", "mixtral", "qwen", "deepseek", "gpt", "nemotron", "mistral")
+MODEL_FAMILIES = ("llama", "mixtral", "qwen", "deepseek", "gpt", "nemotron", "mistral", "gemma", "phi")
+# Families the catalog may lack, with the Hugging Face model_type projection.model_spec reads from a config.json:
+# a "Mistral 7B" is asked back (with this hint), never read as a Mixtral.
+HF_TYPES = {"mistral": "mistral", "gemma": "gemma", "phi": "phi3", "qwen2": "qwen2", "qwen": "qwen2",
+            "llama": "llama", "mixtral": "mixtral", "qwen3": "qwen3", "nemotron": "nemotron"}
+MAX_FUZZY_CHARS = 40   # difflib is quadratic in the word length: longer words are not fuzzy-matched
 GPU_FAMILIES = ("a100", "h100", "h200", "h800", "b200", "b300", "gb200", "gb300", "mi300", "mi325", "mi355")
 MAX_WINDOW = 5
 DEFAULT_SEQ_LEN = 4096
@@ -63,6 +68,7 @@ class Match:
     start: int = -1
     end: int = -1
     note: str = ""
+    hint: str = ""
 
 
 @lru_cache(maxsize=1)
@@ -134,6 +140,21 @@ def text_of(ws: list[Word]) -> str:
     return " ".join(w.text for w in ws)
 
 
+def _close(word: str, candidates: list[str], n: int, cutoff: float) -> list[str]:
+    """difflib's close matches, for words short enough to compare (bounded work)."""
+    return difflib.get_close_matches(word, candidates, n=n, cutoff=cutoff) if len(word) <= MAX_FUZZY_CHARS else []
+
+
+def config_hint(family_word: str) -> str:
+    """How to give a model the catalog lacks: its config.json, whose model_type is read field by field."""
+    k = key(family_word)
+    family = next((f for f in sorted(HF_TYPES, key=len, reverse=True) if k.startswith(f)), None)
+    if family is None:
+        return "give the path of its Hugging Face config.json"
+    return (f"it is not in the catalog: give the path of its Hugging Face config.json (model_type "
+            f"'{HF_TYPES[family]}' is read from its fields)")
+
+
 def _family_options(ws: list[Word], families: tuple[str, ...], ids: list[str]) -> tuple[list[str], list[Word]]:
     """Ids sharing a family word (and a size, when one is given) with the text, and the words used."""
     lowered = [w.text.lower() for w in ws]
@@ -171,10 +192,13 @@ def find_model(text: str) -> Match:
     options, used = _family_options(ws, MODEL_FAMILIES, ids)
     mention = text_of(used)
     if used and not options:
-        near = difflib.get_close_matches(key(mention), list(model_index()), n=3, cutoff=0.5)
-        family = [m for m in ids if key(m).startswith(key(used[0].text)[:4])]
-        return Match("unknown", options=sorted({model_index()[k] for k in near} or set(family[:4])), mention=mention,
-                     start=used[0].start, end=used[-1].end)
+        family_word = key(used[0].text)
+        family = next((f for f in MODEL_FAMILIES if family_word.startswith(f)), family_word[:4])
+        same = [m for m in ids if key(m).startswith(family)]      # suggest only the same family: never Mixtral
+        near = [model_index()[k] for k in _close(key(mention), list(model_index()), 3, 0.5)]
+        near = [m for m in near if m in same]
+        return Match("unknown", options=sorted(set(near) or set(same[:4])), mention=mention,
+                     start=used[0].start, end=used[-1].end, hint=config_hint(family_word))
     if len(options) == 1:
         return Match("found", options[0], mention=mention, start=used[0].start, end=used[-1].end,
                      note=f"read '{mention}' as {options[0]} (the only catalog match)")
@@ -183,9 +207,9 @@ def find_model(text: str) -> Match:
     guess = _model_like_word(ws)
     if guess is None:
         return Match("missing")
-    near = difflib.get_close_matches(key(guess.text), list(model_index()), n=3, cutoff=0.5)
-    return Match("unknown", options=sorted({model_index()[k] for k in near}), mention=guess.text,
-                 start=guess.start, end=guess.end)
+    near = _close(key(guess.text), list(model_index()), 3, 0.5)
+    return Match("unknown", options=sorted({model_index()[k] for k in near}), mention=guess.text[:MAX_FUZZY_CHARS],
+                 start=guess.start, end=guess.end, hint=config_hint(guess.text))
 
 
 def _model_like_word(ws: list[Word]) -> Word | None:
@@ -221,19 +245,21 @@ def find_gpu(text: str) -> Match:
                          note=f"read '{w.text}' as {options[0]}")
         if options:
             return Match("ambiguous", options=options, mention=w.text, start=w.start, end=w.end)
-        near = difflib.get_close_matches(k, list(gpu_index()), n=3, cutoff=0.5)
-        return Match("unknown", options=sorted({gpu_index()[n] for n in near}), mention=w.text,
+        near = _close(k, list(gpu_index()), 3, 0.5)
+        return Match("unknown", options=sorted({gpu_index()[n] for n in near}), mention=w.text[:MAX_FUZZY_CHARS],
                      start=w.start, end=w.end)
-    counted = re.search(r"\b(?:on|for|with|across|using)\s+\d+(?:\.\d+)?\s*[kK]?\s*(?:x\s*)?([A-Za-z][\w.-]*)", text)
-    if counted and counted.group(1).lower().rstrip("s") not in ("gpu", "node", "device", "card", "chip"):
-        w = counted.group(1)
+    counted = re.search(r"\b(?:on|for|with|across|using)\s+\d{1,9}(?:\.\d{1,6})?\s?[kK]?\s?(?:x\s?)?([A-Za-z][\w.-]*)",
+                        text)
+    if counted and counted.group(1).lower().rstrip("s") not in ("gpu", "node", "device", "card", "chip", "server",
+                                                                  "tray", "accelerator"):
+        w = counted.group(1)[:MAX_FUZZY_CHARS]
         return Match("unknown", options=suggest_gpu(w), mention=w, start=counted.start(1), end=counted.end(1))
     return Match("missing")
 
 
 def suggest_gpu(name: str) -> list[str]:
     """Nearest GPU ids to an unknown name."""
-    near = difflib.get_close_matches(key(name), list(gpu_index()), n=3, cutoff=0.4)
+    near = _close(key(name), list(gpu_index()), 3, 0.4)
     return sorted({gpu_index()[n] for n in near})
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
+from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest
@@ -24,10 +24,19 @@ from agent.space import Job
 from agent.state import DEFAULT_BUDGET, RunOptions, State
 from agent.toolbox import Toolbox
 from projection.errors import ProjtuneError
+from projection.memory_verdict import passes_screen
+from projection.training_config import TrainingConfig
+from tools.candidates import break_ties
 
+if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
+    from langgraph.runtime import Runtime
+
+MAX_BENCHMARKED = 5    # best + near-ties measured per round (each takes tens of seconds on a GPU)
 NO_GAIN = 1e-3          # a round gains when the best improves by more than 0.1%
-_SCORE_KEYS = ("layout", "tokens_per_sec_per_gpu", "mfu", "iteration_time_s", "peak_memory_gib",
-               "headroom_fraction", "verdict", "bottleneck", "breakdown_s")
+SCORE_KEYS = ("layout", "tokens_per_sec_per_gpu", "tokens_per_sec_per_gpu_low", "tokens_per_sec_per_gpu_high",
+              "mfu", "mfu_bf16", "gemm_precision", "model_tflops_per_gpu", "iteration_time_s", "peak_memory_gib",
+              "headroom_fraction", "verdict", "bottleneck", "breakdown_s")
+"""What a scored trial keeps of a tool's numbers (the interval ends fall back to the point estimate)."""
 
 
 def options_of(runtime: Runtime[RunOptions] | None) -> RunOptions:
@@ -139,7 +148,7 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
                 trial["status"] = "skipped"
                 notes.append("tool-call budget spent: some proposals were not evaluated")
             else:
-                trial.update(_score(job, tools, trial["config"]))
+                trial.update(_score(job, tools, trial["config"], ran=bool(state.get("candidates_ran"))))
         trials.append(trial)
         emit("trial", status=trial["status"], layout=trial.get("layout"),
              tokens_per_sec_per_gpu=trial.get("tokens_per_sec_per_gpu"))
@@ -154,24 +163,41 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     return update
 
 
-def _score(job: Job, tools: Toolbox, config: dict[str, Any]) -> dict[str, Any]:
-    """Memory screen, then projection; the trial fields that result."""
+def _score(job: Job, tools: Toolbox, config: dict[str, Any], *, ran: bool = False) -> dict[str, Any]:
+    """Memory screen, then projection; the trial fields that result.
+
+    ``ran``: the layout was measured to run (an eval's candidate), so the memory verdict does not
+    screen it out; a projected misfit is kept as ``memory_warning`` next to the score instead.
+    """
     memory = tools.on_layout("check_memory", config)
     if not memory.get("ok"):
         return {"status": "error", "violations": [memory["error"]["message"]]}
     m = memory["result"]
-    if m["verdict"] == "out of memory" or m["headroom_fraction"] < job.constraints.min_headroom:
+    misfit = not passes_screen(m["peak_gib"], m["capacity_gib"], job.constraints.min_headroom)  # as the search
+    if misfit and not ran:
         return {"status": "screened_out", "verdict": m["verdict"], "peak_memory_gib": m["peak_gib"],
                 "headroom_fraction": m["headroom_fraction"], "layout": m.get("layout", "")}
     projected = tools.on_layout("project", config)
     if not projected.get("ok"):
         return {"status": "error", "violations": [projected["error"]["message"]]}
     p = projected["result"]
-    return {"status": "scored", "scored_by": "project", "layout": p["layout"],
-            "tokens_per_sec_per_gpu": p["tokens_per_sec_per_gpu"], "mfu": p["mfu"],
-            "iteration_time_s": p["iteration_time_s"], "peak_memory_gib": p["memory"]["peak_gib"],
-            "headroom_fraction": p["memory"]["headroom_fraction"], "verdict": p["memory"]["verdict"],
-            "bottleneck": p["bottleneck"], "breakdown_s": p["breakdown_s"]}
+    warning = None
+    if misfit or m["verdict"] != "fits":
+        warning = (f"projected {m['verdict']}: peak {m['peak_gib']:.1f} of {m['capacity_gib']:.1f} GiB"
+                   + ("; ranked anyway because it was measured to run" if misfit else ""))
+    return {"status": "scored", "scored_by": "project", **score_fields(p), "memory_warning": warning}
+
+
+def score_fields(p: dict[str, Any]) -> dict[str, Any]:
+    """The trial fields of a ``project`` tool result (a search candidate has the same keys, flat)."""
+    mem = p.get("memory") or {}
+    out = {k: p.get(k) for k in SCORE_KEYS if k in p}
+    if mem:
+        out.update(peak_memory_gib=mem["peak_gib"], headroom_fraction=mem["headroom_fraction"],
+                   verdict=mem["verdict"])
+    for key in ("tokens_per_sec_per_gpu_low", "tokens_per_sec_per_gpu_high"):
+        out.setdefault(key, p.get("tokens_per_sec_per_gpu"))
+    return out
 
 
 def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trials: list[dict[str, Any]]
@@ -184,8 +210,14 @@ def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trial
     done = {b["trial"] for b in state.get("benchmarks", [])}
     if any(b.get("available") is False for b in state.get("benchmarks", [])):
         return {}
-    top = [t for t in sorted(fitting(trials), key=lambda t: rank_key(t, search_ranks(state)))
-           if t["id"] not in done][:options.benchmark_top]
+    best_first = break_ties(sorted(fitting(trials), key=lambda t: rank_key(t, search_ranks(state))),
+                            lambda t: t["tokens_per_sec_per_gpu"], _config_of)
+    # the best and the layouts near-tied with it (80% intervals overlap): what a measurement can settle
+    tied = {n["trial"] for n in near_ties(best_first)}
+    wanted = best_first[:1] + [t for t in best_first[1:] if t["id"] in tied]
+    if len(wanted) < options.benchmark_top:
+        wanted = best_first[:options.benchmark_top]
+    top = [t for t in wanted[:max(options.benchmark_top, MAX_BENCHMARKED)] if t["id"] not in done]
     results, start = [], time.perf_counter()
     for t in top:
         out = tools.on_layout("run_benchmark", t["config"])
@@ -228,9 +260,14 @@ def search_ranks(state: State) -> dict[str, int]:
 
 
 def ordered(state: State) -> list[dict[str, Any]]:
-    """The scored trials, best first."""
+    """The scored trials, best first; equally fast ones (within 0.1%) simplest first (:func:`simplicity`)."""
     ranks = search_ranks(state)
-    return sorted(fitting(state.get("trials", [])), key=lambda t: rank_key(t, ranks))
+    best_first = sorted(fitting(state.get("trials", [])), key=lambda t: rank_key(t, ranks))
+    return break_ties(best_first, lambda t: t["tokens_per_sec_per_gpu"], _config_of)
+
+
+def _config_of(trial: dict[str, Any]) -> TrainingConfig:
+    return TrainingConfig(**{k: v for k, v in trial["config"].items() if v is not None})
 
 
 def rank(state: State) -> dict[str, Any]:

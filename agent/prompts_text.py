@@ -11,6 +11,7 @@ from typing import Any
 
 import json_repair
 
+from agent.grounding import stated_constraints, stated_number
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
 from projection.memory import GIB
@@ -70,13 +71,18 @@ def history_table(state: dict[str, Any], anchored: list[dict[str, Any]]) -> str:
 
 def facts_text(facts: dict[str, Any]) -> str:
     """The numbers the explanation prompt may use."""
-    lines = ["Ranked layouts (scored by the projection tools):"]
+    lines = ["Ranked layouts (scored by the projection tools; 80% interval of the throughput in brackets; "
+             "MFU against the BF16 peak):"]
     for i, t in enumerate(facts.get("top", []), 1):
-        lines.append(f"{i}. {t['layout']}: {t['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU, MFU {t['mfu']:.1%}, "
+        band = (f" [{t['tokens_per_sec_per_gpu_low']:,.0f}-{t['tokens_per_sec_per_gpu_high']:,.0f}]"
+                if t.get("tokens_per_sec_per_gpu_low") else "")
+        lines.append(f"{i}. {t['layout']}: {t['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU{band}, MFU {t['mfu']:.1%}, "
                      f"{t['peak_memory_gib']:.1f} GiB ({t['headroom_fraction']:.0%} headroom), "
                      f"bottleneck {t['bottleneck']}, step terms (s): "
                      + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in (t.get("breakdown_s") or {}).items()))
     lines += ["Explain-tool comparisons:", *facts.get("why", [])]
+    if facts.get("decision"):
+        lines.append(f"Decision: {facts['decision']}")
     search = facts.get("search") or {}
     if search.get("enumerated"):
         lines.append(f"Search: {search['enumerated']} legal layouts, {search.get('screened_out', 0)} screened out "
@@ -85,8 +91,13 @@ def facts_text(facts: dict[str, Any]) -> str:
 
 
 def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
-                offline: TuneRequest | Clarification) -> TuneRequest | Clarification:
-    """Turn the LLM's JSON reply to the parse prompt into a request (re-read by the offline parser)."""
+                offline: TuneRequest | Clarification, *, text: str = "") -> TuneRequest | Clarification:
+    """Turn the LLM's JSON reply to the parse prompt into a request (re-read by the offline parser).
+
+    With the user's ``text``, what the LLM read but the text does not say is dropped and noted
+    (:mod:`agent.grounding`): constraints on axes the text never names, and gbs / seq_len / GPUs per
+    node values the text does not contain (the defaults then apply and are stated).
+    """
     data = json_repair.loads(content) if content.strip() else {}
     if not isinstance(data, dict) or not data:
         return offline
@@ -94,12 +105,23 @@ def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
         options = offline.options if isinstance(offline, Clarification) else []
         partial = offline.partial if isinstance(offline, Clarification) else {}
         return Clarification(question=str(data["question"]), options=options, partial=partial)
+    dropped: list[str] = []
     parts = [f"tune {data.get('model', '')} on {data.get('num_gpus', '')} {data.get('gpu', '')}"]
     for key, word in (("gbs", "gbs"), ("seq_len", "seq"), ("gpus_per_node", "gpus_per_node=")):
         if data.get(key):
+            if text and not stated_number(data[key], text):
+                dropped.append(f"{key}={data[key]}")
+                continue
             parts.append(f"{word} {data[key]}" if not word.endswith("=") else f"{word}{data[key]}")
-    parts += [str(c) for c in data.get("constraints") or [] if isinstance(c, str)]
+    rules = [str(c) for c in data.get("constraints") or [] if isinstance(c, str)]
+    if text:
+        rules, invented = stated_constraints(rules, text)
+        dropped += invented
+    parts += rules
     result = parse_request(", ".join(parts), base)
     if isinstance(result, TuneRequest):
-        return result.model_copy(update={"notes": [*result.notes, "request read by the LLM"]})
+        notes = [*result.notes, "request read by the LLM"]
+        if dropped:
+            notes.append(f"ignored what the LLM read but the request does not say: {', '.join(dropped)}")
+        return result.model_copy(update={"notes": notes})
     return offline

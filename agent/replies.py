@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.decide import mfu_text
+from agent.planning import plan_lines
 from agent.report import TuneReport
 
 
@@ -22,12 +24,18 @@ def report_text(report: TuneReport, *, previous: TuneReport | None = None) -> st
         lines.append(f"No layout fits: {report.message}")
         return "\n".join(lines)
     b = report.best
-    lines.append(f"Best: {b.layout}: {b.tokens_per_sec_per_gpu:,.0f} tok/s/GPU, MFU {b.mfu:.1%}, "
+    modules = f", recomputes {' + '.join(b.recompute_modules)}" if b.recompute_modules else ""
+    lines.append(f"Best: {b.layout}{modules}: {b.tokens_per_sec_per_gpu:,.0f} tok/s/GPU, {mfu_text(b.model_dump())}, "
                  f"{b.peak_memory_gib:.1f} GiB ({b.headroom_fraction:.0%} headroom), bottleneck {b.bottleneck}")
+    if b.memory_warning:
+        lines.append(f"  memory: {b.memory_warning}")
     for row in report.top5[1:]:
-        lines.append(f"  #{row.rank} {row.layout}: {row.tokens_per_sec_per_gpu:,.0f} tok/s/GPU, MFU {row.mfu:.1%}, "
-                     f"{row.headroom_fraction:.0%} headroom, {row.bottleneck}")
+        lines.append(f"  #{row.rank} {row.layout}: {row.tokens_per_sec_per_gpu:,.0f} tok/s/GPU, "
+                     f"{mfu_text(row.model_dump())}, {row.headroom_fraction:.0%} headroom, {row.bottleneck}")
     lines += [f"Why: {w}" for w in report.why[:1]]
+    if report.decision:
+        lines.append(f"Decision: {report.decision}")
+    lines += [f"Plan: {line}" for line in plan_lines(report.plan)]
     if previous is not None and previous.best is not None and previous.request:
         lines.append(compare_text(previous, report))
     if report.assumptions:

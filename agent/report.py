@@ -9,15 +9,19 @@ explanation and never decides the layout.  "Why the winner wins" quotes the ``ex
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from langgraph.runtime import Runtime
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.decide import benchmark_choice, decision_text, mfu_labels, near_ties
 from agent.nodes import options_of, ordered
+from agent.planning import job_plan
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox
+
+if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
+    from langgraph.runtime import Runtime
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -37,10 +41,20 @@ class RankedLayout(BaseModel):
     headroom_fraction: float
     verdict: str
     bottleneck: str
-    source: str = Field(description="Who proposed it: search, seed, offline or llm.")
+    source: str = Field(description="Who proposed it: search, seed, candidates, offline or llm.")
     scored_by: str = Field(description="The tool that scored it: search or project.")
     reason: str = ""
     trial: int = Field(description="Trial id in the history.")
+    tokens_per_sec_per_gpu_low: float | None = Field(default=None, description="80% interval, low end.")
+    tokens_per_sec_per_gpu_high: float | None = Field(default=None, description="80% interval, high end.")
+    mfu_gemm: float | None = Field(default=None, description="Model-FLOP utilisation against the peak of the GEMM "
+                                                              "precision used (gemm_precision), 0..1.")
+    gemm_precision: str | None = Field(default=None, description="The GEMM precision mfu_gemm is measured against.")
+    mfu_bf16: float | None = Field(default=None, description="Model-FLOP utilisation against the BF16 peak "
+                                                              "(the same as mfu), 0..1.")
+    recompute_modules: list[str] = Field(default_factory=list,
+                                         description="Modules selective recompute re-runs (empty: none or full).")
+    memory_warning: str | None = Field(default=None, description="Projected memory is tight or over.")
 
 
 class TuneReport(BaseModel):
@@ -69,18 +83,30 @@ class TuneReport(BaseModel):
     message: str | None = Field(default=None, description="Why nothing fits, or the question back.")
     clarification: dict[str, Any] | None = None
     benchmarks: list[dict[str, Any]] = Field(default_factory=list)
+    near_ties: list[dict[str, Any]] = Field(default_factory=list,
+                                            description="Layouts whose 80% interval overlaps the best's, with what "
+                                                        "separates them.")
+    decision: str = Field(default="", description="How sure the pick is: clear, near-tie (and what would settle it).")
+    plan: dict[str, Any] = Field(default_factory=dict, description="Job planning: hours per billion tokens, days and "
+                                                                   "GPU-hours of --tokens, smallest count for "
+                                                                   "--deadline (agent/planning.py).")
     notes: list[str] = Field(default_factory=list)
 
 
-def ranked_layout(rank: int, trial: dict[str, Any]) -> RankedLayout:
-    """A scored trial as a report row."""
+def ranked_layout(rank: int, trial: dict[str, Any], gpu: str) -> RankedLayout:
+    """A scored trial as a report row (MFU labelled against the GEMM precision's peak and BF16's)."""
+    config = trial["config"]
+    mfu = mfu_labels(gpu, config.get("precision", "bf16"), trial["mfu"])
+    modules = list(config.get("recompute_modules") or ["core_attn"]) if config.get("recompute") == "selective" else []
     return RankedLayout(
-        rank=rank, layout=trial["layout"], config=trial["config"],
+        rank=rank, layout=trial["layout"], config=config,
         tokens_per_sec_per_gpu=trial["tokens_per_sec_per_gpu"],
         mfu=trial["mfu"], iteration_time_s=trial.get("iteration_time_s"), peak_memory_gib=trial["peak_memory_gib"],
         headroom_fraction=trial["headroom_fraction"], verdict=trial["verdict"], bottleneck=trial["bottleneck"],
         source=trial["source"], scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""),
-        trial=trial["id"])
+        trial=trial["id"], tokens_per_sec_per_gpu_low=trial.get("tokens_per_sec_per_gpu_low"),
+        tokens_per_sec_per_gpu_high=trial.get("tokens_per_sec_per_gpu_high"), recompute_modules=modules,
+        memory_warning=trial.get("memory_warning"), **mfu)
 
 
 def _why(tools: Toolbox, best: dict[str, Any], other: dict[str, Any], label: str
@@ -112,6 +138,24 @@ def _facts(state: State, best_first: list[dict[str, Any]], tools: Toolbox) -> di
             "message": (state.get("search") or {}).get("message")}
 
 
+def assumptions(request: dict[str, Any], framework: str = "megatron") -> list[str]:
+    """Every value the answer rests on that the user may not have given: the parser's notes, then the job's
+    precision policy, batch, sequence length, GPUs per node and framework, each said once."""
+    notes = list(request.get("notes", []))
+    said = " ".join(notes).lower()
+    rules = request.get("constraints") or []
+    precision = next((r for r in rules if r.replace(" ", "").startswith(("precision", "fp8"))), None)
+    extra = [
+        ("precision", f"precision: {precision}" if precision else
+         "precision: bf16 and the FP8 recipes the GPU supports were both searched (say 'bf16 only' to pin bf16)"),
+        ("gbs", f"global batch: {request['gbs']} sequences ({request['gbs'] * request['seq_len']:,} tokens per step)"),
+        ("seq", f"sequence length: {request['seq_len']} tokens"),
+        ("per node", f"GPUs per node: {request['gpus_per_node']}"),
+        ("framework", f"framework: {request.get('framework') or framework} (launch config and recipe semantics)"),
+    ]
+    return notes + [line for key, line in extra if key not in said]
+
+
 def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
     """Build the TuneReport from the scored trials (or the clarification)."""
     base = {"policy": policy.name, "degraded": bool(state.get("degraded")),
@@ -125,7 +169,15 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     base["notes"] = [n for n in base["notes"] if n not in request.get("notes", [])]
     tools = Toolbox.for_request(request)
     best_first = ordered(state)
+    ties = near_ties(best_first)
+    best_first, settled = benchmark_choice(best_first, ties, list(state.get("benchmarks", [])))
+    if settled:
+        ties = near_ties(best_first)
+    decision = decision_text(best_first, ties, settled)
+    if ties and not settled and not options_of(runtime).allow_benchmark:
+        base["notes"].append("offline: no benchmark ran; measured mode on the near-tied layouts would settle it")
     facts = _facts(state, best_first, tools)
+    facts["decision"], facts["near_ties"] = decision, ties
     explanation = policy.explain({**state, "facts": facts})
     status = getattr(policy, "status", lambda: {})()
     if status.get("degraded_reason") and not base["degraded"]:
@@ -139,10 +191,15 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     search = {k: v for k, v in (state.get("search") or {}).items() if k != "ranked"} or None
     message = None if best_first else ((state.get("search") or {}).get("message")
                                     or "no scored layout fits in memory within the constraints")
+    options = options_of(runtime)
+    plan = (job_plan(best_first[0], request, tokens=options.tokens, deadline_s=options.deadline_s)
+            if best_first else {})
+    gpu = request["gpu"]
     out = TuneReport(
-        status="ok" if best_first else "no_fit", request=request, assumptions=list(request.get("notes", [])),
-        best=ranked_layout(1, best_first[0]) if best_first else None,
-        top5=[ranked_layout(i + 1, t) for i, t in enumerate(best_first[:request.get("top_k", 5)])],
+        status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),
+        best=ranked_layout(1, best_first[0], gpu) if best_first else None,
+        top5=[ranked_layout(i + 1, t, gpu) for i, t in enumerate(best_first[:request.get("top_k", 5)])],
+        near_ties=ties, decision=decision, plan=plan,
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
         trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,

@@ -2,27 +2,76 @@
 
 ``parse_request(text, base=None)`` turns "tune Mixtral 8x7B for 64 MI300X" or "Llama 3.1 405B on
 2k H100s, seq 8k, no FP8" into a :class:`TuneRequest`, or into a :class:`Clarification` (a
-question, never an exception) when the model, the GPU type or the GPU count is missing, unknown
-or ambiguous.  Ambiguous names ("llama 70b": llama2-70b, llama3-70b or llama3.1-70b) are asked
-back with the options rather than guessed: a wrong model silently gives a wrong answer.
-Defaults (said in ``assumed``): gbs = the smallest multiple of the GPU count >= 256; seq_len =
-4096 (less when the model's context is shorter); 8 GPUs per node.  With ``base`` (a chat
+question, never an exception) when the model, the GPU type or the GPU count is missing, unknown,
+ambiguous or out of range.  Ambiguous names ("llama 70b": llama2-70b, llama3-70b or llama3.1-70b)
+are asked back with the options rather than guessed: a wrong model silently gives a wrong answer.
+
+What it reads besides names and counts: sequence length ("seq 8k", "8k context"), the global
+batch in sequences ("gbs 512") or in tokens ("1M tokens per step" -> gbs = tokens / seq_len;
+k = 1024, M = 1024^2 as for sequence lengths), precisions (constraints: "no FP8", "bf16 only",
+"with fp8", "mxfp8", "fp4"/"nvfp4", "fp16"; checked against the GPU), fine-tuning ("LoRA",
+"SFT"), a Hugging Face ``config.json`` path (its fields are the model; an unsupported
+``model_type`` or a bad field is asked back by name), a launch framework ("with torchtitan"),
+NICs ("8x400G NICs per node"), GPUs per node ("4 gpus per node"; default: the GPU's catalog
+node, e.g. a GB200 compute tray holds 4 in a 72-GPU NVLink domain) and headroom ("must fit with
+20% headroom").  Defaults (listed in ``assumed`` and said in ``notes``): gbs = the smallest
+multiple of the GPU count >= 256; seq_len = 4096 (less when the model's context is shorter);
+GPUs per node from the catalog; precision and framework unpinned.  With ``base`` (a chat
 follow-up) whatever the text does not say is kept from the earlier request.
+
+Bounded work: the text is cut to :data:`MAX_REQUEST_CHARS`, whitespace runs are folded and
+numbers are at most 9 digits before any pattern runs, so every pattern does constant work per
+position (linear time); values beyond the engine's limits
+(:mod:`projection.training_config`) are asked back with the allowed range.
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
-from agent.constraints_text import extract_constraints, merge_constraints
+from agent.constraints_text import axis_of, extract_constraints, merge_constraints
+from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN
 
 DEFAULT_GBS_FLOOR = 256
 DEFAULT_GPUS_PER_NODE = 8
-_NUM = r"(\d+(?:\.\d+)?)\s*([kK])?"
+MAX_REQUEST_CHARS = 4000
+MAX_DIGITS = 9
+MAX_TOP_K = 50
+_NUM = r"(\d{1,9}(?:\.\d{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
+_MULTIPLIER = {"k": 1024, "m": 1024 ** 2, "thousand": 1000, "million": 1_000_000}
+FRAMEWORKS = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+              "nemo": "nemo", "megatron-bridge": "nemo", "torchtitan": "torchtitan", "titan": "torchtitan",
+              "primus": "primus", "deepspeed": "deepspeed", "maxtext": "jax", "jax": "jax",
+              "llm-foundry": "llm-foundry"}
+_FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nemo|torchtitan|titan|primus|deepspeed|"
+                        r"maxtext|jax|llm-foundry)\b", re.I)
+_CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
+_LORA = re.compile(r"\bq?lora\b", re.I)
+_SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tun(?:e|es|ing))\b",
+                  re.I)
+_SPEED = r"(\d{2,4}(?:\.\d)?)\s?(?:gbit/s|gb/s|gbps|gbe|gbit|gb|g)\b"
+_NIC_WORD = r"(?:nics?|hcas?|infiniband|ib|roce|ethernet|connectx-?\d|cx-?\d|network(?:ing)?|links?)\b"
+_NIC_SPEED = re.compile(rf"(?:(\d{{1,2}})\s?[x×*]\s?)?{_SPEED}\s?(?:x\s?)?{_NIC_WORD}(?:\s?(?:per|/|a)\s?node)?",
+                        re.I)
+_NIC_COUNT = re.compile(rf"(\d{{1,2}})\s?(?:x\s?)?{_NIC_WORD}(?:\s?(?:per|/|a)\s?node)?"
+                        rf"(?:\s?(?:of|at|@|with)\s?{_SPEED})?", re.I)
+_NVL = re.compile(r"\bnvl\s?(\d{1,3})\b", re.I)
+# Positive precision mentions not handled by agent.constraints_text (which reads "no fp8", "bf16 only", "use fp8").
+_PRECISION_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b(?:nv[\s_-]?fp4|fp4|4[\s-]?bit)\b", re.I), "nvfp4"),
+    (re.compile(r"\bmx[\s_-]?fp4\b", re.I), "mxfp4"),
+    (re.compile(r"\bmx[\s_-]?fp8\b", re.I), "mxfp8"),
+    (re.compile(r"\b(?:fp8[\s_-]?block[\s_-]?wise|block[\s_-]?wise[\s_-]?fp8|block[\s_-]?scaled[\s_-]?fp8)\b", re.I),
+     "fp8-blockwise"),
+    (re.compile(r"(?<![a-z])fp16\b", re.I), "fp16"),
+    (re.compile(r"\b(?:in|with|use|using|train(?:ing)?\s+in)\s+bf16\b", re.I), "bf16"),
+)
+_NEGATED = re.compile(r"\b(?:no|not|without|avoid|disable|never)\s+(?:any\s+)?$", re.I)
 
 
 class TuneRequest(BaseModel):
@@ -30,17 +79,27 @@ class TuneRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | dict[str, Any] = Field(description="Catalog model id, e.g. 'mixtral-8x7b' (or HF config fields).")
+    model: str | dict[str, Any] = Field(description="Catalog model id, e.g. 'mixtral-8x7b', a config.json path, "
+                                                    "or HF config fields.")
     gpu: str = Field(description="Catalog GPU id, e.g. 'mi300x'.")
-    num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
-    gbs: int = Field(ge=1, description="Global batch size, sequences.")
-    seq_len: int = Field(ge=1, description="Sequence length, tokens.")
+    num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job.")
+    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node.")
+    gbs: int = Field(ge=1, le=MAX_GBS, description="Global batch size, sequences.")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="Sequence length, tokens.")
     constraints: list[str] = Field(default_factory=list, description="Rules like 'tp<=4', 'precision=bf16'.")
-    top_k: int = Field(default=5, ge=1, le=50, description="How many ranked layouts to report.")
+    top_k: int = Field(default=5, ge=1, le=MAX_TOP_K, description="How many ranked layouts to report.")
     candidates: list[dict[str, Any]] | None = Field(
         default=None, description="Restrict the agent to these layouts (sweep-format config dicts).")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+    finetune: str | None = Field(default=None, pattern="^(sft|lora)$",
+                                 description="Fine-tuning mode: 'lora' (frozen base weights) or 'sft'; None = pretrain.")
+    framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
+                                                            "torchtitan, primus, deepspeed, jax); None = not said.")
+    batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="Line rate of one NIC, Gbit/s (if said).")
+    nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
+                                      description="GPUs in one NVLink domain when said (NVL72 -> 72).")
     assumed: list[str] = Field(default_factory=list, description="Fields filled by defaults (gbs, seq_len, ...).")
     notes: list[str] = Field(default_factory=list, description="How the text was read (defaults, name guesses).")
 
@@ -48,8 +107,9 @@ class TuneRequest(BaseModel):
         """One line: model on N x GPU, gbs, seq, constraints."""
         rules = f", {', '.join(self.constraints)}" if self.constraints else ""
         model = self.model if isinstance(self.model, str) else self.model.get("id", "custom model")
+        extra = f", {self.finetune}" if self.finetune else ""
         return (f"{model} on {self.num_gpus} x {self.gpu} ({self.gpus_per_node}/node), gbs {self.gbs}, "
-                f"seq {self.seq_len}{rules}")
+                f"seq {self.seq_len}{extra}{rules}")
 
 
 class Clarification(BaseModel):
@@ -63,64 +123,152 @@ class Clarification(BaseModel):
     partial: dict[str, Any] = Field(default_factory=dict, description="What was read so far (for a follow-up).")
 
 
+_PARTIAL_KEYS = ("model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", "constraints", "top_k", "finetune",
+                 "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain", "profile_path",
+                 "candidates")
+_LIMITS = {"num_gpus": (1, MAX_GPUS), "gbs": (1, MAX_GBS), "seq_len": (1, MAX_SEQ_LEN), "top_k": (1, MAX_TOP_K),
+           "gpus_per_node": (1, MAX_GPUS_PER_NODE)}
+
+
 def default_gbs(num_gpus: int) -> int:
     """The smallest multiple of the GPU count that is at least 256 (every DP degree then divides it)."""
-    return num_gpus * -(-DEFAULT_GBS_FLOOR // num_gpus)
+    return num_gpus * -(-DEFAULT_GBS_FLOOR // max(num_gpus, 1))
 
 
-def _number(value: str, suffix: str | None) -> int:
-    """'2' + 'k' -> 2048 ('k' is 1024 for GPU counts and sequence lengths alike)."""
-    return int(round(float(value) * (1024 if suffix else 1)))
+def _number(value: str, suffix: str | None, word: str | None = None) -> int:
+    """'2' + 'k' -> 2048 ('k' is 1024 and 'M' 1024^2 for counts, lengths and tokens alike; 'million' is 10^6)."""
+    scale = _MULTIPLIER.get((suffix or word or "").lower(), 1)
+    return int(round(float(value) * scale))
+
+
+def _num(m: re.Match[str], at: int = 1) -> int:
+    return _number(m.group(at), m.group(at + 1), m.group(at + 2))
+
+
+def normalise(text: str) -> tuple[str, str | None]:
+    """The text with whitespace folded and ``x`` split off counts ('16xMI300X'), and a problem that stops parsing."""
+    if len(text) > MAX_REQUEST_CHARS:
+        return "", (f"The request is {len(text)} characters long; at most {MAX_REQUEST_CHARS} are read. "
+                    "Say the model, GPU type and count, e.g. 'tune llama3 8b on 8 h100'.")
+    text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", " ", text)
+    text = re.sub(r"\s+", " ", text).strip()
+    long_number = re.search(rf"\d{{{MAX_DIGITS + 1},}}", text)
+    if long_number:
+        shown = long_number.group(0)
+        return "", (f"The number {shown[:12]}{'...' if len(shown) > 12 else ''} is too large (more than {MAX_DIGITS} "
+                    f"digits); allowed: GPUs 1..{MAX_GPUS}, gbs 1..{MAX_GBS}, seq_len 1..{MAX_SEQ_LEN}.")
+    return re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z])", r"\1 x ", text), None
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span blanked (same length, so other spans stay valid)."""
+    for start, end in spans:
+        text = text[:start] + " " * (end - start) + text[end:]
+    return text
 
 
 def find_gpu_count(text: str, gpu: names.Match) -> int | None:
-    """The GPU count next to the GPU name ('64 MI300X', '2k H100s', 'MI300X x 64'), or 'N gpus' / 'N nodes'."""
+    """The GPU count next to the GPU name ('64 MI300X', '2k H100s', 'MI300X x 64'), or 'N gpus'."""
     if gpu.kind != "missing" and gpu.start >= 0:
-        before = re.search(_NUM + r"\s*(?:x|×|\*)?\s*(?:gpus?\s+(?:of\s+)?)?$", text[:gpu.start], re.I)
-        if before and not re.search(r"(seq|gbs|batch|tp|pp|ep|cp|mbs)\W*$", text[:before.start()], re.I):
-            return _number(before.group(1), before.group(2))
-        after = re.match(r"^\s*(?:gpus?)?\s*(?:x|×|\*)\s*" + _NUM, text[gpu.end:], re.I)
+        before = re.search(_NUM + r"\s?(?:x|×|\*)?\s?(?:gpus? (?:of )?)?$", text[:gpu.start], re.I)
+        if before and not re.search(r"(seq|gbs|batch|tp|pp|ep|cp|mbs)\W*$", text[max(0, before.start() - 12):
+                                                                                 before.start()], re.I):
+            return _num(before)
+        after = re.match(r"^\s?(?:gpus?)?\s?(?:x|×|\*)\s?" + _NUM, text[gpu.end:], re.I)
         if after:
-            return _number(after.group(1), after.group(2))
-    plain = re.search(_NUM + r"\s*gpus?\b(?!\s*(?:per|/)\s*node)", text, re.I)
-    if plain:
-        return _number(plain.group(1), plain.group(2))
-    return None
+            return _num(after)
+    plain = re.search(_NUM + r"\s?(?:gpus?|accelerators?|devices?)\b(?!\s?(?:per|/|a) ?node)", text, re.I)
+    return _num(plain) if plain else None
 
 
 def find_nodes(text: str) -> int | None:
     """'on 4 nodes' -> 4."""
-    m = re.search(r"(\d+)\s*(?:x\s*)?nodes?\b", text, re.I)
+    m = re.search(r"(\d{1,9})\s?(?:x\s?)?(?:nodes?|servers?|trays?)\b", text, re.I)
     return int(m.group(1)) if m else None
 
 
 def find_seq_len(text: str) -> int | None:
     """'seq 8k', 'seq_len 8192', 'sequence length 16k', '8k context' -> tokens."""
-    m = re.search(r"\b(?:seq(?:uence)?(?:[\s_-]*len(?:gth)?)?|context(?:[\s_-]*length)?|ctx)\s*(?:=|:|of|is)?\s*"
-                  + _NUM, text, re.I)
+    m = re.search(r"\b(?:seq(?:uence)?(?:[\s_-]?len(?:gth)?)?|context(?:[\s_-]?(?:length|len|window))?|ctx)"
+                  r"\s?(?:=|:|of|is)?\s?" + _NUM, text, re.I)
     if m is None:
-        m = re.search(_NUM + r"\s*(?:tokens?\s*)?(?:seq(?:uence)?s?|context|ctx)\b", text, re.I)
-    return _number(m.group(1), m.group(2)) if m else None
+        m = re.search(_NUM + r"\s?(?:tokens? )?(?:seq(?:uence)?s?|context|ctx)\b", text, re.I)
+    return _num(m) if m else None
+
+
+_BATCH_WORD = r"(?:gbs|global[\s_-]?batch(?:[\s_-]?size)?|(?<!micro[\s_-])batch(?:[\s_-]?size)?)"
+
+
+def find_batch_tokens(text: str) -> int | None:
+    """'global batch 1M tokens', '1M tokens per step', '4M-token batches' -> tokens per step."""
+    m = (re.search(_BATCH_WORD + r"\s?(?:=|:|of|is)?\s?" + _NUM + r"\s?[-\s]?tokens?\b", text, re.I)
+         or re.search(_NUM + r"\s?[-\s]?tokens? ?(?:(?:per|/|a|each|every) ?(?:step|batch|iteration|iter|update)|"
+                      r"(?:global )?batch(?:es)?)\b", text, re.I))
+    return _num(m) if m else None
 
 
 def find_gbs(text: str) -> int | None:
-    """'gbs 512', 'global batch 1024', 'batch size 512' -> sequences."""
-    m = re.search(r"\b(?:gbs|global[\s_-]*batch(?:[\s_-]*size)?|(?<!micro[\s_-])batch[\s_-]*size)\s*(?:=|:|of|is)?\s*"
-                  + _NUM, text, re.I)
-    return _number(m.group(1), m.group(2)) if m else None
+    """'gbs 512', 'global batch 1024', 'batch size 512' -> sequences (not a batch given in tokens)."""
+    m = re.search(r"\b" + _BATCH_WORD + r"\s?(?:=|:|of|is)?\s?" + _NUM + r"(?!\s?[-\s]?tokens?\b)", text, re.I)
+    return _num(m) if m else None
 
 
 def find_gpus_per_node(text: str) -> int | None:
     """'4 gpus per node', 'gpus_per_node=4', '4/node' -> 4."""
-    m = re.search(r"(\d+)\s*(?:gpus?\s*)?(?:per|/)\s*node", text, re.I) or re.search(
-        r"gpus[\s_-]*per[\s_-]*node\s*(?:=|:)?\s*(\d+)", text, re.I)
+    m = re.search(r"(\d{1,9})\s?(?:gpus? ?)?(?:per|/|a) ?node\b", text, re.I) or re.search(
+        r"gpus[\s_-]?per[\s_-]?node\s?(?:=|:)?\s?(\d{1,9})", text, re.I)
     return int(m.group(1)) if m else None
 
 
 def find_top_k(text: str) -> int | None:
     """'top 10' -> 10."""
-    m = re.search(r"\btop[\s_-]*k?\s*=?\s*(\d+)\b", text, re.I)
+    m = re.search(r"\btop[\s_-]?k?\s?=?\s?(\d{1,9})\b", text, re.I)
     return int(m.group(1)) if m else None
+
+
+def find_nics(text: str) -> tuple[int | None, float | None, list[tuple[int, int]]]:
+    """(NICs per node, Gbit/s per NIC, spans read): '8x400G NICs', '8 NICs of 400 Gb/s', '400Gbps InfiniBand'."""
+    count: int | None = None
+    speed: float | None = None
+    spans: list[tuple[int, int]] = []
+    for m in _NIC_SPEED.finditer(text):
+        count = int(m.group(1)) if m.group(1) else count
+        speed = float(m.group(2))
+        spans.append(m.span())
+    masked = _mask(text, spans)
+    for m in _NIC_COUNT.finditer(masked):
+        count = int(m.group(1))
+        speed = float(m.group(2)) if m.group(2) else speed
+        spans.append(m.span())
+    return count, speed, spans
+
+
+def find_framework(text: str) -> str | None:
+    """'with torchtitan', 'Megatron-LM', 'on Primus' -> a framework id."""
+    m = _FRAMEWORK.search(text)
+    return FRAMEWORKS.get(re.sub(r"\s", "-", m.group(1).lower())) if m else None
+
+
+def find_finetune(text: str) -> str | None:
+    """'LoRA' -> 'lora'; 'SFT', 'fine-tune' -> 'sft'."""
+    if _LORA.search(text):
+        return "lora"
+    return "sft" if _SFT.search(text) else None
+
+
+def find_precision(text: str) -> str | None:
+    """A precision the text asks for that agent.constraints_text does not read (fp4, mxfp8, blockwise, fp16)."""
+    for pattern, precision in _PRECISION_WORDS:
+        for m in pattern.finditer(text):
+            if not _NEGATED.search(text[max(0, m.start() - 16):m.start()]):
+                return precision
+    return None
+
+
+def find_config_path(text: str) -> tuple[str | None, tuple[int, int] | None]:
+    """A config.json (or .yaml) path in the text, and its span."""
+    m = _CONFIG_PATH.search(text)
+    return (m.group(1), m.span(1)) if m else (None, None)
 
 
 def _name_question(kind: str, match: names.Match) -> tuple[str, list[str]]:
@@ -130,83 +278,239 @@ def _name_question(kind: str, match: names.Match) -> tuple[str, list[str]]:
     if match.kind == "unknown":
         near = f"; did you mean {', '.join(match.options)}?" if match.options else ""
         known = sorted(names.model_catalog()) if kind == "model" else sorted(set(names.gpu_index().values()))
-        return f"Unknown {label} '{match.mention}'{near} (known: {', '.join(known)})", match.options
+        hint = f"; {match.hint}" if match.hint else ""
+        return f"Unknown {label} '{match.mention}'{near}{hint} (known: {', '.join(known)})", match.options
     examples = "llama3-8b, mixtral-8x7b, llama3.1-405b" if kind == "model" else "h100, mi300x, b200"
     return f"Which {label}? e.g. {examples}", []
 
 
+def _read_config(path_text: str) -> tuple[str | None, str | None, str]:
+    """(path to use, problem, note) for a config.json the request names: checked by loading it field by field."""
+    from projection.errors import ProjtuneError
+    from projection.model_spec import load_model
+
+    path = Path(path_text).expanduser()
+    if not path.is_file():
+        return None, f"The model config '{path_text}' does not exist (give the path of a Hugging Face config.json).", ""
+    try:
+        spec = load_model(str(path.resolve()))
+    except ProjtuneError as err:
+        return None, f"The model config '{path_text}' cannot be used: {err}", ""
+    return (str(path.resolve()), None, f"model read from '{path_text}': model_type {spec.model_type}, "
+            f"{spec.num_layers} layers, hidden {spec.hidden_size}")
+
+
+def _gpu_spec(gpu: str | None) -> Any:
+    from projection.hardware import load_hardware
+
+    try:
+        return load_hardware(gpu) if gpu else None
+    except Exception:   # noqa: BLE001 - an unknown id was asked back already
+        return None
+
+
+def _check_precision(rules: list[str], wanted: str | None, hardware: Any) -> tuple[list[str], str | None, str]:
+    """(rules, problem, note): the precision the text names, pinned when the GPU runs it, else a question."""
+    note = ""
+    if wanted is not None and not any(axis_of(r) == "precision" for r in rules):
+        if wanted == "mxfp4":
+            return rules, ("MXFP4 training is not modelled (precisions: bf16, fp16, fp8, fp8-blockwise, mxfp8, "
+                           "nvfp4); say which of those to use."), ""
+        rules = merge_constraints(rules, [f"precision={wanted}"])
+        note = f"'{wanted}' read as precision={wanted}"
+    if hardware is None:
+        return rules, None, note
+    supported = list(hardware.supported_precisions)
+    for rule in rules:
+        if axis_of(rule) != "precision":
+            continue
+        m = re.match(r"\s*precision\s*(?:=|in)\s*(.+)$", rule)
+        if m and "!=" not in rule:
+            asked = [p.strip() for p in m.group(1).split(",")]
+            if not any(p in supported for p in asked):
+                return rules, (f"{'/'.join(asked)} is not supported on {hardware.id} (supported: "
+                               f"{', '.join(supported)}); pick one of those or another GPU."), note
+    return rules, None, note
+
+
+def _range_problem(field_name: str, value: int) -> str | None:
+    low, high = _LIMITS[field_name]
+    if low <= value <= high:
+        return None
+    return f"{field_name} {value} is out of range (allowed {low}..{high})."
+
+
 def parse_request(text: str, base: TuneRequest | dict[str, Any] | None = None) -> TuneRequest | Clarification:
-    """Read a tuning request from free text (offline); see the module docstring."""
-    text = re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z])", r"\1 x ", text.strip())
+    """Read a tuning request from free text (offline); see the module docstring.  Never raises."""
+    try:
+        return _parse(text if isinstance(text, str) else str(text), base)
+    except Exception as err:  # noqa: BLE001 - a request is answered with a question, never a traceback
+        return Clarification(question=f"Could not read the request ({type(err).__name__}: {str(err)[:200]}). "
+                                      "Try: tune llama3 8b on 8 h100, seq 8k, gbs 256", missing=["request"])
+
+
+def _base_values(base: TuneRequest | dict[str, Any] | None) -> dict[str, Any]:
+    if isinstance(base, TuneRequest):
+        return base.model_dump()
+    return dict(base) if isinstance(base, dict) else {}
+
+
+def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest | Clarification:
+    text, problem = normalise(raw)
+    values = _base_values(base)
+    if problem:
+        return Clarification(question=problem, missing=["request"], partial=_partial(values, set()))
     if not text:
-        return Clarification(question="Empty request. Try: tune llama3 8b on 8 h100", missing=["model", "gpu",
-                                                                                                 "num_gpus"])
-    model, gpu = names.find_model(text), names.find_gpu(text)
-    values: dict[str, Any] = dict(base.model_dump() if isinstance(base, TuneRequest) else base or {})
-    notes = [n for n in (model.note, gpu.note) if n]
+        return Clarification(question="Empty request. Try: tune llama3 8b on 8 h100",
+                             missing=["model", "gpu", "num_gpus"])
     assumed = set(values.get("assumed", []))
+    notes: list[str] = []
     questions, missing, options = [], [], []
+
+    config_path, config_span = find_config_path(text)
+    nic_count, nic_speed, nic_spans = find_nics(text)
+    names_text = _mask(text, [config_span] if config_span else [])
+    gpu = names.find_gpu(names_text)
+    model = names.find_model(_mask(names_text, [(gpu.start, gpu.end)] if gpu.kind == "found" else []))
+    if config_path is not None:
+        path, problem, note = _read_config(config_path)
+        if problem:
+            questions.append(problem)
+            missing.append("model")
+        else:
+            values["model"] = path
+            notes.append(note)
+        model = names.Match("found", path)
+    notes += [n for n in (model.note, gpu.note) if n]
     for kind, match in (("model", model), ("gpu", gpu)):
         if match.kind == "found":
-            values[kind] = match.value
+            if match.value is not None:
+                values[kind] = match.value
         elif kind not in values or match.kind in ("ambiguous", "unknown"):
             question, opts = _name_question(kind, match)
             questions.append(question)
             missing.append(kind)
             options += opts
-    count = find_gpu_count(text, gpu)
-    per_node = find_gpus_per_node(text)
-    if per_node:
+    hardware = _gpu_spec(values.get("gpu")) if "gpu" not in missing else None
+    rest = _mask(text, nic_spans + ([config_span] if config_span else []))
+
+    per_node = find_gpus_per_node(rest)
+    if per_node is not None:
         values["gpus_per_node"] = per_node
         assumed.discard("gpus_per_node")
-    if count is None and (nodes := find_nodes(text)):
-        count = nodes * values.get("gpus_per_node", DEFAULT_GPUS_PER_NODE)
-        notes.append(f"{nodes} nodes x {values.get('gpus_per_node', DEFAULT_GPUS_PER_NODE)} GPUs = {count} GPUs")
+    node_size = values.get("gpus_per_node") or (hardware.gpus_per_node if hardware else DEFAULT_GPUS_PER_NODE)
+    count = find_gpu_count(rest, gpu)
+    if count is None and (nodes := find_nodes(rest)):
+        count = nodes * node_size
+        notes.append(f"{nodes} nodes x {node_size} GPUs = {count} GPUs")
     if count is not None:
         values["num_gpus"] = count
     elif "num_gpus" not in values and "gpu" not in missing:
         questions.append("How many GPUs? e.g. 'on 64 mi300x'")
         missing.append("num_gpus")
-    for field_name, found in (("seq_len", find_seq_len(text)), ("gbs", find_gbs(text)), ("top_k", find_top_k(text))):
+    tokens = find_batch_tokens(rest)
+    for field_name, found in (("seq_len", find_seq_len(rest)), ("gbs", None if tokens else find_gbs(rest)),
+                              ("top_k", find_top_k(rest))):
         if found is not None:
             values[field_name] = found
             assumed.discard(field_name)
-    rules = extract_constraints(text, values.get("gpu"))
-    values["constraints"] = merge_constraints(values.get("constraints", []), rules.rules)
-    notes += rules.notes
+    if tokens is not None:
+        values["batch_tokens"] = tokens
+        values.pop("gbs", None)
+        assumed.discard("gbs")
+    for field_name in _LIMITS:
+        if isinstance(values.get(field_name), int) and (why := _range_problem(field_name, values[field_name])):
+            questions.append(why)
+            missing.append(field_name)
+
+    if nic_count is not None:
+        values["nics_per_node"] = nic_count
+    if nic_speed is not None:
+        values["nic_gbps"] = nic_speed
+    if nic_count is not None or nic_speed is not None:
+        notes.append(f"network: {nic_count or 'catalog count of'} NICs per node at "
+                     f"{nic_speed if nic_speed is not None else 'the catalog rate of'} Gbit/s (as said)")
+    if (nvl := _NVL.search(rest)) is not None:
+        values["nvlink_domain"] = int(nvl.group(1))
+        notes.append(f"NVL{nvl.group(1)}: one NVLink domain of {nvl.group(1)} GPUs"
+                     + (f" ({hardware.gpus_per_node} GPUs per node/tray)" if hardware else ""))
+    if (finetune := find_finetune(rest)) is not None:
+        values["finetune"] = finetune
+        notes.append("LoRA: frozen base weights, no weight gradients or optimizer state for them"
+                     if finetune == "lora" else "SFT: full fine-tuning (trains like pretraining)")
+    if (framework := find_framework(rest)) is not None:
+        values["framework"] = framework
+        assumed.discard("framework")
+
+    rules = extract_constraints(rest, values.get("gpu"))
+    merged = merge_constraints(values.get("constraints", []), rules.rules)
+    merged, problem, note = _check_precision(merged, find_precision(rest), hardware)
+    values["constraints"] = merged
+    notes += rules.notes + ([note] if note else [])
+    if problem:
+        questions.append(problem)
+        missing.append("precision")
     if questions:
-        partial = {k: v for k, v in values.items() if k in ("model", "gpu", "num_gpus", "gpus_per_node", "gbs",
-                                                             "seq_len", "constraints", "top_k")}
-        partial["assumed"] = sorted(assumed)
-        return Clarification(question=" ".join(questions), missing=missing, options=options, partial=partial)
-    _fill_defaults(values, assumed, notes)
+        return Clarification(question=" ".join(questions), missing=missing, options=options,
+                             partial=_partial(values, assumed))
+    _fill_defaults(values, assumed, notes, hardware)
     values["assumed"], values["notes"] = sorted(assumed), notes
-    return TuneRequest.model_validate(values)
+    try:
+        return TuneRequest.model_validate(values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "request"
+        return Clarification(question=f"{where}: {first['msg']} (got {str(first.get('input'))[:40]!r}).",
+                             missing=[where], partial=_partial(values, assumed))
 
 
-def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str]) -> None:
-    """Fill gbs, seq_len and gpus_per_node when missing or assumed before (they depend on GPUs and model)."""
-    if "gpus_per_node" not in values:
-        values["gpus_per_node"] = DEFAULT_GPUS_PER_NODE
+def _partial(values: dict[str, Any], assumed: set[str]) -> dict[str, Any]:
+    partial = {k: v for k, v in values.items() if k in _PARTIAL_KEYS and v is not None}
+    partial["assumed"] = sorted(assumed)
+    return partial
+
+
+def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], hardware: Any) -> None:
+    """Fill gbs, seq_len, gpus_per_node (from the GPU's catalog node) and say what precision/framework are assumed."""
+    node = hardware.gpus_per_node if hardware is not None else DEFAULT_GPUS_PER_NODE
+    if "gpus_per_node" not in values or "gpus_per_node" in assumed:
+        values["gpus_per_node"] = min(node, values["num_gpus"])   # a job smaller than a node uses what it has
+        if "gpus_per_node" not in assumed:
+            notes.append(f"assumed {node} GPUs per node (the {values['gpu']} catalog node)")
         assumed.add("gpus_per_node")
-        notes.append(f"assumed {DEFAULT_GPUS_PER_NODE} GPUs per node")
-    if "gpus_per_node" in assumed:   # a job smaller than a node uses what it has
-        values["gpus_per_node"] = min(DEFAULT_GPUS_PER_NODE, values["num_gpus"])
-    if "gbs" not in values or "gbs" in assumed:
-        values["gbs"] = default_gbs(values["num_gpus"])
-        assumed.add("gbs")
-        notes.append(f"assumed gbs={values['gbs']} (smallest multiple of {values['num_gpus']} GPUs >= "
-                     f"{DEFAULT_GBS_FLOOR}); say 'gbs N' to change it")
     if "seq_len" not in values or "seq_len" in assumed:
         values["seq_len"] = names.typical_seq_len(values["model"]) if isinstance(values["model"], str) else 4096
         assumed.add("seq_len")
         notes.append(f"assumed seq_len={values['seq_len']}; say 'seq 8k' to change it")
+    tokens = values.get("batch_tokens")
+    if tokens and ("gbs" not in values or "gbs" in assumed):
+        gbs = max(1, round(tokens / values["seq_len"]))
+        values["gbs"] = gbs
+        exact = "" if gbs * values["seq_len"] == tokens else f" (rounded; {gbs * values['seq_len']} tokens)"
+        notes.append(f"global batch {tokens} tokens / seq_len {values['seq_len']} = gbs {gbs}{exact}")
+    elif "gbs" not in values or "gbs" in assumed:
+        values["gbs"] = default_gbs(values["num_gpus"])
+        assumed.add("gbs")
+        notes.append(f"assumed gbs={values['gbs']} (smallest multiple of {values['num_gpus']} GPUs >= "
+                     f"{DEFAULT_GBS_FLOOR}); say 'gbs N' or '1M tokens per step' to change it")
+    if not any(axis_of(r) == "precision" for r in values.get("constraints", [])):
+        if "precision" not in assumed:
+            supported = ", ".join(hardware.supported_precisions) if hardware is not None else "bf16 and FP8"
+            notes.append(f"precision not pinned: the search tries what the GPU runs ({supported}); "
+                         "say 'bf16 only' or 'with fp8' to pin it")
+        assumed.add("precision")
+    else:
+        assumed.discard("precision")
+    if not values.get("framework"):
+        if "framework" not in assumed:
+            notes.append("framework not said: layouts are Megatron-style (export with --framework)")
+        assumed.add("framework")
 
 
 def pick_option(options: list[str], answer: str) -> str | None:
     """The option an answer names: its number ('2'), or the only option whose key contains the answer's."""
-    text = answer.strip()
-    if re.fullmatch(r"#?\d+", text) and 1 <= int(text.lstrip("#")) <= len(options):
+    text = answer.strip()[:MAX_REQUEST_CHARS]
+    if re.fullmatch(r"#?\d{1,4}", text) and 1 <= int(text.lstrip("#")) <= len(options):
         return options[int(text.lstrip("#")) - 1]
     k = names.key(text)
     hits = [o for o in options if k and k in names.key(o)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.graph import build_graph, recursion_limit
 from agent.policies import Policy
 from agent.report import TuneReport
 from agent.request import TuneRequest
@@ -23,8 +22,14 @@ class TuneOutcome:
 
 def tune(text: str | None = None, *, request: TuneRequest | dict[str, Any] | None = None,
          policy: Policy | None = None, budget: dict[str, float] | None = None,
-         options: RunOptions | None = None) -> TuneOutcome:
-    """Tune one job: parse (unless ``request`` is given), seed, propose/evaluate rounds, report."""
+         options: RunOptions | None = None, candidates_ran: bool = False) -> TuneOutcome:
+    """Tune one job: parse (unless ``request`` is given), seed, propose/evaluate rounds, report.
+
+    ``candidates_ran``: the request's explicit candidates were measured to run (an eval), so each is
+    scored whatever its projected memory (a misfit is reported as a warning next to the layout).
+    """
+    from agent.graph import build_graph, recursion_limit   # here: importing langgraph takes ~1 s
+
     if policy is None:
         from agent.policies.offline import OfflinePolicy
 
@@ -34,6 +39,8 @@ def tune(text: str | None = None, *, request: TuneRequest | dict[str, Any] | Non
         inputs = {"request": request.model_dump() if isinstance(request, TuneRequest) else dict(request)}
     if budget:
         inputs["budget"] = dict(budget)
+    if candidates_ran:
+        inputs["candidates_ran"] = True
     rounds = {**DEFAULT_BUDGET, **(budget or {})}["max_rounds"]
     final = build_graph(policy).invoke(inputs, config={"recursion_limit": recursion_limit(rounds)},
                                        context=options or RunOptions())

@@ -15,8 +15,17 @@ from typing import Any
 
 from agent.space import Job
 from agent.toolbox import Toolbox
+from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
-from tools.candidates import cp_values, expert_options, pipeline_options, pp_values, precision_values, tp_values
+from tools.candidates import (
+    cp_values,
+    expert_options,
+    pipeline_options,
+    pp_values,
+    precision_values,
+    recompute_module_sets,
+    tp_values,
+)
 
 MAX_SEEDS = 12
 MAX_BASELINE_SCREENS = 24
@@ -54,7 +63,7 @@ def baseline(job: Job, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
         if not memory.get("ok"):
             continue
         headroom = memory["result"]["headroom_fraction"]
-        if memory["result"]["verdict"] != "out of memory" and headroom >= job.constraints.min_headroom:
+        if passes_screen(memory["result"]["peak_gib"], memory["result"]["capacity_gib"], job.constraints.min_headroom):
             return config, (f"recipe baseline: smallest model-parallel size that fits (tp*pp*cp = {tp * pp * cp}), "
                             f"bf16, selective recompute, mbs 1, ZeRO 1")
         if roomiest is None or headroom > roomiest[0]:
@@ -70,6 +79,10 @@ def _moves(job: Job, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
     for recompute in ("none", "selective", "full"):
         if recompute != c.recompute:
             yield {**base, "recompute": recompute, "recompute_num_layers": None}, f"recompute sweep: {recompute}"
+    if c.recompute == "selective":
+        for modules in recompute_module_sets(job.space):
+            if tuple(modules) != tuple(c.recompute_modules):
+                yield {**base, "recompute_modules": list(modules)}, f"selective recompute of {', '.join(modules)}"
     for precision in precision_values(job.space):
         if precision != c.precision and precision != "bf16" and c.precision == "bf16":
             yield {**base, "precision": precision}, f"FP8 GEMMs ({precision})"

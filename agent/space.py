@@ -21,14 +21,17 @@ from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, load_model
 from projection.training_config import Cluster, TrainingConfig
 from tools.candidates import (
+    DEFAULT_MODULES,
     SearchSpace,
     cp_values,
+    dispatchers,
     expert_options,
+    fsdp_sizes,
     mbs_values,
     pipeline_options,
     pp_values,
     precision_values,
-    recompute_options,
+    recompute_variants,
     schedule_fits,
     tp_values,
     zero_values,
@@ -36,7 +39,7 @@ from tools.candidates import (
 from tools.constraints import Constraints
 
 _DEFAULTS = TrainingConfig()
-_FIXED = ("recompute_modules", "fsdp_size", "moe_dispatcher", "moe_routing", "finetune", "framework")
+_FIXED = ("moe_routing", "moe_capacity_factor", "finetune", "framework")
 
 
 @dataclass(slots=True)
@@ -148,5 +151,8 @@ class Job:
             return False
         if not schedule_fits(c.schedule, c.pp, self.gbs // (c.mbs * dp)):
             return False
+        modules = tuple(c.recompute_modules) if c.recompute == "selective" else DEFAULT_MODULES
         return (c.zero in zero_values(s, c.tp, c.pp) and c.precision in precision_values(s)
-                and (c.recompute, c.recompute_num_layers) in recompute_options(s, c.pp))
+                and c.fsdp_size in fsdp_sizes(s, c.tp, c.cp, dp, c.zero)
+                and c.moe_dispatcher in dispatchers(s, c.ep, c.etp)
+                and (c.recompute, c.recompute_num_layers, modules) in recompute_variants(s, c.pp))

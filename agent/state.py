@@ -30,6 +30,9 @@ class InputState(TypedDict, total=False):
     """A :class:`agent.request.TuneRequest` as a dict; wins over ``text`` when given."""
     budget: dict[str, float]
     """Overrides of :data:`DEFAULT_BUDGET` keys."""
+    candidates_ran: bool
+    """The request's explicit candidates were measured to run (an eval): score every one of them, with
+    the memory verdict as a warning instead of a screen."""
 
 
 class State(InputState, total=False):
@@ -78,5 +81,9 @@ class RunOptions:
     """Whether evaluate may call run_benchmark on the top layouts (it says "no GPU here" without one)."""
     benchmark_top: int = 2
     """How many top layouts to benchmark per round."""
+    tokens: float | None = None
+    """Token budget of the training job (job planning: days and GPU-hours), tokens."""
+    deadline_s: float | None = None
+    """Deadline of the training job (job planning: smallest GPU count that meets it), seconds."""
     progress: Callable[[str, dict[str, Any]], None] | None = None
     """Called with (event, data) as the run advances: 'round', 'search', 'trial', 'stop'."""

@@ -50,10 +50,23 @@ class Toolbox:
             args["profile_path"] = self.profile_path
         return args
 
-    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
-        """Call a tool with the job arguments filled in (the caller's win); count the call."""
+    def call(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
+        """Call a tool with the job arguments filled in (the caller's win); count the call.
+
+        ``tool`` is positional-only, so an argument named ``tool`` (or ``self``) is just an argument.
+        """
         self.calls += 1
         return call_tool(tool, {**self.job(tool), **arguments})
+
+    def call_from_model(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call a tool with arguments an LLM chose: the job's model, GPU and cluster win, and no file is named.
+
+        The LLM cannot change the job, nor make the tool read a file (``profile_path`` dropped; the
+        request's own profile is used), and it gets a structured error rather than an exception.
+        """
+        self.calls += 1
+        chosen = {k: v for k, v in arguments.items() if k != "profile_path"} if isinstance(arguments, dict) else {}
+        return call_tool(tool, {**chosen, **self.job(tool)})
 
     def on_layout(self, tool: str, config: dict[str, Any], **arguments: Any) -> dict[str, Any]:
         """Call a single-layout tool (check_memory, project, export_launch_config, run_benchmark)."""

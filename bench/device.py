@@ -19,12 +19,12 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
 from scipy.optimize import least_squares
 
 from bench.analytic import network_params
-from bench.layer_timing import cpu_threads, time_call
+from bench.layer_timing import cpu_threads
+from bench.microbench import measure
 from projection.collectives import all_reduce_s, place_group
 from projection.compute import attention_fwd_bwd_s, device_rates, gemm_s, streaming_s
 from projection.device_profile import DeviceProfile, dump_profile
@@ -32,7 +32,7 @@ from projection.hardware import HardwareSpec, PrecisionNotSupported
 from projection.model_spec import load_model
 from projection.training_config import Cluster
 
-Kind = Literal["gemm", "gemm_fp8", "attention", "copy", "all_reduce"]
+Kind = Literal["gemm", "gemm_fp8", "grouped_gemm", "attention", "attention_bwd", "copy", "all_reduce"]
 SWEEP_MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b")
 GPU_TOKENS = (1024, 4096)
 GPU_ATTENTION_SEQ = (2048, 4096, 8192)
@@ -58,6 +58,8 @@ class SweepPoint(BaseModel):
     head_dim: int = 0
     num_bytes: float = 0.0
     group_size: int = 1
+    groups: int = 0             # grouped GEMM: experts (m rows each)
+    backend: str = ""           # attention backend that ran (pinned)
     measured_s: float = 0.0
 
 
@@ -102,27 +104,9 @@ def copy_points(*, tiny: bool = False) -> list[SweepPoint]:
 
 
 def _measure(point: SweepPoint, device: torch.device, dtype: torch.dtype, warmup: int, iters: int) -> float | None:
-    """Median time of one point; None when the op does not run here (FP8 on older GPUs or CPU)."""
-    if point.kind in ("gemm", "gemm_fp8"):
-        a = torch.randn(point.m, point.k, device=device, dtype=dtype)
-        b = torch.randn(point.k, point.n, device=device, dtype=dtype)
-        if point.kind == "gemm":
-            return time_call(lambda: a @ b, device=device, warmup=warmup, iters=iters)
-        try:
-            a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
-            one = torch.ones((), device=device)
-            return time_call(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=dtype),
-                             device=device, warmup=warmup, iters=iters)
-        except (RuntimeError, TypeError, AttributeError):
-            return None
-    if point.kind == "attention":
-        q = torch.randn(point.batch, point.heads, point.seq, point.head_dim, device=device, dtype=dtype)
-        kv = torch.randn(point.batch, point.kv_heads, point.seq, point.head_dim, device=device, dtype=dtype)
-        return time_call(lambda: F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True),
-                         device=device, warmup=warmup, iters=iters)
-    src = torch.empty(int(point.num_bytes), device=device, dtype=torch.uint8)
-    dst = torch.empty_like(src)
-    return time_call(lambda: dst.copy_(src), device=device, warmup=warmup, iters=iters)
+    """Median time of one point (:func:`bench.microbench.measure`); None when the op does not run here."""
+    seconds, _ = measure(point.model_dump(), device, dtype, warmup=warmup, iters=iters)
+    return seconds or None
 
 
 def run_sweep(*, device: str = "cuda", tiny: bool = False, warmup: int = 3, iters: int = 10,
@@ -164,9 +148,11 @@ def _predict(point: SweepPoint, hardware: HardwareSpec, profile: DeviceProfile) 
     rates = device_rates(hardware, profile, "fp8" if point.kind == "gemm_fp8" else "bf16")
     if point.kind in ("gemm", "gemm_fp8"):
         return gemm_s(point.m, point.n, point.k, rates)
-    if point.kind == "attention":
+    if point.kind == "grouped_gemm":
+        return gemm_s(point.m, point.n, point.k, rates, groups=point.groups, efficiency=rates.moe_efficiency)
+    if point.kind in ("attention", "attention_bwd"):
         flops = 2.0 * point.batch * point.heads * point.seq * (point.seq / 2.0) * 2 * point.head_dim
-        return attention_fwd_bwd_s(flops, rates)[0]
+        return attention_fwd_bwd_s(flops, rates)[0 if point.kind == "attention" else 1]
     return streaming_s(2.0 * point.num_bytes, 1, rates)
 
 
@@ -190,10 +176,11 @@ def fit_profile(points: list[SweepPoint], hardware: HardwareSpec, base: DevicePr
     """Fit GEMM/attention/memory efficiencies and kernel overhead (and FP8, comm when measured)."""
     profile = base
     groups: list[tuple[set[str], list[str], list[float], list[float]]] = [
-        ({"gemm", "attention", "copy"},
+        ({"gemm", "attention", "attention_bwd", "copy"},
          ["gemm_efficiency", "attention_efficiency", "memory_efficiency", "kernel_overhead_s"],
          [_EFF_FLOOR] * 3 + [0.0], [1.0, 1.0, 1.0, 1e-3]),
         ({"gemm_fp8"}, ["low_precision_gemm_efficiency"], [_EFF_FLOOR], [1.0]),
+        ({"grouped_gemm"}, ["moe_efficiency"], [_EFF_FLOOR], [1.0]),
         ({"all_reduce"}, ["comm_efficiency", "scale_up_latency_s"], [0.05, 0.0], [1.0, 1e-3]),
     ]
     for kinds, names, lower, upper in groups:
@@ -203,6 +190,10 @@ def fit_profile(points: list[SweepPoint], hardware: HardwareSpec, base: DevicePr
                 device_rates(hardware, profile, "fp8")
             except PrecisionNotSupported:
                 subset = []
+            # The engine caps FP8 efficiency at the 16-bit one (projection.compute.device_rates): start below
+            # the cap, where the time depends on the parameter (above it the gradient is zero).
+            start = min(profile.low_precision_gemm_efficiency, 0.95 * profile.gemm_efficiency)
+            profile = profile.model_copy(update={"low_precision_gemm_efficiency": start})
         if len(subset) >= len(names):
             profile = _fit(subset, hardware, profile, names, lower, upper)
     return profile

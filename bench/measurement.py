@@ -4,7 +4,13 @@ Times are milliseconds (the unit is in every name). Layer times are compute only
 micro-batch of the benchmark layout on one GPU; the TP all-reduce and EP all-to-all are
 measured on their own and stored with their message sizes. Results are cached under
 ``$PROJTUNE_CACHE`` (or ``~/.cache/projtune/bench``) keyed by device, driver and torch
-version plus what was measured.
+version, the benchmark code's version (a hash of ``bench/*.py``) and everything that changes
+the result: the layout and shapes, dtype and precision, warm-up and timed iterations, whether
+collectives were timed.
+
+Schema 2 (this version) adds per-layer attention backend, GEMM precision, expert GEMM path,
+useful FLOPs and achieved TFLOP/s, the head/embedding timing, which slice was timed and the
+run's provenance; schema-1 files still read (the new fields take their defaults).
 """
 
 from __future__ import annotations
@@ -18,9 +24,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bench.reduction import Reduction
+from bench.version import code_version
 from projection.errors import ProjtuneError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 Source = Literal["gpu", "cpu", "analytic"]
 
 
@@ -43,11 +50,34 @@ class LayerTiming(BaseModel):
     optimizer_ms: float = Field(ge=0, description="AdamW step over the layer's parameters.")
     num_params: int = Field(ge=0, description="Parameters of the benchmarked layer on one GPU.")
     peak_memory_bytes: int | None = Field(None, description="torch.cuda.max_memory_allocated; None on CPU.")
+    attention_backend: str = Field("", description="SDPA backend pinned for the core: flash|cudnn|efficient|math|flex.")
+    gemm_precision: str = Field("", description="What the dense GEMMs ran in: fp8|bf16|fp32|mixed ('' = unknown).")
+    expert_precision: str = Field("", description="What the routed-expert GEMMs ran in ('' for dense layers).")
+    expert_gemm: str = Field("", description="grouped_mm, or 'per-expert loop (why)'.")
+    flops_fwd: float = Field(0.0, ge=0, description="Useful forward FLOPs of the layer (engine's flops_fwd).")
+    forward_tflops: float = Field(0.0, ge=0, description="Achieved forward TFLOP/s (useful FLOPs).")
+    backward_tflops: float = Field(0.0, ge=0, description="Achieved backward TFLOP/s (2x forward FLOPs; B only "
+                                                         "when weights are frozen).")
+    attention_tflops: float = Field(0.0, ge=0, description="Achieved attention-core forward TFLOP/s.")
 
     @property
     def key(self) -> tuple[bool, int]:
         """The engine's layer kind: (MoE?, window)."""
         return self.kind == "moe", self.window
+
+
+class HeadTiming(BaseModel):
+    """Embedding (first stage) and final norm + LM head + cross-entropy (last stage), one micro-batch."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    embedding_forward_ms: float = Field(ge=0)
+    embedding_backward_ms: float = Field(ge=0)
+    head_forward_ms: float = Field(ge=0, description="Norm + LM head + loss forward.")
+    head_backward_ms: float = Field(ge=0, description="B + W of the same.")
+    gemm_precision: str = ""
+    flops_fwd: float = Field(0.0, ge=0, description="LM head GEMM FLOPs.")
+    head_tflops: float = Field(0.0, ge=0, description="Achieved LM head + loss forward TFLOP/s.")
 
 
 class CollectiveTiming(BaseModel):
@@ -80,6 +110,14 @@ class Measurement(BaseModel):
     reduction: Reduction
     shape_note: str = Field("", description="How shapes were shrunk, if they were.")
     layers: tuple[LayerTiming, ...]
+    head: HeadTiming | None = Field(None, description="Embedding and LM head + loss; None: not measured.")
+    compute_slice: Literal["bench", "target"] = Field(
+        "bench", description="target: layers timed at the target's per-GPU shapes (TP/EP shards on one GPU); "
+                             "bench: at the reduced layout's shapes (restored by the analytic ratio).")
+    measured_precision: str = Field("", description="GEMM precision the layers really ran in ('' = as dtype).")
+    options: dict[str, object] = Field(default_factory=dict, description="warmup, iters, collectives, ...")
+    code_version: str = Field("", description="Hash of the benchmark code (bench/*.py).")
+    provenance: dict[str, str] = Field(default_factory=dict, description="command, date, GPU, driver, ...")
     tp_all_reduce: CollectiveTiming | None = None
     ep_all_to_all: CollectiveTiming | None = None
     created: str = ""
@@ -125,9 +163,12 @@ def cache_dir() -> Path:
     return Path(root) / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
 
 
-def cache_key(*, device_name: str, driver_version: str | None, torch_version: str, what: dict[str, object]) -> str:
-    """Stable key of one run: machine identity plus what was measured (layout, shapes, dtype)."""
-    text = json.dumps({"device": device_name, "driver": driver_version, "torch": torch_version, "what": what},
+def cache_key(*, device_name: str, driver_version: str | None, torch_version: str, what: dict[str, object],
+              options: dict[str, object] | None = None, version: str | None = None) -> str:
+    """Stable key of one run: machine identity, code version, what was measured (layout, shapes, dtype,
+    precision) and how (``options``: warm-up, iterations, collectives on/off, ...)."""
+    text = json.dumps({"device": device_name, "driver": driver_version, "torch": torch_version, "what": what,
+                       "options": options or {}, "code": version if version is not None else code_version()},
                       sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 

@@ -4,8 +4,10 @@ Order (Primus Projection, shared/notes/primus-projection.md 2.1-2.2, "order of r
 order of restoration fidelity"): PP goes to 1 first (a layer benchmark never needs it; the
 schedule simulator restores it exactly), then EP shrinks with the number of experts shrunk
 in proportion so that each GPU keeps its target experts (at least ``top_k`` experts remain),
-then TP. CP is never reduced. DP always goes to the smallest degree the bench layout needs
-(weak scaling restores it). The benchmark layout has one micro-batch per step.
+then TP, then CP only when CP alone needs more GPUs than are local (the layer compute of one
+CP rank is still timed at the target's slice, ``bench.runner``; the ring exchange comes from
+the engine). DP always goes to the smallest degree the bench layout needs (weak scaling
+restores it). The benchmark layout has one micro-batch per step.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from projection.legality import divisors, layout_violations
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
-Axis = Literal["pp", "vpp", "ep", "etp", "tp", "dp"]
+Axis = Literal["pp", "vpp", "ep", "etp", "tp", "cp", "dp"]
 MAX_LOCAL_GPUS = 8   # one host (Primus --benchmark-gpus 1..GPUS_PER_NODE)
 
 
@@ -88,7 +90,7 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
 
     Raises:
         IllegalLayoutError: the target layout itself is illegal.
-        ProjtuneError: the layout cannot be shrunk to ``local_gpus`` (CP alone needs more).
+        ProjtuneError: ``local_gpus`` is outside 1..8, or the benchmark layout is illegal.
     """
     if not 1 <= local_gpus <= MAX_LOCAL_GPUS:
         raise ProjtuneError(f"local_gpus={local_gpus} must be in 1..{MAX_LOCAL_GPUS} (one host)")
@@ -96,8 +98,7 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
     reasons = layout_violations(model, hardware, cluster, config)
     if reasons:
         raise IllegalLayoutError(reasons)
-    if config.cp > local_gpus:
-        raise ProjtuneError(f"cp={config.cp} needs {config.cp} GPUs but {local_gpus} are local; CP is never reduced")
+    cp = max(d for d in divisors(config.cp) if d <= local_gpus)
     dims = parallel_dims(config, cluster)
     removed: list[RemovedFactor] = []
     if config.pp > 1:
@@ -106,9 +107,9 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
         removed.append(RemovedFactor(axis="vpp", target=config.vpp, bench=1))
 
     # TP shrinks only when the layout does not fit even without EP.
-    tp = max(d for d in divisors(config.tp) if gpus_needed(d, config.cp, 1, math.gcd(config.etp, d)) <= local_gpus)
+    tp = max(d for d in divisors(config.tp) if gpus_needed(d, cp, 1, math.gcd(config.etp, d)) <= local_gpus)
     etp = math.gcd(config.etp, tp)
-    ep = max(d for d in divisors(config.ep) if gpus_needed(tp, config.cp, d, etp) <= local_gpus)
+    ep = max(d for d in divisors(config.ep) if gpus_needed(tp, cp, d, etp) <= local_gpus)
 
     bench_model = None
     if ep < config.ep:
@@ -124,17 +125,20 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
     if tp < config.tp:
         removed.append(RemovedFactor(axis="tp", target=config.tp, bench=tp,
                                      note="compute scaled by the analytic ratio, all-reduce anchored"))
-    dp = min_dp(tp, config.cp, ep, etp)
+    if cp < config.cp:
+        removed.append(RemovedFactor(axis="cp", target=config.cp, bench=cp,
+                                     note="CP rank's attention timed at the target slice; ring exchange analytic"))
+    dp = min_dp(tp, cp, ep, etp)
     if dp < dims.dp:
         removed.append(RemovedFactor(axis="dp", target=dims.dp, bench=dp, note="weak scaling + gradient reduction"))
 
-    fsdp_size = config.fsdp_size if config.fsdp_size and (dp * config.cp) % config.fsdp_size == 0 else None
+    fsdp_size = config.fsdp_size if config.fsdp_size and (dp * cp) % config.fsdp_size == 0 else None
     bench_config = TrainingConfig.model_validate(config.model_dump() | {
-        "pp": 1, "vpp": 1, "pp_schedule": None, "tp": tp, "ep": ep, "etp": etp, "dp": dp,
+        "pp": 1, "vpp": 1, "pp_schedule": None, "tp": tp, "cp": cp, "ep": ep, "etp": etp, "dp": dp,
         "gbs": config.mbs * dp, "fsdp_size": fsdp_size,
     })
     bench_hardware = load_hardware(local_gpu) if local_gpu else hardware
-    bench_cluster = cluster.model_copy(update={"num_gpus": tp * config.cp * dp, "gpu": bench_hardware.id})
+    bench_cluster = cluster.model_copy(update={"num_gpus": tp * cp * dp, "gpu": bench_hardware.id})
     bench_spec = bench_model or model
     reasons = layout_violations(bench_spec, bench_hardware, bench_cluster, bench_config)
     if reasons:

@@ -35,18 +35,22 @@ from evals.fit import (
     FitRun,
     collect_fit_runs,
     fit_profiles,
+    fitted_parameters,
     pristine_framework,
     pristine_profile,
     projected_value,
 )
 from evals.sweep_file import LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
+from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
+from projection.uncertainty import BandTable, band_for, build_table, write_table
 from projection.errors import ProjtuneError
 from projection.framework_profile import FrameworkProfile, framework_profile
-from projection.hardware import load_hardware
 
 MIN_FIT_RUNS = 3
 """Fewest complete scored runs a GPU or family needs to be fitted."""
+MIN_BAND_RUNS = 8
+"""Fewest held-out residuals an uncertainty cell needs (else its lookup falls back to a broader cell)."""
 MAX_NFEV = 30
 """least_squares function-evaluation budget of one joint fit."""
 
@@ -136,12 +140,19 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
     for group, profile in result.device_profiles.items():
         members = [r for r in runs if r.device_group == group]
         before, after = _group_mape(members, None, result), _group_mape(members, profile, result)
-        note = _note(members, before, after)
+        fitted_names = fitted_parameters(members)
+        gpus = sorted({r.specs.hardware.id for r in members})
+        note = (_note(members, before, after) + f"; GPUs {', '.join(gpus)}; fitted {', '.join(fitted_names)}"
+                "; other parameters at the family prior (projection/catalog/priors/priors.yaml)")
         fitted = profile.model_copy(update={"fitted_on": tuple(sorted({r.sweep.name for r in members})),
                                             "fit_note": note})
         out[group] = FitResult(profile=fitted, runs=len(members), mape_before=before, mape_after=after,
-                               fitted=FITTABLE)
+                               fitted=fitted_names)
         write_profile(out[group], out_dir / f"{group}.yaml")
+        for member in silicon_members(group):  # same die: the group's profile under each member's id
+            if member != group:
+                shared = member_profile(out[group].profile, member)
+                write_profile(replace(out[group], profile=shared), out_dir / f"{member}.yaml")
     for family in families:  # family fallback for GPUs without a profile of their own
         if family in out:
             continue
@@ -191,21 +202,27 @@ class SourceScore:
     """Training runs per device group fitted for this fold."""
 
 
-def _held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
-    """The fold's profile for a held-out run: its group's, else a fitted one of its family, else the shipped one."""
-    if item.device_group in profiles:
-        return profiles[item.device_group]
+# Parameters that describe the software stack and the network more than the die: a GPU no fold has
+# fitted borrows them (median over the fold's fitted groups) instead of the DeviceProfile defaults.
+TRANSFERRED = ("comm_efficiency", "dp_overlap_fraction", "tp_overlap_fraction", "ep_overlap_fraction",
+               "kernel_overhead_s", "moe_layer_overhead_s")
+
+
+def held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
+    """The fold's profile for a held-out run: its group's; else its silicon's; else a fitted one of its
+    family; else its family prior with the stack/network parameters transferred from the fitted groups."""
+    for group in (item.device_group, silicon_group(item.specs.hardware.id)):
+        if group in profiles:
+            return profiles[group]
     family = item.specs.hardware.family
-    same_family = [p for g, p in profiles.items() if _family_of_group(g) == family]
-    return same_family[0] if same_family else pristine_profile(item.device_group)
-
-
-def _family_of_group(group: str) -> str:
-    """The family of a device group (a hardware id or already a family name)."""
-    try:
-        return load_hardware(group).family
-    except ProjtuneError:
-        return group
+    same_family = [p for g, p in profiles.items() if family_of(g) == family]
+    if same_family:
+        return same_family[0]
+    prior = pristine_profile(item.device_group)
+    if not profiles:
+        return prior
+    return prior.model_copy(update={name: statistics.median(getattr(p, name) for p in profiles.values())
+                                    for name in TRANSFERRED})
 
 
 def _fit_fold(runs: Sequence[FitRun], source: str) -> Any:
@@ -228,13 +245,48 @@ def _fit_folds(runs: Sequence[FitRun], sources: Sequence[str], progress: Progres
     return fits
 
 
-def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None) -> dict[str, Any]:
-    """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}."""
+def _throughput_ratio(item: FitRun, value: float) -> float:
+    """measured / projected throughput of a run (time metrics invert)."""
+    return value / item.measured if item.metric == "iteration_time_s" else item.measured / value
+
+
+def _interval_summary(residuals: list[tuple[str, str, str, bool, float]]) -> tuple[BandTable, dict[str, Any]]:
+    """The band table of all held-out residuals, and its coverage when each source's band is itself built
+    without that source (nested leave-one-source-out: the honest coverage of a new source)."""
+    table = build_table([(f, w, m, r) for _, f, w, m, r in residuals], min_runs=MIN_BAND_RUNS,
+                        written=datetime.date.today().isoformat())
+    inside_cv = []
+    for source in sorted({s for s, *_ in residuals}):
+        rest = [(f, w, m, r) for s, f, w, m, r in residuals if s != source]
+        if not rest:
+            continue
+        fold = build_table(rest, min_runs=MIN_BAND_RUNS)
+        for s, f, w, m, r in residuals:
+            if s == source:
+                low, high = band_for(fold, f, w, m)
+                inside_cv.append(low <= r <= high)
+    inside = [band_for(table, f, w, m)[0] <= r <= band_for(table, f, w, m)[1] for _, f, w, m, r in residuals]
+    return table, {
+        "interval_coverage_cv": statistics.fmean(inside_cv) if inside_cv else None,
+        "interval_coverage_in_sample": statistics.fmean(inside) if inside else None,
+        "interval_band_default": [table.default.low, table.default.high],
+    }
+
+
+def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None, *,
+                   bands_out: Path | None = None) -> dict[str, Any]:
+    """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}.
+
+    ``overall`` also carries the 80%-interval coverage (``interval_coverage_cv``: each source's runs
+    against bands built from the other sources' held-out residuals); ``bands_out`` writes the band table
+    of all held-out residuals (what :mod:`projection.uncertainty` ships).
+    """
     runs = collect_fit_runs(sweeps)
     sources = sorted({r.source for r in runs})
     rows: list[SourceScore] = []
     pooled_default: list[float] = []
     pooled_cv: list[float] = []
+    residuals: list[tuple[str, str, str, bool, float]] = []
     fits = _fit_folds(runs, sources, progress)
     for source in sources:
         train = [r for r in runs if r.source != source]
@@ -251,9 +303,11 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
             if fitted is None:
                 continue
             fw = fitted.framework_profiles.get(item.framework) or pristine_framework(item.framework)
-            value = projected_value(item, _held_out_profile(item, fitted.device_profiles), fw)
+            value = projected_value(item, held_out_profile(item, fitted.device_profiles), fw)
             if value is not None:
                 cv_err.append(abs(value / item.measured - 1))
+                residuals.append((source, item.specs.hardware.family, item.framework, item.specs.model.is_moe,
+                                  _throughput_ratio(item, value)))
         row.mape_default = statistics.fmean(default_err) if default_err else None
         row.mape_cv = statistics.fmean(cv_err) if cv_err else row.mape_default
         pooled_default += default_err
@@ -268,4 +322,10 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "mape_cv_source_mean": statistics.fmean(per_source) if per_source else None,
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
     }
+    if residuals:
+        table, coverage = _interval_summary(residuals)
+        overall.update(coverage)
+        if bands_out is not None:
+            write_table(table, bands_out)
+            overall["bands_written"] = str(bands_out)
     return {"sources": rows, "overall": overall}

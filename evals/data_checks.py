@@ -255,9 +255,9 @@ def _metrics(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
 def _memory(loaded: LoadedSweep, run: LoadedRun, m: Measured) -> list[_Hit]:
     """Flag a run that ran although its recorded layout cannot fit, even with a 2x memory-model error.
 
-    The projection's memory model is within about 10% of the (four) measured peaks of the
-    development set, so a layout it puts at more than twice the GPU's HBM probably did not run
-    as recorded.  A suspicion to check against the source, like every finding.
+    The projection's memory model is within 1% of the five measured peaks of the development set
+    (10% at most), so a layout it puts at more than twice the memory the framework can use
+    probably did not run as recorded.  A suspicion to check against the source, like every finding.
     """
     if not run.complete or m.oom or run.metric is None:  # only a run with a throughput surely ran
         return []

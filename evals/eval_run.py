@@ -29,6 +29,7 @@ from evals.sweep_models import nearest
 from projection.device_profile import DeviceProfile, load_profile
 from projection.errors import ProjtuneError
 from projection.hardware import load_hardware
+from projection.memory_verdict import passes_screen
 
 Progress = Callable[[int, int], None]
 
@@ -51,6 +52,8 @@ class EvalOptions:
     """A profile file for every run, or a directory of `<hardware id or family>.yaml`."""
     fill_unknown: bool = False
     agent: bool = False
+    measured: Path | None = None
+    """A folder of measurement files: measured mode for runs with one of their model and slice (others skip)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -128,6 +131,11 @@ def evaluate(paths: Sequence[Path | str], options: EvalOptions | None = None,
     """
     options = options or EvalOptions()
     profiles = ProfileSource(options.profile)
+    measurements = None
+    if options.measured is not None:
+        from bench.measured_set import MeasurementSet
+
+        measurements = MeasurementSet(options.measured)
     loaded = load_sweep_files(list(paths))
     sweeps = select_sweeps(loaded.sweeps, options)
     kept = {s.name for s in sweeps}
@@ -138,7 +146,8 @@ def evaluate(paths: Sequence[Path | str], options: EvalOptions | None = None,
     for sweep in sweeps:
         runs = []
         for run in sweep.runs:
-            runs.append(score_run(sweep, run, profiles=profiles, fill_unknown=options.fill_unknown))
+            runs.append(score_run(sweep, run, profiles=profiles, fill_unknown=options.fill_unknown,
+                                  measurements=measurements))
             done += 1
             if progress is not None:
                 progress(done, total)
@@ -160,7 +169,8 @@ def _score_sweep(sweep: LoadedSweep, runs: list[RunScore], profiles: ProfileSour
     return score
 
 
-def score_run(sweep: LoadedSweep, run: LoadedRun, *, profiles: ProfileSource, fill_unknown: bool) -> RunScore:
+def score_run(sweep: LoadedSweep, run: LoadedRun, *, profiles: ProfileSource, fill_unknown: bool,
+              measurements: Any = None) -> RunScore:
     """Project one run and compare it with its measurements (or say why it is skipped)."""
     gpu = sweep.sweep.cluster.gpu
     measured = run.run.measured.model_dump(exclude_none=True) if run.run is not None else {}
@@ -176,18 +186,20 @@ def score_run(sweep: LoadedSweep, run: LoadedRun, *, profiles: ProfileSource, fi
         return score
     try:
         profile = profiles.profile_for(gpu)
+        if run.missing_keys and measurements is not None:
+            raise ProjtuneError("incomplete run: --measured needs every key of the run's per-GPU slice")
         if run.missing_keys:
             score.fill, projection, metrics = fill_missing(sweep, run, profile=profile)
             score.filled = True
         else:
-            _, projection, metrics = project_run(sweep, run, profile=profile)
+            _, projection, metrics = project_run(sweep, run, profile=profile, measurements=measurements)
     except ProjtuneError as err:
         score.skipped = str(err)
         return score
     except Exception as err:  # noqa: BLE001 - an engine bug in one run must not stop the eval
         score.skipped = f"projection error: {type(err).__name__}: {err}"
         return score
-    _compare(score, run, measured, projection.memory.verdict, metrics)
+    _compare(score, run, measured, projection.memory.verdict, metrics, _band(projection))
     return score
 
 
@@ -201,8 +213,14 @@ def _skip_reason(run: LoadedRun, measured: dict[str, Any], fill_unknown: bool) -
     return None
 
 
+def _band(projection: Any) -> tuple[float, float]:
+    """(low, high) multipliers of the projection's 80% throughput interval (projection/uncertainty.py)."""
+    tokens = projection.tokens_per_s_per_gpu
+    return projection.tokens_per_sec_per_gpu_low / tokens, projection.tokens_per_sec_per_gpu_high / tokens
+
+
 def _compare(score: RunScore, run: LoadedRun, measured: dict[str, Any], verdict: str,
-             metrics: dict[str, float]) -> None:
+             metrics: dict[str, float], band: tuple[float, float] = (1.0, 1.0)) -> None:
     score.verdict = verdict
     score.oom_projected = verdict == scoring.OOM_VERDICT
     score.projected_metrics = metrics
@@ -210,6 +228,7 @@ def _compare(score: RunScore, run: LoadedRun, measured: dict[str, Any], verdict:
     if run.metric is not None and score.measured is not None:
         score.projected = metrics[run.metric]
         score.ape, score.signed_error = scoring.errors(run.metric, score.measured, score.projected)
+        score.projected_low, score.projected_high = scoring.interval(run.metric, score.projected, band)
     baselines = {k: v.model_dump(exclude_none=True) for k, v in run.run.baselines.items()} if run.run else {}
     score.baselines = scoring.baseline_errors(run.metric, measured, baselines)
 
@@ -342,7 +361,9 @@ class _FillSearch:
         if found is None:
             return None
         projection, _ = found
-        return projection.memory.verdict != scoring.OOM_VERDICT, projection.tokens_per_s_per_gpu
+        memory = projection.memory  # the screen the search and the agent use, with no headroom demanded
+        fits = passes_screen(memory.peak_bytes, memory.capacity_bytes, 0.0, memory.margins)
+        return fits, projection.tokens_per_s_per_gpu
 
     def better(self, current: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
         """Return whichever of two fills scores higher (the current one on ties)."""

@@ -4,9 +4,15 @@ The residual of a run is ``log(projected / measured)`` on its primary metric.  D
 parameters (the ``FITTABLE`` names of :mod:`projection.device_profile`) are fitted per
 device group: the hardware id when it has enough complete runs, else its family.
 Framework multipliers are fitted per framework, with Megatron-core (megatron, nemo, primus)
-as the reference at 1.0.  A weak prior pulls each parameter towards its default, so a
-parameter the data cannot see stays where it was (and a group with few runs cannot drift
-far).  The Jacobian is sparse (a run only sees its own device group and framework), which
+as the reference at 1.0.  Device groups are shared silicon (``projection.profile_priors.SILICON``:
+B300/GB300, B200/GB200, the GH100 parts, MI300X/MI325X, MI355X/MI350X) with enough runs, else the
+family.  Every fit starts from the family's prior (datasheets, public kernel measurements:
+``projection/catalog/priors/priors.yaml``), keeps each parameter inside its physical bounds, and a
+weak prior pulls towards the prior value.  A group fits a parameter only when at least
+``MIN_RUNS_PER_PARAM`` of its runs exercise it (FP8 runs for the FP8 efficiency, MoE runs for the MoE
+terms, TP > 1 for TP overlap, ...), and at most one parameter per ``MIN_RUNS_PER_PARAM`` runs, in
+``PARAM_PRIORITY`` order; the rest stay at the prior.  FP8 and FP4 efficiencies never exceed the
+16-bit one.  The Jacobian is sparse (a run only sees its own device group and framework), which
 ``scipy.optimize.least_squares`` exploits through ``jac_sparsity``.
 """
 
@@ -27,26 +33,30 @@ from projection.device_profile import FITTABLE, DeviceProfile
 from projection.engine import project
 from projection.errors import ProjtuneError
 from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
+from projection.profile_priors import member_profile, parameter_bounds, physical, prior_profile, silicon_group
 
-MIN_RUNS_PER_ID = 4            # a hardware id with fewer complete runs shares its family's profile
-PRIOR_WEIGHT = 0.3            # residual weight of (param - default) / (bound range) per parameter
+MIN_RUNS_PER_ID = 4            # a silicon group with fewer complete runs shares its family's profile
+MIN_RUNS_PER_PARAM = 3         # runs that must exercise a parameter (and runs per fitted parameter) to fit it
+PRIOR_WEIGHT = 0.3            # residual weight of (param - prior) / (bound range) per parameter
 FRAMEWORK_PARAMS = ("compute_efficiency", "dp_comm_efficiency")
 REFERENCE_FRAMEWORK = "megatron"
-BOUNDS: dict[str, tuple[float, float]] = {
-    "gemm_efficiency": (0.2, 1.0),
-    "low_precision_gemm_efficiency": (0.15, 1.0),
-    "fp4_gemm_efficiency": (0.1, 1.0),
-    "attention_efficiency": (0.1, 1.0),
-    "moe_efficiency": (0.1, 1.0),
-    "moe_layer_overhead_s": (1e-6, 5e-3),
-    "comm_efficiency": (0.2, 1.0),
-    "dp_overlap_fraction": (0.0, 0.99),
-    "kernel_overhead_s": (1e-7, 5e-5),
-    "tp_overlap_fraction": (0.0, 0.95),
-    "ep_overlap_fraction": (0.0, 0.9),
-    "compute_efficiency": (0.3, 1.3),
-    "dp_comm_efficiency": (0.05, 1.3),
+FRAMEWORK_BOUNDS: dict[str, tuple[float, float]] = {
+    # A framework's kernels and collectives reach 0.5-1.1 of Megatron-core's (torchtitan and MaxText
+    # publish MFU within that range of Megatron's on the same GPUs); beyond it the fit explains a
+    # recording error, not a framework.
+    "compute_efficiency": (0.5, 1.1),
+    "dp_comm_efficiency": (0.3, 1.1),
 }
+# The order in which a group with few runs gets its parameters (most evidence per run first).
+PARAM_PRIORITY = (
+    "gemm_efficiency", "low_precision_gemm_efficiency", "moe_efficiency", "attention_efficiency",
+    "comm_efficiency", "dp_overlap_fraction", "kernel_overhead_s", "moe_layer_overhead_s",
+    "tp_overlap_fraction", "ep_overlap_fraction", "fp4_gemm_efficiency",
+)
+assert sorted(PARAM_PRIORITY) == sorted(FITTABLE)
+BOUNDS: dict[str, tuple[float, float]] = {
+    **{name: parameter_bounds("__default__", name) for name in FITTABLE}, **FRAMEWORK_BOUNDS}
+"""Family-independent bounds (``projection.profile_priors.parameter_bounds`` narrows them per family)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,18 +91,23 @@ def collect_fit_runs(sweeps: Sequence[LoadedSweep]) -> list[FitRun]:
             except ProjtuneError:
                 continue
             staged.append((sweep, run, specs, float(getattr(run.run.measured, run.metric))))
-    per_id = Counter(specs.hardware.id for _, _, specs, _ in staged)
+    per_group = Counter(silicon_group(specs.hardware.id) for _, _, specs, _ in staged)
     return [
         FitRun(sweep=sweep, run=run, specs=specs, metric=str(run.metric), measured=measured,
-               device_group=specs.hardware.id if per_id[specs.hardware.id] >= MIN_RUNS_PER_ID
-               else specs.hardware.family,
+               device_group=silicon_group(specs.hardware.id)
+               if per_group[silicon_group(specs.hardware.id)] >= MIN_RUNS_PER_ID else specs.hardware.family,
                framework=framework_key(specs.config.framework), source=sweep.file)
         for sweep, run, specs, measured in staged
     ]
 
 
 def projected_value(item: FitRun, profile: DeviceProfile, framework: FrameworkProfile) -> float | None:
-    """The run's projected primary metric under trial profiles (None if the layout is illegal)."""
+    """The run's projected primary metric under trial profiles (None if the layout is illegal).
+
+    A silicon group's profile is applied as the run's own GPU runs it (``member_profile``).
+    """
+    if profile.hardware_id != item.specs.hardware.id and profile.hardware_id == item.device_group:
+        profile = member_profile(profile, item.specs.hardware.id)
     try:
         result = project(item.specs.model, item.specs.cluster, item.specs.config, hardware=item.specs.hardware,
                          profile=profile, framework=framework)
@@ -113,12 +128,35 @@ class FitResult:
 
 
 def pristine_profile(group: str) -> DeviceProfile:
-    """The built-in starting point of every fit: DeviceProfile defaults, nothing fitted.
+    """The starting point of every fit: the family's prior (``projection.profile_priors``), nothing fitted.
 
     Fits never start from the shipped (already fitted) files, so a fit - and each
     cross-validation fold - sees no trace of the runs it leaves out.
     """
-    return DeviceProfile(hardware_id=group)
+    return prior_profile(group)
+
+
+def exercises(item: FitRun, name: str) -> bool:
+    """Whether a run's step time depends on a fittable parameter (so the run can inform its fit)."""
+    config, model = item.specs.config, item.specs.model
+    dp = item.specs.cluster.num_gpus // (config.tp * config.pp * config.cp)
+    return {
+        "low_precision_gemm_efficiency": config.is_low_precision and config.precision != "nvfp4",
+        "fp4_gemm_efficiency": config.precision == "nvfp4",
+        "moe_efficiency": model.is_moe, "moe_layer_overhead_s": model.is_moe,
+        "comm_efficiency": item.specs.cluster.num_gpus > 1,
+        "dp_overlap_fraction": dp * config.cp > 1 and config.finetune != "lora",
+        "tp_overlap_fraction": config.tp > 1,
+        "ep_overlap_fraction": model.is_moe and config.ep > 1,
+    }.get(name, True)
+
+
+def fitted_parameters(items: Sequence[FitRun]) -> tuple[str, ...]:
+    """The parameters a group's runs may fit: each exercised by MIN_RUNS_PER_PARAM runs, one per
+    MIN_RUNS_PER_PARAM runs at most, in PARAM_PRIORITY order."""
+    budget = len(items) // MIN_RUNS_PER_PARAM
+    eligible = [p for p in PARAM_PRIORITY if sum(exercises(i, p) for i in items) >= MIN_RUNS_PER_PARAM]
+    return tuple(eligible[:budget])
 
 
 def pristine_framework(name: str) -> FrameworkProfile:
@@ -143,13 +181,22 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     """Fit every device group and non-reference framework on ``items`` jointly (``start`` overrides start profiles)."""
     groups = sorted({i.device_group for i in items})
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
-    base = {g: (start or {}).get(g) or pristine_profile(g) for g in groups}
+    base = {g: physical((start or {}).get(g) or pristine_profile(g)) for g in groups}
     base_fw = {f: pristine_framework(f) for f in frameworks}
-    slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups for p in FITTABLE]
-    slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK for p in FRAMEWORK_PARAMS]
+    slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups
+                                         for p in fitted_parameters([i for i in items if i.device_group == g])]
+    per_framework = Counter(i.framework for i in items)
+    slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK
+              and per_framework[f] >= MIN_RUNS_PER_PARAM * len(FRAMEWORK_PARAMS) for p in FRAMEWORK_PARAMS]
+    if not slots:
+        return FitResult(device_profiles=base, framework_profiles={f: base_fw[f] for f in frameworks
+                                                                   if f != REFERENCE_FRAMEWORK},
+                         runs=len(items), mape_before=_mape(items, base, base_fw),
+                         mape_after=_mape(items, base, base_fw))
     x0 = np.array([getattr(base[n] if kind == "device" else base_fw[n], p) for kind, n, p in slots])
-    lo = np.array([BOUNDS[p][0] for _, _, p in slots])
-    hi = np.array([BOUNDS[p][1] for _, _, p in slots])
+    bounds = [parameter_bounds(n, p) if kind == "device" else FRAMEWORK_BOUNDS[p] for kind, n, p in slots]
+    lo = np.array([b[0] for b in bounds])
+    hi = np.array([b[1] for b in bounds])
     x0 = np.clip(x0, lo, hi)
     calls = [0]
 
@@ -158,7 +205,7 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
         fw = {f: dict[str, float]() for f in frameworks}
         for (kind, name, param), value in zip(slots, x, strict=True):
             (dev if kind == "device" else fw)[name][param] = float(value)
-        return ({g: base[g].model_copy(update=dev[g]) for g in groups},
+        return ({g: physical(base[g].model_copy(update=dev[g])) for g in groups},
                 {f: base_fw[f].model_copy(update=fw[f]) for f in frameworks})
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -181,8 +228,10 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     for col in range(len(slots)):
         sparsity[len(items) + col, col] = 1
     before = _mape(items, base, base_fw)
-    fit = least_squares(residuals, x0, bounds=(lo, hi), jac_sparsity=sparsity, loss="soft_l1", f_scale=0.15,
-                        diff_step=0.03, max_nfev=max_evaluations, x_scale="jac")
+    # scipy's trf 2-D subspace step fails on a single variable: dogbox (box-constrained dogleg) then.
+    fit = least_squares(residuals, x0, bounds=(lo, hi), jac_sparsity=sparsity if len(slots) > 1 else None,
+                        loss="soft_l1", f_scale=0.15, diff_step=0.03, max_nfev=max_evaluations, x_scale="jac",
+                        method="trf" if len(slots) > 1 else "dogbox")
     profiles, fws = unpack(fit.x)
     return FitResult(device_profiles=profiles, framework_profiles={f: fws[f] for f in frameworks
                                                                    if f != REFERENCE_FRAMEWORK},

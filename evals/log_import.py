@@ -369,3 +369,14 @@ def _titan_model(text: str) -> dict[str, Any] | None:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-")
+
+
+def parse_log(path: Path | str) -> Any:
+    """What one training log shows (framework, config keys, measured metrics, model fields, GPU, GPU count).
+
+    Used by ``projtune diagnose`` to project the layout a log ran.  Raises LogImportError.
+    """
+    log = _parse(Path(path))
+    if log.model is None and log.config.get("model"):
+        log.model = log.config["model"]
+    return log

@@ -242,7 +242,7 @@ def plot_sweep_ranks(sweep: SweepScore, runs: Sequence[RunScore], path: Path) ->
     best_m, best_p = int(np.argmax(measured)), int(np.argmax(projected))
     marks = [(best_m - 0.2, measured[best_m], "*", "measured best"),
              (best_p + 0.2, projected[best_p], "v", "projected best")]
-    if sweep.agent is not None:
+    if sweep.agent is not None and sweep.agent.get("index") is not None:   # "no pick" has no marker
         chosen = [r.index for r in ranked].index(sweep.agent["index"])
         marks.append((chosen, max(measured[chosen], projected[chosen]) + 0.07 * top, "D",
                       f"agent pick ({sweep.agent['source']})"))

@@ -84,9 +84,23 @@ def projected_metrics(sweep: LoadedSweep, specs: RunSpecs, projection: Projectio
 
 
 def project_run(sweep: LoadedSweep, run: LoadedRun, *, profile: DeviceProfile | None = None,
-                fill: dict[str, Any] | None = None) -> tuple[RunSpecs, Projection, dict[str, float]]:
-    """Project a run and return its specs, the projection and the projected metrics."""
+                fill: dict[str, Any] | None = None, measurements: Any = None
+                ) -> tuple[RunSpecs, Projection, dict[str, float]]:
+    """Project a run and return its specs, the projection and the projected metrics.
+
+    ``measurements`` (a :class:`bench.measured_set.MeasurementSet`): measured mode from the run's
+    model-and-slice measurement; a run without one raises (``projtune eval --measured`` skips it).
+    """
     specs = run_specs(sweep, run, fill=fill)
     profile = profile or default_profile(specs.hardware)
-    result = project(specs.model, specs.cluster, specs.config, hardware=specs.hardware, profile=profile)
+    if measurements is not None:
+        from bench.restore import project_measured
+
+        found = measurements.find(specs.model, specs.config)
+        if found is None:
+            raise ProjtuneError(measurements.missing_reason(specs.model, specs.config))
+        result = project_measured(found[1], specs.model, specs.cluster, specs.config, hardware=specs.hardware,
+                                  profile=profile).projection
+    else:
+        result = project(specs.model, specs.cluster, specs.config, hardware=specs.hardware, profile=profile)
     return specs, result, projected_metrics(sweep, specs, result)

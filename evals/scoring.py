@@ -11,6 +11,9 @@ the inputs). Definitions (shared/specs/sweep-format.md, *Measured metrics*):
 - A sweep is *rankable* when at least two scored runs share a primary metric; when
   runs carry different primary metrics, the metric with the most scored runs is ranked.
 - ``oom_recall`` = share of measured-OOM runs projected "out of memory" or "at risk".
+- ``oom_false_alarm_rate`` = share of runs that ran (a throughput, no OOM) projected "out of memory";
+  ``ran_at_risk_rate`` = share of them projected "at risk" (the verdict's calibrated band,
+  ``projection/memory_verdict.py``).
 
 Fractions everywhere, never percents.
 """
@@ -68,6 +71,10 @@ class RunScore:
     """Every projected throughput metric and peak_memory_gib."""
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per baseline tool: {"metric", "value", "ape"} on the metric it shares with the run."""
+    projected_low: float | None = None
+    """Low end of the projection's 80% interval on the primary metric (projection/uncertainty.py)."""
+    projected_high: float | None = None
+    """High end of the projection's 80% interval on the primary metric."""
 
     @property
     def scored(self) -> bool:
@@ -105,6 +112,21 @@ def errors(metric: str, measured: float, projected: float) -> tuple[float, float
     ape = abs(projected - measured) / measured
     faster = projected < measured if metric == TIME_METRIC else projected > measured
     return ape, ape if faster else -ape
+
+
+def interval(metric: str, projected: float, band: tuple[float, float]) -> tuple[float, float]:
+    """(low, high) of the primary metric from throughput multipliers ``band`` (time metrics invert)."""
+    low, high = band
+    if metric == TIME_METRIC:
+        return projected / high, projected / low
+    return projected * low, projected * high
+
+
+def inside(run: RunScore) -> bool | None:
+    """Whether the measured value lies in the run's projected 80% interval (None without one)."""
+    if run.measured is None or run.projected_low is None or run.projected_high is None:
+        return None
+    return run.projected_low <= run.measured <= run.projected_high
 
 
 def baseline_errors(metric: str | None, measured: dict[str, Any],
@@ -213,8 +235,15 @@ def _agent_summary(sweeps: Sequence[SweepScore]) -> dict[str, Any] | None:
     asked = [s.agent for s in sweeps if s.agent is not None]
     if not asked:
         return None
+    sources: dict[str, int] = {}
+    for a in asked:
+        sources[a.get("source", "?")] = sources.get(a.get("source", "?"), 0) + 1
+    # a "no pick" is a miss for top-1 and has no regret (counted under no_pick instead)
     return {"sweeps": len(asked), "top1_rate": _mean(float(a["top1"]) for a in asked),
-            "regret_mean": _mean(a["regret"] for a in asked)}
+            "regret_mean": _mean(a["regret"] for a in asked if a.get("regret") is not None),
+            "no_pick": sum(1 for a in asked if a.get("no_pick")),
+            "memory_warnings": sum(1 for a in asked if a.get("memory_warning")),
+            "near_ties": sum(1 for a in asked if a.get("near_tie")), "sources": sources}
 
 
 def summarize(*, files: int, runs: Sequence[RunScore], sweeps: Sequence[SweepScore]) -> dict[str, Any]:
@@ -235,10 +264,12 @@ def summarize(*, files: int, runs: Sequence[RunScore], sweeps: Sequence[SweepSco
         "mape_filled": _mean(r.ape for r in with_ape if r.filled),  # type: ignore[misc]
         "median_ape": _median(r.ape for r in with_ape),  # type: ignore[misc]
         "bias": _mean(r.signed_error for r in with_ape),  # type: ignore[misc]
+        "interval_coverage": _mean(float(c) for r in with_ape if (c := inside(r)) is not None),
         "memory_runs": len(memory), "memory_mape": _mean(memory),
         "oom_runs": len(oom),
         "oom_recall": _mean(float(r.verdict in (OOM_VERDICT, RISK_VERDICT)) for r in oom),
         "oom_false_alarm_rate": _mean(float(r.verdict == OOM_VERDICT) for r in ran),
+        "ran_at_risk_rate": _mean(float(r.verdict == RISK_VERDICT) for r in ran),
         "rankable_sweeps": len(rankable),
         "kendall_tau_mean": _mean(s.kendall_tau for s in rankable if s.kendall_tau is not None),
         "spearman_mean": _mean(s.spearman for s in rankable if s.spearman is not None),

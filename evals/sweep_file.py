@@ -6,6 +6,12 @@ invalid is one sweep-level issue and is skipped. A run that breaks the format is
 run-level issue and is kept as a *broken* run, so the eval can report it as skipped.
 Every issue message names the file (and line), the sweep, the run index (0-based, as
 in the `runs:` list) and the key, and says what is allowed.
+
+Files are read within :mod:`projection.safe_yaml`'s limits (16 MiB, 2M values with anchors and
+aliases expanded, 64 levels of nesting): a file beyond them is one file-level issue and the
+other files are still loaded and scored.  A run (or sweep header) holding a NaN or infinite
+number (``measured: .inf``) is broken with the path of that value.  Values quoted in issues
+are cut to :data:`MAX_SHOWN` characters.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
 from evals.sweep_models import (
     CONFIG_KEYS,
     GPU_IDS,
@@ -40,6 +47,7 @@ __all__ = [
 ]
 
 _SUFFIXES = (".yaml", ".yml")
+MAX_SHOWN = 80
 
 
 class SweepFormatError(ValueError):
@@ -186,8 +194,11 @@ def _load_file(path: Path, result: LoadResult, first_file_of: dict[str, str]) ->
         line = mark.line + 1 if mark is not None else None
         result.errors.append(LoadIssue(file=file, line=line, detail=f"malformed YAML: {err.problem}"))
         return
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        result.errors.append(LoadIssue(file=file, detail=f"cannot read: {err}"))
+    except YamlLimitError as err:
+        result.errors.append(LoadIssue(file=file, line=err.line, detail=f"refused: {err}"))
+        return
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError) as err:
+        result.errors.append(LoadIssue(file=file, detail=f"cannot read: {type(err).__name__}: {_shown(err)}"))
         return
     if not isinstance(data, dict) or not isinstance(data.get("sweeps"), list) or not data["sweeps"]:
         detail = "not a sweep file: expected a mapping with 'source' and a non-empty 'sweeps' list"
@@ -227,7 +238,7 @@ def _load_sweep(
         result.errors.append(LoadIssue(file=file, sweep=label, line=line, detail=detail))
         return None
     header_raw = {k: v for k, v in raw.items() if k != "runs"}
-    errors: list[str] = []
+    errors: list[str] = [f"{path} is not a finite number" for path in non_finite_paths(header_raw)]
     header: SweepHeader | None = None
     try:
         header = SweepHeader.model_validate(header_raw)
@@ -255,9 +266,13 @@ def _load_run(
     raw: object, header: SweepHeader, *, index: int, line: int | None, file: str,
     result: LoadResult,
 ) -> LoadedRun:
+    bad_numbers = non_finite_paths(raw)
     try:
-        run = Run.model_validate(raw)
-        broken = header.layout_error(run)
+        if bad_numbers:
+            run, broken = None, "; ".join(f"{path} is not a finite number" for path in bad_numbers)
+        else:
+            run = Run.model_validate(raw)
+            broken = header.layout_error(run)
     except ValidationError as err:
         run, broken = None, "; ".join(_describe(err, Run))
     if run is None or broken is not None:
@@ -274,13 +289,13 @@ def _load_run(
 
 
 def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
-    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
-    try:
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    finally:
-        loader.dispose()
-    return data, root
+    return compose_bounded(read_text_bounded(path))
+
+
+def _shown(value: object) -> str:
+    """A value as quoted in an issue, cut to MAX_SHOWN characters."""
+    text = str(value)
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
 
 
 def _node_lines(root: yaml.Node | None) -> tuple[list[int | None], list[list[int | None]]]:
@@ -329,17 +344,17 @@ def _describe(err: ValidationError, model: type[BaseModel], skip: tuple[str, ...
         path = ".".join(str(p) for p in loc)
         if e["type"] == "extra_forbidden":
             kind, allowed = _allowed_keys(loc[:-1], model)
-            messages.append(unknown_name_message(kind, loc[-1], allowed))
+            messages.append(unknown_name_message(kind, _shown(loc[-1]), allowed))
         elif e["type"] == "literal_error":
             allowed = tuple(re.findall(r"'([^']*)'", e["ctx"]["expected"]))
-            messages.append(f"{path}: " + unknown_name_message("value", e["input"], allowed))
+            messages.append(f"{path}: " + unknown_name_message("value", _shown(e["input"]), allowed))
         elif e["type"] == "value_error":
             label = "'unknown' list" if path == "unknown" else path
             messages.append(f"{label}: {e['ctx']['error']}" if path else str(e["ctx"]["error"]))
         elif e["type"] == "missing":
             messages.append(f"missing required key '{path}'")
         else:
-            messages.append(f"{path}: {e['msg'].lower()} (got {e['input']!r})")
+            messages.append(f"{path}: {e['msg'].lower()} (got {_shown(repr(e['input']))})")
     return messages
 
 

@@ -9,7 +9,8 @@ layer input (``/t`` with SP).  The generalisation keeps every term apart so it e
 GQA (narrower K and V), gated MLPs (gate and up outputs), MoE (top-k routed copies, EP
 dispatch), MLA (compressed latents), flash attention (no s^2 terms, an fp32 log-sum-exp per
 row), sliding windows and CP (local sequence ``s/cp``), and FP8 (GEMM inputs saved as 1-byte
-copies, as Transformer Engine does).
+copies, as Transformer Engine does).  Token-drop MoE routing pads every expert's input to its
+capacity (``expert_capacity`` = ``moe_capacity_factor``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class ActivationContext:
     dropout: bool = False        # GPT-3 style hidden/attention dropout (Korthikanti's setup)
     gemm_input_bytes: int = BF16_BYTES   # 1 for FP8 recipes (saved FP8 copies)
     recompute_modules: frozenset[str] = frozenset()   # selective recompute modules in effect
+    expert_capacity: float = 1.0  # routed-token padding: moe_capacity_factor with token-drop, else 1 (dropless)
+    score_bytes: int = BF16_BYTES  # bytes per attention score kept without flash attention (XLA: fp32 + bf16)
+    frozen_mlp: bool = False      # LoRA on the attention projections: the frozen MLP GEMMs need no saved inputs
 
 
 def _attention_terms(model: ModelSpec, ctx: ActivationContext, window: int) -> tuple[float, float, float]:
@@ -60,16 +64,19 @@ def _attention_terms(model: ModelSpec, ctx: ActivationContext, window: int) -> t
         core = FP32_BYTES * a * s * b  # log-sum-exp per query row
     else:
         scores = a * s * keys * b
-        core = BF16_BYTES * scores + (MASK_BYTES + BF16_BYTES) * scores * ctx.dropout
+        core = ctx.score_bytes * scores + (MASK_BYTES + BF16_BYTES) * scores * ctx.dropout
     if "core_attn" in ctx.recompute_modules:
         core = 0.0
     return replicated, (qkv + out_proj_input) / t, core / t
 
 
 def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, ctx: ActivationContext, *, act_dropped: bool) -> float:
-    """Bytes of one (dense or expert) MLP's GEMM outputs and second GEMM input."""
+    """Bytes of one (dense or expert) MLP's GEMM outputs and second GEMM input.
+
+    A frozen MLP (LoRA) computes no weight gradient, so its second GEMM's input is not saved.
+    """
     act_inputs = BF16_BYTES * tokens * ffn * (2 if model.gated_mlp else 1)
-    fc2_input = 0 if act_dropped else ctx.gemm_input_bytes * tokens * ffn
+    fc2_input = 0 if act_dropped or ctx.frozen_mlp else ctx.gemm_input_bytes * tokens * ffn
     return act_inputs + fc2_input
 
 
@@ -82,13 +89,15 @@ def layer_activation_bytes(model: ModelSpec, layer: int, ctx: ActivationContext)
     attn_replicated, attn_sharded, core = _attention_terms(model, ctx, window)
     mods = ctx.recompute_modules
     mlp_replicated = BF16_BYTES * tokens * h  # pre-MLP norm input
-    mlp_replicated += 0 if "layernorm" in mods else ctx.gemm_input_bytes * tokens * h  # fc1 input
+    mlp_replicated += 0 if "layernorm" in mods or ctx.frozen_mlp else ctx.gemm_input_bytes * tokens * h  # fc1 input
     if ctx.dropout:
         mlp_replicated += MASK_BYTES * tokens * h
     if model.moe_layers and model.moe_layers[layer]:
         mlp_sharded = 0.0 if "mlp" in mods or "shared_experts" in mods else (
             _mlp_bytes(model, tokens, model.shared_expert_ffn_hidden_size, ctx, act_dropped=False) / t)
-        routed_tokens = tokens * model.top_k / t  # tokens arriving at this GPU after dispatch
+        # Tokens arriving at this GPU after dispatch; with token-drop routing every expert computes on its
+        # full capacity (Megatron ``moe_pad_expert_input_to_capacity``; MaxText dense path ``capacity_factor``).
+        routed_tokens = tokens * model.top_k / t * ctx.expert_capacity
         experts = 0.0
         if "moe" not in mods:
             experts = _mlp_bytes(model, routed_tokens, model.moe_ffn_hidden_size, ctx,

@@ -39,19 +39,27 @@ class DeviceRates:
     moe_efficiency: float
     moe_layer_overhead_s: float      # fixed forward cost per MoE layer
     gemm_operand_bytes: float        # bytes per element of GEMM operands (2 for 16-bit, 1 for FP8)
+    host_launch_s: float = 0.0       # host (CPU) time to dispatch one kernel: a layer is never faster than its launches
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
-                 compute_multiplier: float = 1.0) -> DeviceRates:
-    """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier)."""
+                 compute_multiplier: float = 1.0, host_launch_s: float = 0.0) -> DeviceRates:
+    """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier).
+
+    FP8 and FP4 GEMMs never reach a higher fraction of their peak than 16-bit GEMMs do (the narrower
+    recipe only adds quantisation and scaling work), so their efficiency is capped at the 16-bit one.
+    ``host_launch_s`` is the framework's host dispatch cost per kernel (0 for compiled or graph-captured steps).
+    """
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
     return DeviceRates(
         peak_flops_per_s=hardware.peak_flops_for(precision),
         peak_16bit_flops_per_s=sixteen,
         gemm_efficiency=min(1.0, compute_multiplier * (
-            profile.fp4_gemm_efficiency if precision == "nvfp4"
-            else profile.low_precision_gemm_efficiency if low else profile.gemm_efficiency)),
+            min(profile.fp4_gemm_efficiency, profile.low_precision_gemm_efficiency, profile.gemm_efficiency)
+            if precision == "nvfp4"
+            else min(profile.low_precision_gemm_efficiency, profile.gemm_efficiency) if low
+            else profile.gemm_efficiency)),
         hbm_bytes_per_s=hardware.hbm_bandwidth_bytes_per_s * profile.memory_efficiency,
         num_compute_units=hardware.num_compute_units,
         tile_m=profile.tile_m,
@@ -61,6 +69,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         moe_efficiency=profile.moe_efficiency,
         moe_layer_overhead_s=profile.moe_layer_overhead_s,
         gemm_operand_bytes=0.5 if precision == "nvfp4" else 1.0 if low else 2.0,
+        host_launch_s=host_launch_s,
     )
 
 

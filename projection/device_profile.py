@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from projection.errors import ProjtuneError
 from projection.hardware import HardwareSpec
@@ -101,8 +101,13 @@ def load_profile(path: str | Path) -> DeviceProfile:
         raise ProjtuneError(f"profile file '{file}' does not exist")
     try:
         return _read_profile(str(file.resolve()))
-    except (yaml.YAMLError, ValueError) as err:
-        raise ProjtuneError(f"profile file '{file}' is not a valid device profile: {err}") from err
+    except (yaml.YAMLError, ValueError) as err:   # say where it broke, never the file's content
+        if isinstance(err, ValidationError):
+            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in err.errors()[:3])
+        else:
+            mark = getattr(err, "problem_mark", None)
+            why = f"not valid YAML at line {mark.line + 1}" if mark is not None else type(err).__name__
+        raise ProjtuneError(f"profile file '{file}' is not a valid device profile: {why}") from err
 
 
 def dump_profile(profile: DeviceProfile) -> str:

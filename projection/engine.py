@@ -39,9 +39,11 @@ from projection.model_spec import ModelSpec
 from projection.params import layer_param_table
 from projection.pipeline import StageTimes, simulate_pipeline
 from projection.training_config import Cluster, TrainingConfig
+from projection.uncertainty import relative_band
 from projection.workload import CommGroups, LayerCost, embedding_cost, head_cost, layer_cost
 
-GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16)
+GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
+                           # a framework profile's grad_reduce_bytes overrides it
 PARAM_GATHER_BYTES = 2     # bf16 parameter all-gather (distributed optimizer / FSDP)
 ADAM_BYTES_PER_PARAM = 30  # Adam step: read param/grad/m/v fp32 (16 B), write param/m/v (12 B), bf16 copy (2 B)
 
@@ -91,6 +93,14 @@ class Projection:
     breakdown: StepBreakdown
     memory: MemoryResult
     bubble_fraction: float
+    tokens_per_sec_per_gpu_low: float
+    """Lower end of the 80% interval on throughput (:mod:`projection.uncertainty`), tokens/s/GPU."""
+    tokens_per_sec_per_gpu_high: float
+    """Upper end of the 80% interval on throughput, tokens/s/GPU."""
+    iteration_time_s_low: float
+    """Lower end of the 80% interval on iteration time, seconds."""
+    iteration_time_s_high: float
+    """Upper end of the 80% interval on iteration time, seconds."""
 
 
 def _comm_groups(dims: ParallelDims, net) -> CommGroups:
@@ -114,7 +124,7 @@ def _layer_costs(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, r
     The returned mapping is shared: callers must not mutate it.
     """
     key = (model, config.seq_len, config.mbs, config.sequence_parallel, config.precision, config.moe_dispatcher,
-           dims.tp, dims.cp, dims.ep, dims.etp, rates, net, groups)
+           config.moe_routing, config.moe_capacity_factor, config.framework, dims.tp, dims.cp, dims.ep, dims.etp, rates, net, groups)
     cached = _COSTS_CACHE.get(key)
     if cached is None:
         if len(_COSTS_CACHE) >= _COSTS_CACHE_SIZE:
@@ -243,22 +253,23 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     grad_bucket = framework.grad_bucket_elements or layer_params
     grad_bucket = max(grad_bucket, framework.grad_bucket_elements_per_dp_rank * dims.dp)
     fsdp_bucket = framework.fsdp_bucket_elements or layer_params
+    grad_bytes = framework.grad_reduce_bytes or GRAD_REDUCE_BYTES
     total = 0.0
     for params, group in ((dense, dense_group), (expert, expert_group)):
         if group.size == 1 or params == 0:
             continue
         if config.zero == 0:
-            total += _bucketed(all_reduce_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket, group, net)
+            total += _bucketed(all_reduce_s, grad_bytes * params, grad_bytes * grad_bucket, group, net)
         elif config.zero in (1, 2):
-            total += _bucketed(reduce_scatter_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket,
+            total += _bucketed(reduce_scatter_s, grad_bytes * params, grad_bytes * grad_bucket,
                                group, net)
             total += _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * grad_bucket,
                                group, net)
         else:
-            gathers = 2 + (config.recompute == "full")
+            gathers = 2 + (config.recompute == "full" and framework.recompute_regathers_params)
             per_mb = gathers * _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * fsdp_bucket,
                                          group, net)
-            per_mb += _bucketed(reduce_scatter_s, GRAD_REDUCE_BYTES * params, GRAD_REDUCE_BYTES * grad_bucket,
+            per_mb += _bucketed(reduce_scatter_s, grad_bytes * params, grad_bytes * grad_bucket,
                                 group, net)
             total += per_mb * dims.num_microbatches
     return total
@@ -313,7 +324,7 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
             raise IllegalLayoutError(reasons)
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
-    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency)
+    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency, framework.host_launch_s)
     net = network_for(hardware, cluster, profile)
     # measured-mode hook (bench/restore.py)
     costs = (dict(layer_costs) if layer_costs is not None
@@ -386,10 +397,14 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     tokens_per_step = config.gbs * config.seq_len
     flops = model_flops_per_step(model, config.seq_len, config.gbs, flops_formula)
     tflops_per_gpu = flops / iteration / cluster.num_gpus / 1e12
+    tokens_per_gpu = tokens_per_step / iteration / cluster.num_gpus
+    low, high = relative_band(hardware.family, config.framework, model.is_moe)
     return Projection(
         model=model.name, hardware=hardware.id, num_gpus=cluster.num_gpus, config=config, dims=dims,
         iteration_time_s=iteration,
-        tokens_per_s_per_gpu=tokens_per_step / iteration / cluster.num_gpus,
+        tokens_per_s_per_gpu=tokens_per_gpu,
+        tokens_per_sec_per_gpu_low=tokens_per_gpu * low, tokens_per_sec_per_gpu_high=tokens_per_gpu * high,
+        iteration_time_s_low=iteration / high, iteration_time_s_high=iteration / low,
         model_tflops_per_gpu=tflops_per_gpu,
         mfu=tflops_per_gpu * 1e12 / rates.peak_16bit_flops_per_s,
         flops_formula=flops_formula,

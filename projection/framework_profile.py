@@ -42,6 +42,18 @@ class FrameworkProfile(BaseModel):
         1e6, ge=0, description="Megatron-core grows buckets with DP: bucket = max(40M, 1M * dp) elements.")
     fsdp_bucket_elements: float | None = Field(
         None, gt=0, description="Elements per ZeRO-3/FSDP parameter all-gather; None = one transformer layer.")
+    grad_reduce_bytes: float | None = Field(
+        None, gt=0, le=4, description="Bytes per gradient element in the DP/FSDP reduction; None = fp32 (4, "
+        "Megatron-core accumulate_allreduce_grads_in_fp32, FSDP2 reduce_dtype float32).")
+    host_launch_s: float = Field(
+        0.0, ge=0, le=1e-4, description="Host (CPU) time to dispatch one kernel in eager mode, seconds: a layer "
+        "takes at least its kernel count times this (TP that halves GPU work does not halve launches). 0 for "
+        "compiled programs (XLA) and CUDA-graph-captured steps.")
+    recompute_regathers_params: bool = Field(
+        True, description="With ZeRO-3 and full recompute, the recompute forward all-gathers the parameters again "
+        "(DeepSpeed ZeRO-3 with activation checkpointing: 3 gathers per micro-batch); False when the backward's "
+        "gather serves the recompute too (FSDP2 unshards once per block backward; XLA keeps the gathered weights "
+        "of a rematerialised scan step): 2 gathers.")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
 

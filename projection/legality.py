@@ -16,6 +16,14 @@ from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
 from projection.training_config import PRECISIONS, Cluster, TrainingConfig
 
+# Bounded work (issue 13): the pipeline simulator is linear in micro-batches x pp x vpp (a few
+# us and ~1.5 KB per op on one core where no steady-state shortcut applies: ZB-V, GPipe), so
+# these keep one projection about 1 s and well under 1 GiB (benchmarks/fuzz.py; README
+# "Limits").  The largest development run has 49,152 (Megatron-Bridge 405B on 256 GB200:
+# 384 micro-batches x pp 16 x vpp 8); published jobs use tens to a few thousand micro-batches.
+MAX_MICROBATCHES = 16_384
+MAX_PIPELINE_OPS = 131_072
+
 
 def derived_dp(config: TrainingConfig, cluster: Cluster) -> int:
     """Data-parallel degree implied by the cluster size (0 when it does not divide)."""
@@ -65,6 +73,12 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
                        f"to be a multiple of pp={c.pp} (Megatron-LM microbatch groups)")
     elif dp and c.schedule in ("zbv", "zero-bubble") and c.pp > 1 and microbatches < c.pp:
         reasons.append(f"{c.schedule} schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} >= pp={c.pp}")
+    if dp and microbatches > MAX_MICROBATCHES:
+        reasons.append(f"micro-batches per step gbs/(mbs*dp) = {microbatches} exceeds {MAX_MICROBATCHES} "
+                       "(bounded work; raise mbs or lower gbs)")
+    elif dp and microbatches * c.pp * c.vpp > MAX_PIPELINE_OPS:
+        reasons.append(f"micro-batches x pp x vpp = {microbatches}*{c.pp}*{c.vpp} exceeds {MAX_PIPELINE_OPS} "
+                       "(bounded pipeline simulation; raise mbs, lower gbs or vpp)")
     if dp and c.gbs % (c.mbs * dp):
         reasons.append(f"gbs={c.gbs} not divisible by mbs*dp = {c.mbs}*{dp} = {c.mbs * dp}")
     if c.precision not in hardware.supported_precisions:

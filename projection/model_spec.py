@@ -10,6 +10,7 @@ workload) reads the normalised fields below, never the raw HF names.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
@@ -23,7 +24,11 @@ from projection.errors import ModelSpecError, UnknownNameError
 
 SUPPORTED_MODEL_TYPES = (
     "llama",
+    "mistral",
     "qwen2",
+    "gemma",
+    "gemma2",
+    "phi3",
     "qwen3",
     "gpt2",
     "mpt",
@@ -40,7 +45,15 @@ SUPPORTED_MODEL_TYPES = (
 # learned wpe, tied lm_head; MPT: no_bias=True, ALiBi, tied; Nemotron: relu2, not gated).
 _TYPE_TRAITS: dict[str, tuple[str, bool, str, bool, bool, bool]] = {
     "llama": ("silu", True, "rmsnorm", False, False, False),
+    # MistralConfig: silu, tie_word_embeddings=False, sliding_window (4096 in Mistral-7B-v0.1).
+    "mistral": ("silu", True, "rmsnorm", False, False, False),
     "qwen2": ("silu", True, "rmsnorm", False, False, False),
+    # GemmaConfig / Gemma2Config: GeGLU (gate_proj/up_proj, hidden_activation gelu_pytorch_tanh), RMSNorm,
+    # tie_word_embeddings=True, head_dim given (256 in Gemma-7B); Gemma2 alternates sliding/global layers.
+    "gemma": ("gelu_pytorch_tanh", True, "rmsnorm", False, True, False),
+    "gemma2": ("gelu_pytorch_tanh", True, "rmsnorm", False, True, False),
+    # Phi3Config: silu, fused gate_up_proj (a gated MLP), RMSNorm, untied, no biases.
+    "phi3": ("silu", True, "rmsnorm", False, False, False),
     "qwen3": ("silu", True, "rmsnorm", False, False, False),
     "mixtral": ("silu", True, "rmsnorm", False, False, False),
     "qwen3_moe": ("silu", True, "rmsnorm", False, False, False),
@@ -122,6 +135,71 @@ class ModelSpec(BaseModel):
         return sum(self.moe_layers)
 
 
+# Field-by-field limits of config.json values (issue 13): (smallest, largest) accepted.  The upper
+# bounds sit far above any published model (hidden 53,248 in Llama 3.1 405B is ~2^16; 256 routed
+# experts in DeepSeek-V3; vocab 256k in Gemma) and keep every downstream product finite.
+_POSITIVE = (1, 1 << 20)
+_FIELD_LIMITS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("hidden_size", "d_model", "n_embd"), (1, 1 << 20)),
+    **dict.fromkeys(("num_hidden_layers", "n_layers", "n_layer"), (1, 4096)),
+    **dict.fromkeys(("num_attention_heads", "n_heads", "n_head", "num_key_value_heads", "num_query_groups"),
+                    (1, 16384)),
+    **dict.fromkeys(("head_dim", "kv_channels", "qk_nope_head_dim", "v_head_dim"), (1, 65536)),
+    "qk_rope_head_dim": (0, 65536),
+    **dict.fromkeys(("intermediate_size", "ffn_hidden_size", "n_inner", "moe_intermediate_size",
+                     "shared_expert_intermediate_size"), (1, 1 << 22)),
+    "expansion_ratio": (1, 1024),
+    **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), (0, 1 << 16)),
+    **dict.fromkeys(("num_experts_per_tok", "experts_per_token", "moe_router_topk"), (0, 1 << 16)),
+    "n_shared_experts": (0, 1024),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), (0, 1 << 20)),
+    **dict.fromkeys(("vocab_size", "padded_vocab_size"), (1, 1 << 24)),
+    **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, 1 << 26)),
+    "sliding_window": (0, 1 << 26),
+    "first_k_dense_replace": (0, 4096),
+    **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step"), (1, 4096)),
+}
+
+
+def _check_fields(cfg: Mapping[str, Any]) -> None:
+    """Every numeric config.json field present is a whole, finite number within its limits (the field is named).
+
+    Raises:
+        ModelSpecError: naming the first field that is not.
+    """
+    for key, (low, high) in _FIELD_LIMITS.items():
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ModelSpecError(f"model config field '{key}' must be a whole number, got {type(value).__name__}")
+        if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+            raise ModelSpecError(f"model config field '{key}' must be a whole, finite number, got {value}")
+        if not low <= value <= high:
+            raise ModelSpecError(f"model config field '{key}' = {int(value)} is out of range (allowed {low}..{high})")
+
+
+def _check_shape(spec: ModelSpec) -> None:
+    """Cross-field rules: heads divisible by KV heads, a head width, top-k within the experts, layer lists."""
+    if spec.num_attention_heads % spec.num_kv_heads and not spec.uses_mla:
+        raise ModelSpecError(f"model config: num_attention_heads={spec.num_attention_heads} is not divisible by "
+                             f"num_key_value_heads={spec.num_kv_heads}")
+    if spec.head_dim < 1:
+        raise ModelSpecError(f"model config: head_dim = hidden_size/num_attention_heads = {spec.hidden_size}/"
+                             f"{spec.num_attention_heads} is 0; give 'head_dim' or fewer heads")
+    if spec.num_experts and not 1 <= spec.top_k <= spec.num_experts:
+        raise ModelSpecError(f"model config field 'num_experts_per_tok' = {spec.top_k} must be 1..num_experts="
+                             f"{spec.num_experts}")
+    if spec.num_experts and spec.moe_ffn_hidden_size < 1:
+        raise ModelSpecError("model config field 'moe_intermediate_size' must be positive for a MoE model")
+    if len(spec.attention_windows) != spec.num_layers:
+        raise ModelSpecError(f"model config field 'layer_types' has {len(spec.attention_windows)} entries; "
+                             f"num_hidden_layers is {spec.num_layers}")
+    if spec.num_experts and not any(spec.moe_layers):
+        raise ModelSpecError("model config: a MoE model with no MoE layer (check first_k_dense_replace, "
+                             "moe_layer_freq, decoder_sparse_step, mlp_only_layers)")
+
+
 def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
     for key in keys:
         if key in cfg and cfg[key] is not None:
@@ -145,7 +223,10 @@ def _moe_layer_flags(cfg: Mapping[str, Any], model_type: str, num_layers: int, n
         return tuple(i >= first_dense and i % freq == 0 for i in range(num_layers))
     if model_type == "qwen3_moe":
         step = int(_first(cfg, "decoder_sparse_step", default=1))
-        only_mlp = set(_first(cfg, "mlp_only_layers", default=[]) or [])
+        listed = _first(cfg, "mlp_only_layers", default=[]) or []
+        if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed):
+            raise ModelSpecError("model config field 'mlp_only_layers' must be a list of layer indices")
+        only_mlp = set(listed)
         return tuple(i not in only_mlp and (i + 1) % step == 0 for i in range(num_layers))
     return (True,) * num_layers
 
@@ -156,8 +237,10 @@ def _attention_windows(cfg: Mapping[str, Any], model_type: str, num_layers: int)
         return (0,) * num_layers
     layer_types = cfg.get("layer_types")
     if layer_types:
+        if not isinstance(layer_types, list) or len(layer_types) > 4096:
+            raise ModelSpecError("model config field 'layer_types' must be a list with one entry per layer")
         return tuple(window if t == "sliding_attention" else 0 for t in layer_types)
-    if model_type == "gpt_oss":  # gpt-oss alternates sliding and full attention, sliding first
+    if model_type in ("gpt_oss", "gemma2"):  # they alternate sliding and full attention, sliding first
         return tuple(window if i % 2 == 0 else 0 for i in range(num_layers))
     if cfg.get("use_sliding_window") is False:
         return (0,) * num_layers
@@ -171,12 +254,24 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, sou
     Raises:
         ModelSpecError: the model_type is not supported or a required field is missing.
     """
-    model_type = str(cfg.get("model_type", "")).lower()
+    if not isinstance(cfg, Mapping):
+        raise ModelSpecError(f"model config must be a mapping of config.json fields, got {type(cfg).__name__}")
+    model_type = str(cfg.get("model_type", ""))[:64].lower()
     if model_type not in _TYPE_TRAITS:
         raise ModelSpecError(
             f"unsupported model_type '{model_type or '<missing>'}' (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
         )
     act, gated, norm, bias, tied, learned = _TYPE_TRAITS[model_type]
+    _check_fields(cfg)
+    spec = _build(cfg, model_type, act, gated, norm, bias, tied, learned, name=name, source=source,
+                  published_params=published_params)
+    _check_shape(spec)
+    return spec
+
+
+def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm: str, bias: bool, tied: bool,
+           learned: bool, *, name: str | None, source: str, published_params: float | None) -> ModelSpec:
+    """The ModelSpec of config fields already checked by _check_fields."""
     hidden = _require(cfg, "hidden_size", "d_model", "n_embd")
     layers = _require(cfg, "num_hidden_layers", "n_layers", "n_layer")
     heads = _require(cfg, "num_attention_heads", "n_heads", "n_head")
@@ -186,10 +281,10 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, sou
     v_head_dim = head_dim
     expansion = int(_first(cfg, "expansion_ratio", default=4))
     ffn = int(_first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=expansion * hidden))
-    act = str(_first(cfg, "hidden_act", "activation_function", default=act))
+    act = str(_first(cfg, "hidden_activation", "hidden_act", "activation_function", default=act))[:64]
     if model_type == "nemotron":
         act = "relu2"
-    gated = gated and act not in ("gelu", "gelu_new", "relu", "relu2")
+    gated = gated and (model_type in ("gemma", "gemma2") or act not in ("gelu", "gelu_new", "relu", "relu2"))
 
     num_experts = int(_first(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     top_k = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_router_topk", default=0) or 0)
@@ -211,7 +306,7 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, sou
 
     attention_bias = bool(_first(cfg, "attention_bias", default=bias or model_type == "gpt_oss"))
     return ModelSpec(
-        name=name or str(cfg.get("_name_or_path") or f"{model_type}-{hidden}x{layers}"),
+        name=name or str(cfg.get("_name_or_path") or f"{model_type}-{hidden}x{layers}")[:200],
         model_type=model_type,
         hidden_size=hidden,
         num_layers=layers,
@@ -299,15 +394,37 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
     index = _alias_index()
     if text.lower() in index:
         return _load_catalog_model(index[text.lower()])
+    if len(text) > 4096 or "\x00" in text:
+        raise UnknownNameError("model", text[:80], list_model_ids())
     path = Path(text)
-    if path.suffix in (".json", ".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ModelSpecError(f"model config file '{text}' does not exist")
-        try:
-            raw = json.loads(path.read_text()) if path.suffix == ".json" else yaml.safe_load(path.read_text())
-        except (json.JSONDecodeError, yaml.YAMLError) as err:
-            raise ModelSpecError(f"cannot parse model config '{text}': {err}") from err
+    from projection.safe_yaml import UNTRUSTED
+
+    if UNTRUSTED.get() and (path.suffix in (".json", ".yaml", ".yml") or "/" in text):
+        raise ModelSpecError("model files are not read for remote tool calls; name a catalog model id or pass the "
+                             "config.json fields as an object")
+    try:
+        is_file = path.is_file()
+    except OSError:   # a name too long for the file system, say: not a file
+        is_file = False
+    if path.suffix in (".json", ".yaml", ".yml") or is_file:
+        if not is_file:
+            raise ModelSpecError(f"model config file '{text[:200]}' does not exist")
+        from projection.safe_yaml import YamlLimitError, load_bounded, load_json_bounded, read_text_bounded
+
+        try:   # where it broke, never the file's content
+            body = read_text_bounded(path, max_bytes=4 * 1024 * 1024)
+            raw = load_json_bounded(body) if path.suffix == ".json" else load_bounded(body)
+        except json.JSONDecodeError as err:
+            raise ModelSpecError(f"cannot parse model config '{text}': {err.msg} at line {err.lineno} "
+                                 f"column {err.colno}") from err
+        except yaml.MarkedYAMLError as err:
+            mark = err.problem_mark or err.context_mark
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ModelSpecError(f"cannot parse model config '{text}': not valid YAML{where}") from err
+        except (yaml.YAMLError, YamlLimitError, UnicodeDecodeError, ValueError, OSError) as err:
+            reason = str(err) if isinstance(err, YamlLimitError) else type(err).__name__
+            raise ModelSpecError(f"cannot parse model config '{text}': {reason}") from err
         if not isinstance(raw, Mapping):
             raise ModelSpecError(f"model config '{text}' is not a mapping of config.json fields")
         return load_model(raw) if "config" in raw else model_from_hf_config(raw, name=path.stem)
-    raise UnknownNameError("model", text, list_model_ids())
+    raise UnknownNameError("model", text[:80], list_model_ids())

@@ -19,19 +19,25 @@ Schedules (per-rank op orders):
 Names: pp = number of pipeline ranks, vpp = number of virtual chunks per rank,
 m = number of microbatches, vs = virtual stage (0 .. pp*vpp - 1, data order).
 
-The module is over 500 lines because the five order builders, the ZB-V
-greedy, the graph compiler and the closed forms share one op encoding; split
-them and that encoding would have to be exported.
+The module is over 500 lines because the five order builders (with their
+numpy twins), the ZB-V greedy, the graph compiler, the steady-state fast path
+and the closed forms share one op encoding; split them and that encoding would
+have to be exported.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Literal
+
+import numpy as np
+
+from projection import fast_paths
 
 Schedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe")
@@ -111,6 +117,8 @@ class _Plan:
     last_op: tuple[int, ...]
     peak_in_flight: tuple[int, ...]
     peak_pending_weight_grad: tuple[int, ...]
+    rank_ops: tuple[tuple[int, ...], ...]
+    """Per rank, the global (1-based) index of each op in the rank's execution order."""
 
 
 RankOrder = list[tuple[int, int, int]]  # (kind, microbatch, chunk) in execution order
@@ -309,6 +317,76 @@ def _rank_orders(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> l
     return [_order_1f1b(pp, m, r, schedule == "zero-bubble") for r in range(pp)]
 
 
+def _place(order: np.ndarray, rows: np.ndarray, positions: np.ndarray, kind: int | np.ndarray, mb: np.ndarray,
+           chunk: np.ndarray | int) -> None:
+    """Write ops (kind, microbatch, chunk) at their per-rank positions of a (pp, ops, 3) order."""
+    order[rows, positions, 0] = kind
+    order[rows, positions, 1] = mb
+    order[rows, positions, 2] = chunk
+
+
+def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> np.ndarray:
+    """Return `_rank_orders` as one (pp, ops, 3) int array of (kind, microbatch, chunk), without op loops.
+
+    Every rank runs the same number of ops, so each op's position in its rank's order has a
+    closed form (below, per schedule); tests/projection/test_pipeline_steady.py checks the
+    result equal to the builders above. zbv, built by a greedy, is converted from `_order_zbv`.
+    """
+    if schedule == "zbv":
+        return np.array(_order_zbv(pp, m), dtype=np.int64).reshape(pp, 6 * m, 3)
+    rank = np.arange(pp, dtype=np.int64)[:, None]
+    if schedule == "gpipe":
+        mb = np.arange(m, dtype=np.int64)
+        row = np.concatenate([np.stack([np.full(m, _F), mb, 0 * mb], 1), np.stack([np.full(m, _BW), mb, 0 * mb], 1)])
+        return np.broadcast_to(row, (pp, 2 * m, 3)).copy()
+    if schedule == "zero-bubble":
+        # warm-up w F; step j: F(w+j) if w+j < m, B(j), W(j-r) if j >= r; then the last min(r, m) W
+        order = np.zeros((pp, 3 * m, 3), dtype=np.int64)
+        w = np.minimum(pp - rank - 1, m)
+        j = np.arange(m, dtype=np.int64)[None, :]
+        rows = np.broadcast_to(rank, (pp, m))
+        has_f = w + j < m
+        before = np.minimum(j, m - w) + j + np.maximum(0, j - rank)     # ops of the steps before j
+        start = w + before
+        f_mb = np.broadcast_to(np.minimum(w + j, m - 1), (pp, m))
+        _place(order, rows[has_f], start[has_f], _F, f_mb[has_f], 0)
+        warm = j < w
+        _place(order, rows[warm], np.broadcast_to(j, (pp, m))[warm], _F, np.broadcast_to(j, (pp, m))[warm], 0)
+        _place(order, rows, start + has_f, _B, np.broadcast_to(j, (pp, m)), 0)
+        has_w = j >= rank
+        _place(order, rows[has_w], (start + has_f + 1)[has_w], _W, (j - rank)[has_w], 0)
+        steps = (m - w) + m + np.maximum(0, m - rank)                     # ops of all steps
+        trailing = j >= np.maximum(0, m - rank)
+        _place(order, rows[trailing], (w + steps + j - np.maximum(0, m - rank))[trailing], _W,
+               np.broadcast_to(j, (pp, m))[trailing], 0)
+        return order
+    # 1f1b and interleaved: table of forwards, warm-up w, then steps (F of entry w+k if any, B+W of entry k)
+    if schedule == "interleaved":
+        full, per = m // group, group * vpp
+        e = np.arange(full * per, dtype=np.int64)
+        table_mb, table_c = (e // per) * group + e % group, (e % per) // group
+        rest = m - full * group
+        if rest:
+            e = np.arange(rest * vpp, dtype=np.int64)
+            table_mb = np.concatenate([table_mb, full * group + e % rest])
+            table_c = np.concatenate([table_c, e // rest])
+        total = m * vpp
+        w = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    else:
+        total = m
+        table_mb, table_c = np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+        w = np.minimum(pp - rank - 1, m)
+    order = np.zeros((pp, 2 * total, 3), dtype=np.int64)
+    k = np.arange(total, dtype=np.int64)[None, :]
+    rows = np.broadcast_to(rank, (pp, total))
+    forward_at = np.where(k < w, k, 2 * k - w)                      # F of table entry k
+    backward_at = np.where(k < total - w, w + 2 * k + 1, total + k)  # B+W of table entry k
+    _place(order, rows, forward_at, _F, np.broadcast_to(table_mb, (pp, total)), np.broadcast_to(table_c, (pp, total)))
+    _place(order, rows, backward_at, _BW, np.broadcast_to(table_mb, (pp, total)),
+           np.broadcast_to(vpp - 1 - table_c, (pp, total)))
+    return order
+
+
 # A plan holds about 90 bytes per op: 1.5 MB for pp=16, vpp=4, m=128; 24 MB at m=2048.
 @functools.lru_cache(maxsize=256)
 def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
@@ -317,106 +395,322 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     The order drains each rank as far as its inputs allow, round-robin over
     ranks. A round with no progress means the orders deadlock, a bug in a
     builder (the validation rules exclude Megatron's deadlocking shapes).
+    Keys, dependencies and peaks are numpy over all ops; only the drain, which
+    needs each op's input to be placed first, loops (over ready checks alone).
     """
-    orders = _rank_orders(schedule, pp, vpp, m, group)
+    orders = _rank_arrays(schedule, pp, vpp, m, group)
     num_vs = pp * vpp
-    vs_of = [[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)]
-    rank_of_vs = [0] * num_vs
-    for r in range(pp):
-        for c in range(vpp):
-            rank_of_vs[vs_of[r][c]] = r
-    # Global index of the finished op (F=0, B or BW=1, W=2) of (mb, vs); 0 = not yet.
+    vs_of = np.array([[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)
+    rank_of_vs = np.zeros(num_vs, dtype=np.int64)
+    rank_of_vs[vs_of.ravel()] = np.repeat(np.arange(pp), vpp)
+    kind, mb, c = orders[:, :, 0], orders[:, :, 1], orders[:, :, 2]
+    rank = np.arange(pp, dtype=np.int64)[:, None]
+    vs = vs_of[rank, c]
+    # done slot: F=0, B or BW=1, W=2; input: F <- F(vs-1), W <- B(vs), B <- B(vs+1) or F(last vs)
+    own_keys = (mb * num_vs + vs) * 3 + np.where(kind == _W, 2, np.minimum(kind, 1))
+    last_vs = vs == num_vs - 1
+    dep_vs = np.where(kind == _F, vs - 1, np.where((kind == _W) | last_vs, vs, vs + 1))
+    dep_slot = np.where((kind == _F) | ((kind != _W) & last_vs), 0, 1)
+    dep_keys = np.where((kind == _F) & (vs == 0), -1, (mb * num_vs + dep_vs) * 3 + dep_slot)
+    crosses = (dep_keys >= 0) & (rank_of_vs[np.clip(dep_vs, 0, num_vs - 1)] != rank)
+    dur_keys = (rank * vpp + c) * _NUM_KINDS + kind
+    # Global index (1-based) of the finished op of each done key; 0 = not yet.
     done = [0] * (m * num_vs * 3)
-    prev: list[int] = []
-    dep: list[int] = []
-    cross: list[int] = []
-    dur_key: list[int] = []
-    last = [0] * pp
+    rank_ops: list[list[int]] = [[] for _ in range(pp)]
     pos = [0] * pp
-    # Reuse one int object per key: ints above 256 are not shared by CPython.
-    key_objs = list(range(pp * vpp * _NUM_KINDS))
-    remaining = sum(len(o) for o in orders)
+    dep_lists = dep_keys.tolist()
+    own_lists = own_keys.tolist()
+    n = orders.shape[1]
+    placed = 0
+    remaining = pp * n
     while remaining:
         progressed = False
-        for r, order in enumerate(orders):
-            i = pos[r]
-            while i < len(order):
-                kind, mb, c = order[i]
-                vs = vs_of[r][c]
-                if kind == _F:
-                    dep_key = (mb * num_vs + vs - 1) * 3 if vs > 0 else -1
-                elif kind == _W:
-                    dep_key = (mb * num_vs + vs) * 3 + 1
-                elif vs == num_vs - 1:
-                    dep_key = (mb * num_vs + vs) * 3
-                else:
-                    dep_key = (mb * num_vs + vs + 1) * 3 + 1
-                d = done[dep_key] if dep_key >= 0 else 0
-                if dep_key >= 0 and d == 0:
+        for r in range(pp):
+            i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
+            start = i
+            while i < n:
+                k = deps[i]
+                if k >= 0 and done[k] == 0:
                     break
-                prev.append(last[r])
-                dep.append(d)
-                cross.append(int(dep_key >= 0 and rank_of_vs[dep_key // 3 % num_vs] != r))
-                dur_key.append(key_objs[(r * vpp + c) * _NUM_KINDS + kind])
-                last[r] = len(prev)
-                done[(mb * num_vs + vs) * 3 + (_W if kind == _W else min(kind, 1))] = len(prev)
+                placed += 1
+                done[owns[i]] = placed
+                ops.append(placed)
                 i += 1
-            progressed = progressed or i > pos[r]
-            remaining -= i - pos[r]
-            pos[r] = i
+            if i > start:
+                progressed = True
+                remaining -= i - start
+                pos[r] = i
         assert progressed, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    in_flight, pending_w = _peaks(orders)
+    # rank-major arrays -> topological order
+    global_index = np.array(rank_ops, dtype=np.int64)
+    order_of = np.empty(pp * n, dtype=np.int64)
+    order_of[global_index.ravel() - 1] = np.arange(pp * n)
+    prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
+    done_arr = np.asarray(done, dtype=np.int64)
+    dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
+    in_flight, pending_w = _peaks_arrays(kind)
     return _Plan(
-        prev=tuple(prev),
-        dep=tuple(dep),
-        cross=tuple(cross),
-        dur_key=tuple(dur_key),
-        last_op=tuple(last),
+        prev=tuple(prev_rm[order_of].tolist()),
+        dep=tuple(dep_rm[order_of].tolist()),
+        cross=tuple(crosses.ravel()[order_of].astype(np.int64).tolist()),
+        dur_key=tuple(dur_keys.ravel()[order_of].tolist()),
+        last_op=tuple(global_index[:, -1].tolist()),
         peak_in_flight=in_flight,
         peak_pending_weight_grad=pending_w,
+        rank_ops=tuple(map(tuple, rank_ops)),
     )
 
 
-def _peaks(orders: list[RankOrder]) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Return per-rank peaks of F-done-B-not-done and B-done-W-not-done counts."""
-    in_flight_peaks = []
-    pending_w_peaks = []
-    for order in orders:
-        in_flight = pending_w = in_flight_peak = pending_w_peak = 0
-        for kind, _, _ in order:
-            if kind == _F:
-                in_flight += 1
-                in_flight_peak = max(in_flight_peak, in_flight)
-            elif kind == _B:
-                in_flight -= 1
-                pending_w += 1
-                pending_w_peak = max(pending_w_peak, pending_w)
-            elif kind == _W:
-                pending_w -= 1
-            else:
-                in_flight -= 1
-        in_flight_peaks.append(in_flight_peak)
-        pending_w_peaks.append(pending_w_peak)
-    return tuple(in_flight_peaks), tuple(pending_w_peaks)
+def _peaks_arrays(kind: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Return per-rank peaks of F-done-B-not-done and B-done-W-not-done counts from (pp, ops) op kinds."""
+    in_flight_step = np.array([1, -1, 0, -1], dtype=np.int64)   # by kind F, B, W, BW
+    pending_step = np.array([0, 1, -1, 0], dtype=np.int64)
+    in_flight = np.maximum(0, np.cumsum(in_flight_step[kind], axis=1).max(axis=1))
+    pending = np.maximum(0, np.cumsum(pending_step[kind], axis=1).max(axis=1))
+    return tuple(in_flight.tolist()), tuple(pending.tolist())
 
 
-def _run_plan(plan: _Plan, durations: list[float], p2p_s: float) -> float:
-    """Return the makespan of a compiled plan: one max-plus pass in topological order."""
+def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], int, int]:
+    """Return the op times and the latency as integers over one power-of-two denominator, exactly.
+
+    Every finite float is n / 2**k; over the largest 2**k all of them are integers, and the
+    max-plus recurrence on integers is exact. The makespan is then the exact real-number
+    makespan of the given times, rounded once (one int / int division), and it does not
+    depend on the order of additions, so the steady-state extrapolation below gives the
+    same bits as the full simulation.
+    """
+    ratios = [d.as_integer_ratio() for d in durations]
+    p2p_num, p2p_den = p2p_s.as_integer_ratio()
+    den = max(p2p_den, max(d for _, d in ratios))
+    return [n * (den // d) for n, d in ratios], p2p_num * (den // p2p_den), den
+
+
+def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:
+    """Return every op's finish time (index 0: the sentinel) by one max-plus pass in topological order."""
     dur = itemgetter(*plan.dur_key)(durations)
-    fin = [0.0]  # fin[0] is the sentinel "nothing to wait for"
+    fin = [0]  # fin[0] is the sentinel "nothing to wait for"
     append = fin.append
-    if p2p_s == 0.0:
+    if p2p == 0:
         for p, d, t in zip(plan.prev, plan.dep, dur):
             a = fin[p]
             b = fin[d]
             append((a if a > b else b) + t)
     else:
-        extra = itemgetter(*plan.cross)((0.0, p2p_s))
+        extra = itemgetter(*plan.cross)((0, p2p))
         for p, d, x, t in zip(plan.prev, plan.dep, extra, dur):
             a = fin[p]
             b = fin[d] + x
             append((a if a > b else b) + t)
-    return max(fin[i] for i in plan.last_op)
+    return fin
+
+
+# --- Steady-state fast path ------------------------------------------------------------
+#
+# For 1f1b, zero-bubble and interleaved, each rank's order is a head, then `count` periods
+# (the same ops, shifted by `shift` microbatches per period), then a tail; a step with
+# `shift` more microbatches has one more period on every rank and the same head and tail.
+# The dependency pattern is shift invariant, so the recurrence inside the periods is the
+# same max-plus map every period. Such a map is homogeneous (adding c to its inputs adds c
+# to its outputs); once the finish times repeat up to a shift, x(i + c) = x(i) + D for every
+# op of period i >= t on every rank (checked on the integers, so exactly), every further
+# period repeats the pattern, and the tail is the same function of the last periods shifted
+# by D per c periods. So a step with K*c more periods has makespan(small) + K*D. The
+# transient t can be long (near-equal stage times) and the period c above 1 (several
+# critical cycles); both are measured, not assumed, and when the small step shows no
+# repetition with room to spare the full simulation runs.
+
+_PeriodicShape = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+_MAX_CYCLE = 16           # longest repetition period searched, in periods
+_PROBE_PERIODS = 8        # periods of the small plan that measures the dependency reach
+_RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
+_RESULT_CACHE_SIZE = 1 << 14
+
+
+def _periodic_shape(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _PeriodicShape | None:
+    """Return (shift, heads, lengths, counts) of the periodic middle of every rank's order, or None.
+
+    shift: microbatches per period; heads[r]: ops of rank r before its first period;
+    lengths[r]: ops per period; counts[r]: periods (all grow by 1 when m grows by shift).
+    See `_order_1f1b` and `_order_interleaved` for the orders these read off.
+    """
+    if schedule == "1f1b" and m >= pp:
+        # warm-up pp-r-1 F, then (F, B+W) pairs for m-(pp-r-1) microbatches, then the cool-down
+        return (1, tuple(pp - r - 1 for r in range(pp)), (2,) * pp, tuple(m - (pp - r - 1) for r in range(pp)))
+    if schedule == "zero-bubble" and m >= pp:
+        # warm-up pp-r-1 F and r (F, B) pairs, then (F, B, W) for m-pp+1 microbatches, then (B, W) and W
+        return (1, tuple(pp - r - 1 + 2 * r for r in range(pp)), (3,) * pp, (m - pp + 1,) * pp)
+    if schedule == "interleaved":
+        # warm-up w_r forwards, then steps of (F, B+W); a period is one full microbatch group
+        # (group*vpp table entries) of the F stream; the last full group and the remainder are tail
+        per = group * vpp
+        full = (m // group) * per
+        heads = tuple((pp - r - 1) * 2 + (vpp - 1) * group for r in range(pp))
+        counts = tuple((full - w) // per if full >= w else 0 for w in heads)
+        if min(counts) < 1:
+            return None
+        return (group, heads, (2 * per,) * pp, counts)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _reach(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> tuple[int, int, int]:
+    """Return (lag, head_reach, tail_reach) of the plan's periodic ops, in periods.
+
+    lag: the largest period distance between a periodic op and a periodic op it depends on;
+    head_reach: the last period (on any rank) with an op that depends on a head op;
+    tail_reach: the most periods before its rank's end of an op that depends on a tail op.
+    """
+    plan = _compile_plan(schedule, pp, vpp, m, group)
+    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    assert shape is not None
+    _, heads, lengths, counts = shape
+    # per op (global index, 0 = sentinel): its period (< 0 head, >= its rank's count: tail)
+    period = np.full(len(plan.prev) + 1, -1, dtype=np.int64)
+    count = np.zeros(len(plan.prev) + 1, dtype=np.int64)
+    for r, ops in enumerate(plan.rank_ops):
+        index = np.asarray(ops, dtype=np.int64)
+        count[index] = counts[r]
+        offset = np.arange(len(ops), dtype=np.int64) - heads[r]
+        period[index] = np.where(offset >= 0, offset // lengths[r], -1)
+    own = period[1:]
+    periodic = (own >= 0) & (own < count[1:])
+    lag, head_reach, tail_reach = 1, -1, -1
+    for sources in (np.asarray(plan.dep, dtype=np.int64), np.asarray(plan.prev, dtype=np.int64)):
+        live = periodic & (sources > 0)
+        mine, other, other_count = own[live], period[sources[live]], count[sources[live]]
+        in_head, in_tail = other < 0, other >= other_count
+        body = ~(in_head | in_tail)
+        if in_head.any():
+            head_reach = max(head_reach, int(mine[in_head].max()))
+        if in_tail.any():
+            tail_reach = max(tail_reach, int((count[1:][live][in_tail] - 1 - mine[in_tail]).max()))
+        if body.any():
+            lag = max(lag, int(np.abs(mine[body] - other[body]).max()))
+    return lag, head_reach, tail_reach
+
+
+def _repetition(plan: _Plan, fin: list[int], shape: _PeriodicShape, cycles: Sequence[int]
+                ) -> tuple[int, int, int] | None:
+    """Return (c, D, t): from period t on, every op finishes D after its twin c periods before; or None.
+
+    The same D on every rank and slot, exact (integers); among the cycles c that repeat at the
+    end, the one with the shortest transient t + c wins.
+    """
+    _, heads, lengths, counts = shape
+    sequences = [[fin[op] for op in ops[h:h + n * length]]
+                 for ops, h, n, length in zip(plan.rank_ops, heads, counts, lengths, strict=True)]
+    shortest = min(counts)
+    best: tuple[int, int, int] | None = None
+    for c in cycles:
+        if 3 * c > shortest or (best is not None and c >= best[0] + best[2]):
+            break    # a longer cycle cannot have a shorter t + c
+        D = sequences[0][-1] - sequences[0][-1 - c * lengths[0]]
+        # cheap test first: the last two cycles of every rank repeat with D
+        if not all(all(map(D.__eq__, map(operator.sub, seq[-2 * c * length:], seq[-3 * c * length:-c * length])))
+                   for seq, length in zip(sequences, lengths, strict=True)):
+            continue
+        t = 0
+        for seq, length in zip(sequences, lengths, strict=True):
+            step = c * length
+            unequal = list(map(D.__ne__, map(operator.sub, seq[step:], seq)))   # unequal[k]: op k + step vs op k
+            if True in unequal:
+                last_bad = len(unequal) - 1 - unequal[::-1].index(True)
+                t = max(t, -(-(last_bad + 1) // length))   # first period whose ops all repeat, to the end
+        if best is None or t + c < best[2] + best[0]:
+            best = (c, D, t)
+    return best
+
+
+def _room(lag: int, tail_reach: int, c: int) -> int:
+    """Periods from the transient's end to the shortest rank's end that the argument above needs.
+
+    The insertion point a = t + lag needs the repetition from a - lag, and a + c + lag must come
+    before the last periods whose ops read tail ops.
+    """
+    return 2 * lag + c + max(0, tail_reach + 1) + 2
+
+
+def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int,
+             small_m: int, cycles: Sequence[int]) -> tuple[int, _Plan, int, int, int]:
+    """Simulate small_m microbatches; return (makespan, plan, c, D, periods needed), c = 0 without repetition.
+
+    Periods needed: the transient plus the room the repetition needs; when the small step has
+    that many it extrapolates, else a step with that many would.
+    """
+    lag, _, tail_reach = _reach(schedule, pp, vpp, small_m, group)
+    plan = _compile_plan(schedule, pp, vpp, small_m, group)
+    shape = _periodic_shape(schedule, pp, vpp, small_m, group)
+    assert shape is not None
+    fin = _run_plan(plan, durations, p2p)
+    makespan = max(fin[i] for i in plan.last_op)
+    found = _repetition(plan, fin, shape, cycles)
+    if found is None:
+        return makespan, plan, 0, 0, 0
+    c, D, t = found
+    return makespan, plan, c, D, t + _room(lag, tail_reach, c)
+
+
+def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int],
+                     p2p: int) -> tuple[int, _Plan] | None:
+    """Return the exact makespan of m microbatches from a shorter step that reaches its steady state.
+
+    Returns the small step's plan too (its memory peaks equal the long step's: the in-flight
+    counts repeat every period). None when no shortcut applies or pays: the first small step
+    has at most a third of the periods, all attempts together at most 3/4 (so a miss costs at
+    most a third more than the full simulation); attempts grow from the dependency reach to
+    what the measured transient needs, or double.
+    """
+    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    if shape is None:
+        return None
+    shift, _, _, counts = shape
+    shortest = min(counts)
+    if shortest < 2 * _PROBE_PERIODS:
+        return None
+    lag, _, tail_reach = _reach(schedule, pp, vpp, m - (shortest - _PROBE_PERIODS) * shift, group)
+    keep = max(_PROBE_PERIODS, _room(lag, tail_reach, 1) + 4)
+    spent = 0                                          # periods simulated so far: at most 3/4 of a full step
+    while 4 * (spent + keep) <= 3 * shortest and (spent or 3 * keep <= shortest):
+        spent += keep
+        makespan, plan, c, D, needed = _attempt(schedule, pp, vpp, m, group, durations, p2p,
+                                                m - (shortest - keep) * shift, range(1, _MAX_CYCLE + 1))
+        if c and needed <= keep:
+            extra = shortest - keep                    # periods the small step lacks
+            if extra % c == 0:
+                return makespan + extra // c * D, plan
+            # only whole cycles extrapolate: a small step longer by extra % c periods, checked again
+            longer = keep + extra % c
+            again = _attempt(schedule, pp, vpp, m, group, durations, p2p, m - (shortest - longer) * shift, (c,))
+            if again[2] == c and again[3] == D and again[4] <= longer:
+                return again[0] + (shortest - longer) // c * D, again[1]
+            return None
+        keep = needed + 2 if c and needed > keep else 2 * keep
+    return None
+
+
+def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[float], p2p_s: float
+              ) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
+    """Return (makespan s, peak in flight, peak pending W); the fast paths give the same bits."""
+    fast = fast_paths.enabled()
+    if fast:
+        key = (schedule, pp, vpp, m, group, p2p_s, *durations)
+        cached = _RESULT_CACHE.get(key)
+        if cached is not None:
+            return cached
+    ints, p2p, den = _exact_ints(durations, p2p_s)
+    steady = _steady_makespan(schedule, pp, vpp, m, group, ints, p2p) if fast else None
+    if steady is not None:
+        makespan, plan = steady
+    else:
+        plan = _compile_plan(schedule, pp, vpp, m, group)
+        fin = _run_plan(plan, ints, p2p)
+        makespan = max(fin[i] for i in plan.last_op)
+    result = (makespan / den, plan.peak_in_flight, plan.peak_pending_weight_grad)
+    if fast:
+        if len(_RESULT_CACHE) >= _RESULT_CACHE_SIZE:
+            _RESULT_CACHE.clear()
+        _RESULT_CACHE[key] = result
+    return result
 
 
 def _validate(
@@ -516,11 +810,16 @@ def simulate_pipeline(
     B(mb, vs) needs B(mb, vs+1), or F(mb, vs) on the last virtual stage;
     W(mb, vs) needs B(mb, vs).
 
-    Cost is one pass over all m * pp * vpp * (2 or 3) ops (about 0.15 us each),
-    plus building the op graph once per (schedule, pp, vpp, m, group), cached.
-    There is no large-m extrapolation: the max-plus steady state can repeat
-    only every several microbatches (up to about pp) and near-tied stage times
-    give long transients, so a short simulation does not give the exact period.
+    Times are exact: op times are turned into integers over one power-of-two
+    denominator (`_exact_ints`), so the makespan is the exact real-number one,
+    rounded once. Cost: one pass over all m * pp * vpp * (2 or 3) ops (about
+    0.07 us each) plus building the op graph once per (schedule, pp, vpp, m,
+    group), cached; for 1f1b, zero-bubble and interleaved with many
+    microbatches, a shorter step that reaches its steady state is simulated
+    instead and extrapolated with the same bits (`_steady_makespan`; the
+    repetition period and the transient are measured, and without a repetition
+    the full pass runs). Results are memoised on their exact inputs.
+    `projection.fast_paths.disabled()` turns the shortcut and the memo off.
 
     Args:
         stages: One StageTimes per pipeline rank, all with the same number of chunks.
@@ -542,8 +841,7 @@ def simulate_pipeline(
                                microbatch_group_size)
     durations = _duration_table(stages)
     m = num_microbatches
-    plan = _compile_plan(schedule, pp, vpp, m, group)
-    makespan_s = _run_plan(plan, durations, p2p_s)
+    makespan_s, peak_in_flight, peak_pending = _simulate(schedule, pp, vpp, m, group, durations, p2p_s)
     busy_s = tuple(
         m * (sum(s.forward_s) + sum(s.backward_input_s) + sum(s.backward_weight_s))
         for s in stages
@@ -555,8 +853,8 @@ def simulate_pipeline(
         makespan_s=makespan_s,
         busy_s=busy_s,
         bubble_fraction=bubble_fraction,
-        peak_in_flight=plan.peak_in_flight,
-        peak_pending_weight_grad=plan.peak_pending_weight_grad,
+        peak_in_flight=peak_in_flight,
+        peak_pending_weight_grad=peak_pending,
     )
 
 

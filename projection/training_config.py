@@ -18,6 +18,18 @@ Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed"
 
 PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4")
 LOW_PRECISIONS: frozenset[str] = frozenset({"fp8", "fp8-blockwise", "mxfp8", "nvfp4"})
+# Upper bounds on accepted inputs (issue 13, "bounded work"): with them one projection takes
+# <= 1 s and << 1 GiB on one CPU core (benchmarks/fuzz.py checks the worst cases).  They sit
+# well above any published job: the largest single training jobs run on ~100k GPUs (xAI
+# Colossus, 100k H100), global batches are 1k-16k sequences (Llama 3 405B: 2048 x 8k), long-
+# context training reaches 1M tokens (Qwen2.5-1M), and the largest NVLink domain announced is
+# 576 GPUs (NVIDIA Rubin Ultra NVL576).  The pipeline simulator's work is linear in
+# micro-batches x pp x vpp; that product is bounded in projection.legality.
+MAX_GPUS = 131_072
+MAX_GPUS_PER_NODE = 576
+MAX_GBS = 1_048_576
+MAX_SEQ_LEN = 4_194_304
+MAX_DEGREE = MAX_GPUS        # any single parallel degree or micro-batch size
 RECOMPUTE_MODULES: tuple[str, ...] = (
     "core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj",
 )
@@ -32,16 +44,16 @@ class TrainingConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: int = Field(default=1, ge=1, description="Tensor-parallel degree.")
-    pp: int = Field(default=1, ge=1, description="Pipeline-parallel degree.")
-    cp: int = Field(default=1, ge=1, description="Context-parallel degree.")
-    ep: int = Field(default=1, ge=1, description="Expert-parallel degree (MoE).")
-    etp: int = Field(default=1, ge=1, description="Expert tensor-parallel degree (MoE).")
-    vpp: int = Field(default=1, ge=1, description="Virtual pipeline chunks per pipeline rank.")
-    dp: int | None = Field(default=None, ge=1, description="Data-parallel degree; derived if None.")
-    mbs: int = Field(default=1, ge=1, description="Micro-batch size, sequences.")
-    gbs: int = Field(default=1, ge=1, description="Global batch size, sequences per step.")
-    seq_len: int = Field(default=4096, ge=1, description="Sequence length, tokens.")
+    tp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Tensor-parallel degree.")
+    pp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Pipeline-parallel degree.")
+    cp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Context-parallel degree.")
+    ep: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Expert-parallel degree (MoE).")
+    etp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Expert tensor-parallel degree (MoE).")
+    vpp: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Virtual pipeline chunks per pipeline rank.")
+    dp: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="Data-parallel degree; derived if None.")
+    mbs: int = Field(default=1, ge=1, le=MAX_DEGREE, description="Micro-batch size, sequences.")
+    gbs: int = Field(default=1, ge=1, le=MAX_GBS, description="Global batch size, sequences per step.")
+    seq_len: int = Field(default=4096, ge=1, le=MAX_SEQ_LEN, description="Sequence length, tokens.")
     precision: Precision = "bf16"
     recompute: Recompute = "none"
     recompute_num_layers: int | None = Field(
@@ -52,7 +64,7 @@ class TrainingConfig(BaseModel):
     )
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params sharded.")
-    fsdp_size: int | None = Field(default=None, ge=1, description="ZeRO-3 sharding group size (HSDP); None = DP.")
+    fsdp_size: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="ZeRO-3 sharding group size (HSDP); None = DP.")
     pp_schedule: PipelineSchedule | None = Field(
         default=None, description="None = 'interleaved' if vpp > 1 else '1f1b'."
     )
@@ -97,10 +109,11 @@ class Cluster(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
-    num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node (server).")
-    nic_gbps: float | None = Field(default=None, gt=0, description="Line rate of one NIC, Gbit/s.")
-    nics_per_node: int | None = Field(default=None, ge=1, description="NICs per node.")
+    num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job.")
+    gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node (server).")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
+                                   description="Line rate of one NIC, Gbit/s.")
+    nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node.")
 
     @property
     def num_nodes(self) -> int:

@@ -24,6 +24,41 @@ DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency
 # They multiply the profile's fitted kernel_overhead_s, so the count only sets how that cost scales.
 KERNELS_PER_LAYER_FWD = 14
 KERNELS_PER_MOE_FWD = 12       # router, top-k, permute, unpermute, grouped-GEMM setup (same kind of estimate)
+# Grouped-GEMM efficiency falls with the tokens each expert gets: eff(M) = moe_efficiency * M / (M + M_HALF).
+# Fitted on ../shared/data/microbench/primus-turbo-mi300x/grouped_gemm.json (288 MoE shapes, MI300X): against
+# the tile/wave model of projection/compute.py the achieved fraction is 0.353 at M = 512 tokens per expert,
+# 0.381 at 1024 and 0.394-0.400 from 2048 up (median over shapes), i.e. 0.90 of the plateau at M = 512.
+GROUPED_GEMM_HALF_M = 60.0
+# Frameworks whose token-drop MoE path dispatches and combines with one-hot einsums (GShard style):
+# MaxText src/MaxText/layers/moe.py ``dense_matmul`` with capacity_factor > 0 builds dispatch/combine
+# masks (B, S, E, C), C = S * top_k * capacity_factor / E, and runs "BSM,BSEC->EBCM" and
+# "EBCM,BSEC->BSM" as dense matmuls: 2*S*(E*C)*h FLOPs each per sequence, quadratic in S.
+EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
+# HBM bytes moved per element cast to a low-precision GEMM input, by recipe (Transformer Engine):
+# - fp8 (per-tensor scaling): fused cast + transpose reads bf16 once (2 B) and writes the row-wise and
+#   the transposed FP8 copy the weight-gradient GEMM needs (1 + 1 B) - transformer_engine/common/transpose/
+#   cast_transpose.cu; the amax reduction rides in the same kernel.
+# - fp8-blockwise (1x128 / 128x128 scales, DeepSeek-V3 style): as fp8, plus an fp32 scale per 128 elements
+#   each way (2 x 4/128 B) and a separate amax pass over the input (2 B) to form the block scales.
+# - mxfp8 (OCP MX, E8M0 scale per 32 elements): row- and column-wise quantisation in one pass, each copy
+#   with its 1-byte scale per 32 elements: 2 + 2 x (1 + 1/32) B.
+# - nvfp4 (E4M3 scale per 16 FP4 elements + a per-tensor fp32): 2 + 2 x (0.5 + 1/16) B, plus the random
+#   Hadamard transform TE applies to the weight-gradient operands (one more bf16 read and write, 4 B).
+CAST_BYTES_PER_ELEMENT = {"fp8": 4.0, "fp8-blockwise": 4.0 + 8.0 / 128 + 2.0, "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
+                          "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
+
+
+def capacity_factor(config: TrainingConfig) -> float:
+    """Expert work per routed token copy: the padded capacity factor with token-drop routing, else 1.
+
+    With token-drop routing every expert computes on its full capacity (``moe_capacity_factor`` times
+    the balanced share), padded when fewer tokens arrive (Megatron ``moe_pad_expert_input_to_capacity``,
+    MaxText's dense_matmul path), and the all-to-all carries the padded buffers.  Dropless and balanced
+    routing compute on the routed tokens only.
+    """
+    if config.moe_routing != "token-drop" or config.moe_capacity_factor is None:
+        return 1.0
+    return config.moe_capacity_factor
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -83,12 +118,17 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     a_local = model.num_attention_heads / t
     fwd = bwd_in = bwd_w = 0.0
     flops = 0.0
+    launches = 0                  # forward kernel launches of the layer (backward launches about twice as many)
 
-    def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0) -> None:
-        nonlocal fwd, bwd_in, bwd_w, flops
+    def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
+               weight: bool = True) -> None:
+        nonlocal fwd, bwd_in, bwd_w, flops, launches
+        launches += 1
         f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
-        fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + dw
-        flops += 2.0 * m * n * k * groups_
+        fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + (dw if weight else 0.0)
+        if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
+            bwd_in += dw
+        flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
     # Attention projections.
     if model.uses_mla:
@@ -122,15 +162,21 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         if model.num_shared_experts:
             linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
             linear(tokens, h, model.shared_expert_ffn_hidden_size / t)
-        routed = tokens * model.top_k / t * dims.etp          # token copies this GPU's experts process
+        cf = capacity_factor(config)
+        routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
         per_expert = routed / local_experts
+        if cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS:
+            slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
+            linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False)   # dispatch
+            linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False)   # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=rates.moe_efficiency)
-        linear(per_expert, h, ffn_local, groups_=local_experts, eff=rates.moe_efficiency)
+        grouped_eff = rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
+        linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
+        linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
         kernels += KERNELS_PER_MOE_FWD
-        dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h
+        dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
         if config.moe_dispatcher == "allgather":
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
         else:
@@ -144,9 +190,12 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     sp_div = t if config.sequence_parallel else 1
     stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
     stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
-    if config.is_low_precision:  # FP8 casts: read bf16, write fp8 (3 B per element)
-        stream_bytes += 3 * fp8_cast_elements(model, tokens, t, routed, dims.etp)
+    if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
+        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
+                                                                                    dims.etp)
     stream = streaming_s(stream_bytes, kernels, rates)
+    launches += kernels + 1       # element-wise kernels and the attention kernel
+    host_fwd = launches * rates.host_launch_s
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
     tp_comm = 2.0 * all_reduce_s(ACT_BYTES * tokens * h, groups.tp, net) if t > 1 else 0.0
@@ -155,9 +204,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         kv_bytes = ACT_BYTES * tokens * 2 * model.num_kv_heads * model.head_dim / t
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
+    # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
+    fwd_total = max(fwd + attn_fwd + stream + fixed, host_fwd)
+    bwd_total = bwd_in + attn_bwd + 2 * stream + 2 * fixed
+    bwd_total = max(bwd_total, 2 * host_fwd - bwd_w)
     return LayerCost(
-        fwd_s=fwd + attn_fwd + stream + fixed,
-        bwd_input_s=bwd_in + attn_bwd + 2 * stream + 2 * fixed,
+        fwd_s=fwd_total,
+        bwd_input_s=bwd_total,
         bwd_weight_s=bwd_w,
         attention_fwd_s=attn_fwd,
         tp_comm_s=tp_comm,

@@ -21,7 +21,7 @@ def _register_optional() -> None:
     """Register command groups that live in their own modules (each may be absent while in development)."""
     import importlib
 
-    for module_name in ("catalog_cmd", "eval_cmd", "search_cmd", "agent_cmd", "bench_cmd"):
+    for module_name in ("catalog_cmd", "eval_cmd", "search_cmd", "agent_cmd", "bench_cmd", "diagnose_cmd"):
         try:
             module = importlib.import_module(f"projtune.commands.{module_name}")
         except ModuleNotFoundError as err:

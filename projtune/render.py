@@ -9,6 +9,8 @@ from rich.table import Table
 
 console = Console()
 
+_SHORT = {"weights_gib": "weights", "gradients_gib": "grads", "optimizer_gib": "optim", "fp8_copies_gib": "fp8",
+          "activations_gib": "activ", "transient_gib": "buffers", "overhead_gib": "overhd", "total_gib": "total"}
 _MEMORY_COLUMNS = ("weights_gib", "gradients_gib", "optimizer_gib", "fp8_copies_gib", "activations_gib",
                    "transient_gib", "overhead_gib", "total_gib")
 
@@ -41,22 +43,43 @@ def layout_text(config: dict[str, Any]) -> str:
 def memory_table(data: dict[str, Any]) -> Table:
     """One row per pipeline stage, one column per memory term (GiB)."""
     table = Table(title=f"Memory per GPU (GiB), capacity {data['capacity_gib']:.1f}: {data['verdict']}")
-    table.add_column("stage")
+    table.add_column("rank")
     for column in _MEMORY_COLUMNS:
-        table.add_column(column.removesuffix("_gib"), justify="right")
-    table.add_column("µbatches in flight", justify="right")
+        table.add_column(_SHORT.get(column, column.removesuffix("_gib")), justify="right")
+    table.add_column("µb", justify="right")
     for stage in data["stages"]:
         table.add_row(str(stage["rank"]), *(f"{stage[c]:.1f}" for c in _MEMORY_COLUMNS),
                       f"{stage['microbatches_in_flight']:.2f}")
     return table
 
 
+def breakdown_table(data: dict[str, Any]) -> Table:
+    """The heaviest rank's memory terms (GiB), with their sum (= the peak)."""
+    from projection.memory_report import TERM_NOTES
+
+    table = Table(title=f"Heaviest pipeline rank: {data['heaviest_rank']} "
+                        f"({data['heaviest_rank_layers']} layers), GiB per GPU")
+    table.add_column("term")
+    table.add_column("GiB", justify="right")
+    table.add_column("what")
+    for name, gib in data["peak_terms_gib"].items():
+        table.add_row(name, f"{gib:.2f}", TERM_NOTES.get(name, ""))
+    table.add_row("[bold]sum = peak[/]", f"[bold]{data['peak_terms_sum_gib']:.2f}[/]", "")
+    return table
+
+
 def print_memory(data: dict[str, Any]) -> None:
-    """Print a memory report."""
+    """Print a memory report: per-rank table, the heaviest rank's breakdown, the verdict and its margins."""
     console.print(f"[bold]{data['model']}[/] on {data['num_gpus']} x {data['gpu']}")
     console.print(memory_table(data))
-    console.print(f"peak {data['peak_gib']:.1f} GiB on stage {data['peak_rank']}, "
-                  f"headroom {data['headroom_fraction']:.1%}")
+    if "peak_terms_gib" in data:
+        console.print(breakdown_table(data))
+        m = data["margins"]
+        console.print(f"usable {data['usable_gib']:.1f} of {data['hbm_gib']:.1f} GiB HBM; fits up to "
+                      f"{data['fits_limit_gib']:.1f} GiB (margin +{m['under']:.0%}), out of memory above "
+                      f"{data['oom_limit_gib']:.1f} GiB (margin -{m['over']:.0%})")
+    console.print(f"peak {data['peak_gib']:.1f} GiB on pipeline rank {data['peak_rank']} (the heaviest), "
+                  f"headroom {data['headroom_fraction']:.1%}: {data['verdict']}")
 
 
 def print_projection(data: dict[str, Any]) -> None:

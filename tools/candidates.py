@@ -10,16 +10,30 @@ The space (kept sane on purpose, each rule with its reason):
 - EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp 1 (MoE parallel
   folding, the Megatron-core recommendation), or 1 and tp when the constraints name etp.
 - MBS powers of two up to 16 with gbs divisible by mbs*dp.
-- Recompute: none, selective (core attention), full on all layers, full on half the layers of a stage.
+- Recompute: none, selective, full on all layers, full on half the layers of a stage.  Selective
+  comes in two module sets (Megatron-core ``--recompute-modules``, checked in its
+  ``TransformerConfig``: ``moe_act`` needs grouped-GEMM MoE, ``mla_up_proj`` needs MLA):
+  ``core_attn`` (the default), and ``core_attn`` plus the cheap re-runs the model has
+  (``layernorm``, ``moe_act`` for MoE, ``mla_up_proj`` for MLA).  ``mlp``, ``moe`` and
+  ``shared_experts`` re-run whole GEMMs the engine does not price as recompute, so they are
+  not searched (a pinned config may still name them).
 - Precision: bf16 and the FP8 recipes the GPU supports (fp8, fp8-blockwise, mxfp8).
-- ZeRO 0 (DDP), 1 (distributed optimizer), 3 (FSDP, only with pp 1 and tp <= 8).
+- ZeRO 0 (DDP), 1 (distributed optimizer), 3 (FSDP, only with pp 1 and tp <= 8); with ZeRO 3 and a
+  data-parallel group wider than a node, also HSDP (``fsdp_size`` = GPUs per node / tp: shard inside
+  the node, replicate across nodes).
+- MoE dispatcher: alltoall; DeepEP too where the EP group spans nodes (``ep * etp`` above the
+  GPUs of a node), the case its internode kernels are for (Megatron-core MoE README, "DeepEP").
+Ties (projected throughput within 0.1%) go to the simpler layout: :func:`simplicity` (lower VPP, no CP,
+less recompute and fewer recomputed modules, plain dispatcher, no HSDP, the simpler FP8 recipe), never
+to extreme VPP.
 Every yielded config is legal by construction (:func:`projection.legality.layout_violations` is empty).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from projection.hardware import HardwareSpec
 from projection.legality import divisors, even_pp_splits
@@ -32,6 +46,14 @@ MAX_CP = 64                       # largest CP degree considered (as projection.
 MAX_MBS = 16                      # largest micro-batch considered (as projection.legality.legal_axes)
 FP8_RECIPES = ("fp8", "fp8-blockwise", "mxfp8")
 FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
+DEFAULT_MODULES: tuple[str, ...] = ("core_attn",)
+TIE_TOLERANCE = 1e-3              # throughputs within 0.1% are a tie (below the engine's resolution)
+# Simpler recipe first among equally fast ones: 16-bit, then per-tensor FP8 (one scale per tensor), then
+# recipes with more scale factors to compute and apply (128x128 blocks, 32-element MX blocks, NVFP4 16-element
+# blocks plus a per-tensor scale); NVIDIA Transformer Engine docs, "Using FP8 with Transformer Engine".
+T = TypeVar("T")
+_RECIPE_ORDER = {"bf16": 0, "fp16": 1, "fp8": 2, "fp8-blockwise": 3, "mxfp8": 4, "nvfp4": 5}
+_RECOMPUTE_LEVEL = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,12 +170,84 @@ def recompute_options(space: SearchSpace, pp: int) -> list[tuple[str, int | None
             and (rnl_rule is None or (r == "full" and rnl_rule(stage_layers if n is None else n)))]
 
 
+def recompute_module_sets(space: SearchSpace) -> list[tuple[str, ...]]:
+    """Module sets of selective recompute: the default, then the default plus the cheap re-runs (docstring)."""
+    m = space.model
+    extra = ["layernorm"] + (["moe_act"] if m.is_moe else []) + (["mla_up_proj"] if m.uses_mla else [])
+    return [DEFAULT_MODULES, (*DEFAULT_MODULES, *extra)]
+
+
+def fsdp_sizes(space: SearchSpace, tp: int, cp: int, dp: int, zero: int) -> list[int | None]:
+    """Sharding group sizes of ZeRO 3: the whole DP group (None), or one node's worth (HSDP) when DP spans nodes."""
+    if zero != 3:
+        return [None]
+    node = space.cluster.gpus_per_node // tp
+    if node > 1 and dp * cp > node and (dp * cp) % node == 0:
+        return [None, node]
+    return [None]
+
+
+def dispatchers(space: SearchSpace, ep: int, etp: int) -> tuple[str, ...]:
+    """MoE token dispatchers: alltoall, and DeepEP when the EP group spans nodes (module docstring)."""
+    if not space.model.is_moe or ep * etp <= space.cluster.gpus_per_node:
+        return ("alltoall",)
+    return ("alltoall", "deepep")
+
+
+def simplicity(config: TrainingConfig) -> tuple[int, ...]:
+    """Sort key of the simpler layout among equally fast ones: lower VPP, no CP, less recompute, fewer modules..."""
+    level = _RECOMPUTE_LEVEL.get((config.recompute, config.recompute_num_layers is not None), 3)
+    modules = len(config.recompute_modules) if config.recompute == "selective" else 0
+    return (config.vpp, config.cp, level, modules, int(config.moe_dispatcher != "alltoall"),
+            int(config.fsdp_size is not None), _RECIPE_ORDER.get(config.precision, len(_RECIPE_ORDER)),
+            config.pp, config.tp, config.ep, config.zero, config.mbs)
+
+
+def break_ties(items: Sequence[T], throughput: Callable[[T], float], config_of: Callable[[T], TrainingConfig],
+               tolerance: float = TIE_TOLERANCE) -> list[T]:
+    """Reorder a best-first list so runs of items within ``tolerance`` of each run's head go simplest first.
+
+    ``throughput(item)`` (tokens/s/GPU) and ``config_of(item)`` read an item; the order between runs is unchanged.
+    """
+    out: list[T] = []
+    run: list[T] = []
+    for item in items:
+        if run and throughput(item) < throughput(run[0]) * (1.0 - tolerance):
+            out += sorted(run, key=lambda i: simplicity(config_of(i)))
+            run = []
+        run.append(item)
+    return out + sorted(run, key=lambda i: simplicity(config_of(i)))
+
+
+def recompute_variants(space: SearchSpace, pp: int) -> list[tuple[str, int | None, tuple[str, ...]]]:
+    """(recompute, recompute_num_layers, recompute_modules): :func:`recompute_options` with the module sets."""
+    out: list[tuple[str, int | None, tuple[str, ...]]] = []
+    for recompute, rnl in recompute_options(space, pp):
+        sets = recompute_module_sets(space) if recompute == "selective" else [DEFAULT_MODULES]
+        out += [(recompute, rnl, modules) for modules in sets]
+    return out
+
+
+def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int, etp: int,
+              precisions: list[str], recomputes: list[tuple[str, int | None, tuple[str, ...]]]
+              ) -> Iterator[tuple[int | None, str, str, str, int | None, tuple[str, ...]]]:
+    """The innermost axes of one sharding: HSDP size, dispatcher, precision, recompute (with its modules)."""
+    for fsdp in fsdp_sizes(space, tp, cp, dp, zero):
+        for dispatcher in dispatchers(space, ep, etp):
+            for precision in precisions:
+                for recompute, rnl, modules in recomputes:
+                    yield fsdp, dispatcher, precision, recompute, rnl, modules
+
+
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
                          gbs: int, seq_len: int) -> Iterator[TrainingConfig]:
     """Yield every legal layout of the job within ``constraints``, each once (see the module docstring)."""
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
                         seq_len=seq_len)
     precisions = precision_values(space)
+    recomputes: dict[int, list[tuple[str, int | None, tuple[str, ...]]]] = {}
+    for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
+        recomputes[pp] = recompute_variants(space, pp)
     n = cluster.num_gpus
     template = TrainingConfig(gbs=gbs, seq_len=seq_len)  # copies of it skip validation: legal by construction
     seen: set[tuple[object, ...]] = set()
@@ -169,15 +263,16 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                             if not schedule_fits(schedule, pp, gbs // (mbs * dp)):
                                 continue
                             for zero in zero_values(space, tp, pp):
-                                for precision in precisions:
-                                    for recompute, rnl in recompute_options(space, pp):
-                                        key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
-                                               schedule)
-                                        if key in seen:
-                                            continue
-                                        seen.add(key)
-                                        yield template.model_copy(update=dict(
-                                            tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
-                                            precision=precision, recompute=recompute, recompute_num_layers=rnl,
-                                            sequence_parallel=tp > 1, zero=zero, pp_schedule=schedule,
-                                        ))
+                                for fsdp, dispatcher, precision, recompute, rnl, modules in _variants(
+                                        space, tp, cp, dp, zero, ep, etp, precisions, recomputes[pp]):
+                                    key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
+                                           schedule, modules, fsdp, dispatcher)
+                                    if key in seen:
+                                        continue
+                                    seen.add(key)
+                                    yield template.model_copy(update=dict(
+                                        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
+                                        precision=precision, recompute=recompute, recompute_num_layers=rnl,
+                                        recompute_modules=modules, sequence_parallel=tp > 1, zero=zero,
+                                        pp_schedule=schedule, fsdp_size=fsdp, moe_dispatcher=dispatcher,
+                                    ))

@@ -10,6 +10,7 @@ only where the format gives per-stage layer counts instead of degrees (Megatron
 
 from __future__ import annotations
 
+import re
 import shlex
 import tomllib
 from typing import Any
@@ -17,7 +18,12 @@ from typing import Any
 import yaml
 
 from projection.errors import ProjtuneError
-from tools.launch_config import FRAMEWORKS, MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITAN_SCHEDULE
+from tools.launch_config import MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITAN_SCHEDULE
+
+IMPORT_FRAMEWORKS = ("megatron", "primus", "torchtitan")
+# Flags whose dest is not the flag name (megatron/training/arguments.py): flag -> (dest, value it sets).
+_FLAG_DESTS = {"fp8_format": ("fp8", None), "disable_bias_linear": ("add_bias_linear", False),
+               "no_gradient_accumulation_fusion": ("gradient_accumulation_fusion", False)}
 
 
 class LaunchConfigError(ProjtuneError):
@@ -31,25 +37,50 @@ _INT_ARGS = {
 }
 
 
-def _megatron_args(text: str) -> dict[str, Any]:
-    """Parse Megatron command-line arguments into dest -> value (True for bare flags, lists for nargs)."""
+def megatron_args(text: str) -> dict[str, Any]:
+    """Parse Megatron command-line arguments into dest -> value (True for bare flags, lists for nargs).
+
+    Numbers are converted; ``torchrun ... pretrain_gpt.py`` launcher words before the first flag are skipped.
+    """
     lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
-    try:
-        tokens = shlex.split(" ".join(lines))
-    except ValueError as err:
-        raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
     args: dict[str, Any] = {}
     key: str | None = None
+    for number, line in enumerate(lines, 1):
+        try:
+            tokens = shlex.split(line)
+        except ValueError as err:
+            raise LaunchConfigError(f"line {number}: cannot parse Megatron arguments: {err}: {line.strip()[:80]}") \
+                from err
+        key = _megatron_tokens(tokens, args, key)
+    return args
+
+
+def _number(token: str) -> Any:
+    for kind in (int, float):
+        try:
+            return kind(token)
+        except ValueError:
+            pass
+    return token
+
+
+def _megatron_tokens(tokens: list[str], args: dict[str, Any], key: str | None) -> str | None:
     for token in tokens:
         if token.startswith("--"):
-            key = token[2:].replace("-", "_")
-            key = "fp8" if key == "fp8_format" else key
-            args[key] = True
+            name, _, inline = token[2:].partition("=")
+            key = name.replace("-", "_")
+            key, value = _FLAG_DESTS.get(key, (key, None))
+            args[key] = True if value is None else value
+            if inline:
+                args[key] = _number(inline)
+            if value is not None:
+                key = None
         elif key is not None:
+            token = _number(token)  # type: ignore[assignment]
             current = args[key]
             args[key] = token if current is True else ([*current, token] if isinstance(current, list)
                                                         else [current, token])
-    return args
+    return key
 
 
 def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[str, Any]:
@@ -125,10 +156,11 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
     config: dict[str, Any] = {"tp": int(par.get("tensor_parallel_degree", 1)),
                               "pp": int(par.get("pipeline_parallel_degree", 1)),
                               "cp": int(par.get("context_parallel_degree", 1))}
-    config["sequence_parallel"] = config["tp"] > 1
+    config["sequence_parallel"] = config["tp"] > 1 and bool(par.get("enable_sequence_parallel", True))
     if "expert_parallel_degree" in par:
         config["ep"] = int(par["expert_parallel_degree"])
-        config["etp"] = int(par.get("expert_tensor_parallel_degree", 1))
+        # torchtitan 0.3.0: experts are not TP-sharded under EP; without EP they follow TP
+        config["etp"] = int(par.get("expert_tensor_parallel_degree", 1 if config["ep"] > 1 else config["tp"]))
     shard, replicate = int(par.get("data_parallel_shard_degree", -1)), int(par.get("data_parallel_replicate_degree", 1))
     if shard > 0:
         config["dp"] = shard * replicate
@@ -139,7 +171,7 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
     else:
         config["zero"] = 3
         if replicate > 1:
-            config["fsdp_size"] = shard
+            config["fsdp_size"] = shard * config["cp"]  # torchtitan's FSDP group is dp_shard * cp
     for key, name in (("global_batch_size", "gbs"), ("seq_len", "seq_len")):
         if key in train:
             config[name] = int(train[key])
@@ -150,13 +182,23 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
         config["pp_schedule"] = schedules.get(par.get("pipeline_parallel_schedule", "1F1B"), "1f1b")
         per_stage = par.get("pipeline_parallel_layers_per_stage")
         if per_stage and num_layers:
-            config["vpp"] = num_layers // (pp * int(per_stage))
+            # torchtitan pipeline_parallel.py: stages = ceil((layers + first_less + last_less) / layers_per_stage)
+            extra = int(par.get("pipeline_parallel_first_stage_less_layers", 1)) + \
+                int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+            stages = -(-(num_layers + extra) // int(per_stage))
+            config["vpp"] = max(1, stages // pp)
         elif config["pp_schedule"] in ("interleaved", "zbv"):
             raise LaunchConfigError("an interleaved torchtitan schedule needs pipeline_parallel_layers_per_stage and "
                                     "the model's layer count (num_layers) to recover vpp")
     elif "local_batch_size" in train:
         config["mbs"] = int(train["local_batch_size"])
     config["precision"] = _torchtitan_precision(data)
+    chosen = re.search(r"--config[ =](\w+)", text)  # torchtitan 0.3.0: the config function sets the converters
+    if config["precision"] == "bf16" and chosen:
+        from tools.framework_rules import TORCHTITAN_CONFIGS
+
+        config["precision"] = next((p for (_, p), (_, name) in TORCHTITAN_CONFIGS.items() if name == chosen[1]),
+                                   "bf16")
     config.update(_torchtitan_ac(ac, num_layers, pp))
     return config
 
@@ -188,7 +230,7 @@ def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[
         return {"recompute": "none"}
     if mode == "full":
         return {"recompute": "full"}
-    option = str(ac.get("selective_ac_option", "2"))
+    option = str(ac.get("selective_ac_option", "op"))  # torchtitan 0.3.0 selective AC is op-level
     if option == "op":
         return {"recompute": "selective"}
     every = int(option)
@@ -205,9 +247,9 @@ def import_launch_config(text: str, framework: str, *, num_layers: int | None = 
         LaunchConfigError: unknown framework, unparsable text, or a per-stage layer count without ``num_layers``.
     """
     if framework == "megatron":
-        return _from_megatron_dests(_megatron_args(text), num_layers)
+        return _from_megatron_dests(megatron_args(text), num_layers)
     if framework == "primus":
         return _from_megatron_dests(_primus_overrides(text), num_layers)
     if framework == "torchtitan":
         return _from_torchtitan(text, num_layers)
-    raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(FRAMEWORKS)})")
+    raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")

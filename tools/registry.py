@@ -5,13 +5,27 @@ Success: ``{"ok": true, "tool": NAME, "result": {...}}``.  Failure (never an exc
 where ``field`` is the dotted input path at fault, ``allowed`` its valid values when they are
 a closed set, and ``nearest`` the closest valid names for an unknown model or GPU.  Illegal
 layouts add ``violations`` (one line per broken rule).
+
+Calls from outside the process (MCP clients; an LLM's tool arguments are stripped of file
+arguments before they get here, see :mod:`agent.toolbox`) run with ``untrusted=True``: they may
+not make the server read files.  A ``profile_path`` must then name a profile in the profile
+folder (the shipped ``projection/catalog/profiles`` or ``$PROJTUNE_PROFILE_DIR``), by file
+name or stem; a model must be a catalog id or config fields, never a file path; and no error
+quotes a file's content.  Explicit paths given on the command line are trusted (``projtune
+project --profile FILE``).  ``deadline_s`` runs the call in a forked child process that is
+killed, with any workers it started, when the deadline passes (the work is cancelled, not
+just abandoned); the caller gets a structured error saying so.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
+import signal
 import types
 import typing
+from contextlib import contextmanager
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -19,6 +33,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from projection.errors import IllegalLayoutError, ModelSpecError, ProjtuneError, UnknownNameError
+from projection.safe_yaml import UNTRUSTED
 from tools import functions as f
 from tools import schemas as s
 from tools.constraints import ConstraintError
@@ -54,6 +69,7 @@ TOOLS: tuple[Tool, ...] = (
     _tool(f.explain, s.ExplainInput, s.ExplainOutput),
     _tool(f.export_launch_config, s.ExportInput, LaunchConfig),
     _tool(f.run_benchmark, s.BenchmarkInput, s.BenchmarkOutput),
+    _tool(f.tune, s.TuneInput, s.TuneOutput),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
 
@@ -63,8 +79,13 @@ def tool_names() -> list[str]:
     return [t.name for t in TOOLS]
 
 
+MAX_MESSAGE_CHARS = 2000
+
+
 def error(field: str | None, message: str, allowed: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
-    """The structured error body."""
+    """The structured error body (the message cut to MAX_MESSAGE_CHARS: an echoed input stays short)."""
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + " ...(cut)"
     return {"field": field, "message": message, "allowed": list(allowed or []), **extra}
 
 
@@ -139,8 +160,138 @@ def _domain_error(err: ProjtuneError) -> dict[str, Any]:
     return error(getattr(err, "field", None), str(err))
 
 
-def call_tool(name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Validate ``arguments`` against the tool's input model, call it, and return a JSON-able dict (never raises)."""
+DEFAULT_DEADLINE_S = 120.0
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def tool_deadline_s() -> float:
+    """Seconds one remote tool call may run: ``$PROJTUNE_TOOL_DEADLINE`` or 120."""
+    try:
+        value = float(os.environ.get("PROJTUNE_TOOL_DEADLINE") or DEFAULT_DEADLINE_S)
+    except ValueError:
+        return DEFAULT_DEADLINE_S
+    return value if 0 < value < 86_400 else DEFAULT_DEADLINE_S
+
+
+def profile_dirs() -> list[Path]:
+    """Folders remote callers may name profiles in: the shipped profiles, then ``$PROJTUNE_PROFILE_DIR``."""
+    from importlib import resources
+
+    dirs = [Path(str(resources.files("projection") / "catalog" / "profiles")).resolve()]
+    extra = os.environ.get("PROJTUNE_PROFILE_DIR")
+    if extra:
+        dirs.append(Path(extra).expanduser().resolve())
+    return dirs
+
+
+def resolve_profile_name(value: str) -> str | None:
+    """The file a remote ``profile_path`` names inside a profile folder (name or stem), else None (never read)."""
+    if not value or len(value) > 255 or "\x00" in value:
+        return None
+    for folder in profile_dirs():
+        for candidate in (value, *(value + s for s in PROFILE_SUFFIXES)):
+            path = (folder / candidate).resolve()
+            if path.is_relative_to(folder) and path.suffix in PROFILE_SUFFIXES and path.is_file():
+                return str(path)
+    return None
+
+
+def _looks_like_path(value: Any) -> bool:
+    return isinstance(value, str) and ("/" in value or "\\" in value or value.endswith((".json", ".yaml", ".yml"))
+                                       or value.startswith(("~", ".")))
+
+
+def _untrusted_problem(arguments: dict[str, Any]) -> dict[str, Any] | None:
+    """The structured error for file arguments a remote caller may not give (profile_path rewritten in place)."""
+    profile = arguments.get("profile_path")
+    if profile is not None:
+        resolved = resolve_profile_name(profile) if isinstance(profile, str) else None
+        if resolved is None:
+            names = sorted({p.stem for d in profile_dirs() if d.is_dir() for p in d.iterdir()
+                            if p.suffix in PROFILE_SUFFIXES})
+            return error("profile_path", "profile_path must name a profile in the profile folder (by name, e.g. "
+                         "'mi300x'); files elsewhere are read only when given on the command line (--profile)",
+                         names)
+        arguments["profile_path"] = resolved
+    if _looks_like_path(arguments.get("model")):
+        return error("model", "remote calls name a catalog model id or pass config.json fields as an object; "
+                     "model files are not read", [])
+    return None
+
+
+@contextmanager
+def _untrusted_context(untrusted: bool):  # noqa: ANN202 - a context manager
+    token = UNTRUSTED.set(True) if untrusted else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            UNTRUSTED.reset(token)
+
+
+def call_tool(name: str, arguments: dict[str, Any] | None = None, *, untrusted: bool = False,
+              deadline_s: float | None = None) -> dict[str, Any]:
+    """Validate ``arguments`` against the tool's input model, call it, and return a JSON-able dict (never raises).
+
+    ``untrusted``: a remote caller (no file reads, see the module docstring); ``deadline_s``: cancel
+    the work after this many seconds (run in a killed-on-deadline child process).
+    """
+    if deadline_s is not None and name in TOOLS_BY_NAME and isinstance(arguments, dict | None):
+        return _call_with_deadline(name, arguments, untrusted, deadline_s)
+    with _untrusted_context(untrusted):
+        return _call(name, arguments, untrusted)
+
+
+def _call_with_deadline(name: str, arguments: dict[str, Any] | None, untrusted: bool,
+                        deadline_s: float) -> dict[str, Any]:
+    """Run the call in a forked child; kill it (and its process group) when the deadline passes."""
+    import multiprocessing
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:   # no fork on this platform: run in-process (work is bounded by the input limits)
+        with _untrusted_context(untrusted):
+            return _call(name, arguments, untrusted)
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_call, args=(sender, name, arguments, untrusted), daemon=False)
+    child.start()
+    sender.close()
+    payload: dict[str, Any] | None = None
+    try:
+        if receiver.poll(deadline_s):
+            try:
+                payload = receiver.recv()
+            except (EOFError, OSError):
+                payload = None
+    finally:
+        receiver.close()
+        child.join(timeout=1.0 if payload is not None else 0.0)
+        if child.is_alive() and child.pid is not None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                child.kill()
+            child.join(timeout=5.0)
+    if payload is None:
+        reason = (f"exceeded its deadline of {deadline_s:g} s and was cancelled; ask for less (fewer GPUs, "
+                  "a tighter constraint, a smaller top_k)" if child.exitcode in (None, -signal.SIGKILL)
+                  else f"stopped without an answer (exit code {child.exitcode})")
+        return {"ok": False, "tool": name, "error": error(None, f"tool {name} {reason}", [])}
+    return payload
+
+
+def _child_call(sender: Any, name: str, arguments: dict[str, Any] | None, untrusted: bool) -> None:
+    try:
+        os.setpgid(0, 0)   # own process group: the deadline kills any workers too
+    except OSError:
+        pass
+    with _untrusted_context(untrusted):
+        payload = _call(name, arguments, untrusted)
+    sender.send(payload)
+    sender.close()
+
+
+def _call(name: str, arguments: dict[str, Any] | None, untrusted: bool) -> dict[str, Any]:
     tool = TOOLS_BY_NAME.get(name)
     if tool is None:
         near = difflib.get_close_matches(name, tool_names(), n=1)
@@ -148,6 +299,11 @@ def call_tool(name: str, arguments: dict[str, Any] | None = None) -> dict[str, A
         return {"ok": False, "tool": name, "error": error("name", f"unknown tool '{name}'{hint}", tool_names())}
     if arguments is not None and not isinstance(arguments, dict):
         return {"ok": False, "tool": name, "error": error(None, "arguments must be a JSON object")}
+    if untrusted and arguments:
+        arguments = dict(arguments)
+        problem = _untrusted_problem(arguments)
+        if problem is not None:
+            return {"ok": False, "tool": name, "error": problem}
     try:
         inp = tool.input_model.model_validate(arguments or {})
     except ValidationError as err:
@@ -160,5 +316,5 @@ def call_tool(name: str, arguments: dict[str, Any] | None = None) -> dict[str, A
         return {"ok": False, "tool": name, "error": _domain_error(err)}
     except Exception as err:  # a tool never raises into its caller
         return {"ok": False, "tool": name, "error": error(None, f"internal error in {name}: "
-                                                                f"{type(err).__name__}: {err}")}
+                                                                f"{type(err).__name__}: {str(err)[:300]}")}
     return {"ok": True, "tool": name, "result": out.model_dump(mode="json")}

@@ -152,7 +152,8 @@ class MemoryOutput(BaseModel):
     model_config = _FORBID
     layout: str = ""
     verdict: Literal["fits", "at risk", "out of memory"] = Field(
-        description="fits below 90% of HBM, at risk up to 100%, out of memory above.")
+        description="fits / at risk / out of memory: the peak against the framework's usable memory with the "
+                    "calibrated margins of projection/memory_verdict.py.")
     peak_gib: float
     peak_rank: int
     capacity_gib: float
@@ -176,7 +177,11 @@ class ProjectOutput(BaseModel):
     layout: str
     config: dict[str, Any] = Field(description="Sweep-format keys with derived dp and pp_schedule.")
     iteration_time_s: float
+    iteration_time_s_low: float = Field(description="80% interval on iteration time, low end, seconds.")
+    iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
     tokens_per_sec_per_gpu: float
+    tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
+    tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
     model_tflops_per_gpu: float
     mfu: float
     flops_formula: str
@@ -205,6 +210,10 @@ class CompareRow(BaseModel):
     relative_throughput: float = Field(description="Throughput / the fastest layout's.")
     mfu: float
     iteration_time_s: float
+    tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
+    tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
+    iteration_time_s_low: float = Field(description="80% interval on iteration time, low end, seconds.")
+    iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
     peak_memory_gib: float
     headroom_fraction: float
     verdict: str
@@ -255,8 +264,9 @@ class ExplainOutput(BaseModel):
 class ExportInput(LayoutInput):
     """A layout and the framework to write it for."""
 
-    framework: Literal["megatron", "primus", "torchtitan"] = Field(
-        default="megatron", description="megatron (command-line args), primus (YAML overlay), torchtitan (TOML).")
+    framework: Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"] = Field(
+        default="megatron", description="megatron (command-line args), megatron-bridge (dotted overrides), primus "
+                                        "(YAML overlay), torchtitan (TOML + 0.3.0 command line), maxtext (YAML).")
 
 
 ExportOutput = LaunchConfig
@@ -275,3 +285,36 @@ class BenchmarkOutput(BaseModel):
     available: bool = Field(description="Whether a GPU benchmark ran.")
     message: str
     results: dict[str, Any] | None = None
+
+
+class TuneInput(BaseModel):
+    """The whole tuning question: in words, or as fields (fields win over what the text says)."""
+
+    model_config = _FORBID
+    request: str | None = Field(default=None, description="The question in words, e.g. 'tune Mixtral 8x7B for 64 "
+                                                          "MI300X, seq 8k, no FP8'. Read by the offline parser.")
+    model: ModelRef | None = Field(default=None, description=_MODEL)
+    gpu: str | None = Field(default=None, description=_GPU)
+    num_gpus: int | None = Field(default=None, ge=1, description="GPUs in the job.")
+    gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs per node.")
+    gbs: int | None = Field(default=None, ge=1, description="Global batch size, sequences.")
+    seq_len: int | None = Field(default=None, ge=1, description="Sequence length, tokens.")
+    constraints: list[str] = Field(default_factory=list, description="Axis rules: 'tp<=8', 'precision=bf16', ...")
+    top_k: int = Field(default=5, ge=1, le=50, description="Layouts to rank.")
+    framework: Literal["megatron", "primus", "torchtitan"] = Field(default="megatron",
+                                                                   description="Launch config format of the answer.")
+    tokens: str | None = Field(default=None, description="Token budget to plan for (e.g. '15T'): days, GPU-hours.")
+    deadline: str | None = Field(default=None, description="Deadline to plan for (e.g. '30d'): smallest GPU count "
+                                                           "that meets it (needs tokens).")
+    max_rounds: int = Field(default=3, ge=1, le=20, description="Most proposal rounds of the agent.")
+
+
+class TuneOutput(BaseModel):
+    """The tuning agent's answer: status, a one-line summary, and the full TuneReport."""
+
+    model_config = _FORBID
+    status: Literal["ok", "no_fit", "clarification"]
+    summary: str = Field(description="One line: the best layout and its projected throughput, or the question back.")
+    report: dict[str, Any] = Field(description="agent.report.TuneReport as JSON: best, top layouts with 80% "
+                                               "intervals and labelled MFU, near-ties, decision, plan, assumptions, "
+                                               "launch config.")

@@ -19,13 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from projection.device_profile import DeviceProfile, default_profile, load_profile
 from projection.engine import Projection, project
 from projection.hardware import HardwareSpec, load_hardware
-from projection.layout import parallel_dims
 from projection.legality import layout_violations
-from projection.memory import GIB, MemoryResult, project_memory
+from projection.memory import GIB, MemoryResult
+from projection.memory_verdict import passes_screen
 from projection.model_spec import ModelSpec, load_model
 from projection.summary import config_dict
 from projection.training_config import Cluster, TrainingConfig
-from tools.candidates import enumerate_candidates
+from tools import search_core
+from tools.candidates import break_ties, enumerate_candidates
 from tools.constraints import Constraints
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
 
@@ -51,6 +52,8 @@ class SearchRequest(BaseModel):
         default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
                                   "are checked, screened and ranked; gbs and seq_len fill missing keys.")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+    framework: str | None = Field(default=None, description="Only layouts this framework can launch "
+                                  "(megatron, megatron-bridge, primus, torchtitan, maxtext; tools/framework_rules.py).")
 
 
 class Candidate(BaseModel):
@@ -64,6 +67,10 @@ class Candidate(BaseModel):
     tokens_per_sec_per_gpu: float
     mfu: float = Field(description="Model FLOP utilisation, 0..1.")
     iteration_time_s: float
+    tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
+    tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
+    iteration_time_s_low: float = Field(description="80% interval on iteration time, low end, seconds.")
+    iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
     peak_memory_gib: float
     headroom_fraction: float = Field(description="1 - peak / HBM capacity.")
     verdict: str = Field(description="fits / at risk / out of memory.")
@@ -110,13 +117,13 @@ class _Job:
 
 
 def screen_memory(job: _Job, config: TrainingConfig) -> MemoryResult:
-    """The memory of one layout on the job's cluster (the cheap screen)."""
-    return project_memory(job.model, job.hardware, config, parallel_dims(config, job.cluster), job.profile)
+    """The memory of one layout on the job's cluster (the cheap screen; :func:`tools.search_core.screen_memory`)."""
+    return search_core.screen_memory(job, config)
 
 
 def passes(memory: MemoryResult, min_headroom: float) -> bool:
-    """Whether a memory result passes the screen: not out of memory and at least ``min_headroom`` free."""
-    return memory.verdict != "out of memory" and memory.headroom_fraction >= min_headroom
+    """Whether a memory result passes the screen (:func:`projection.memory_verdict.passes_screen`, as the agent)."""
+    return passes_screen(memory.peak_bytes, memory.capacity_bytes, min_headroom, memory.margins)
 
 
 def _explicit(request: SearchRequest, job: _Job) -> tuple[list[TrainingConfig], list[dict[str, Any]]]:
@@ -149,6 +156,9 @@ def candidate(p: Projection, rank: int) -> Candidate:
         rank=rank, config=config, layout=layout_text(config), tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu,
         mfu=p.mfu, iteration_time_s=p.iteration_time_s, peak_memory_gib=p.memory.peak_bytes / GIB,
         headroom_fraction=p.memory.headroom_fraction, verdict=p.memory.verdict, bottleneck=p.breakdown.bottleneck,
+        tokens_per_sec_per_gpu_low=p.tokens_per_sec_per_gpu_low,
+        tokens_per_sec_per_gpu_high=p.tokens_per_sec_per_gpu_high, iteration_time_s_low=p.iteration_time_s_low,
+        iteration_time_s_high=p.iteration_time_s_high,
         breakdown_s=p.breakdown.as_dict(),
     )
 
@@ -194,6 +204,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len))
         groups = group_by_recompute(configs)
+    if request.framework is not None:  # keep only what the framework can launch (tools/framework_rules.py)
+        from tools.framework_rules import check_framework, framework_violations
+
+        name = check_framework(request.framework)
+        configs = [c for c in configs if not framework_violations(name, job.model, job.cluster, c)]
+        groups = group_by_recompute(configs) if request.candidates is None else [[i] for i in range(len(configs))]
     total = len(configs)
     count = workers if workers is not None else default_workers(total)
     evaluator = Evaluator(job, configs, groups, constraints.min_headroom, keep_projections=count <= 1)
@@ -221,8 +237,9 @@ def _finish(job: _Job, configs: list[TrainingConfig], tally: Tally, top_k: int
             ) -> tuple[list[Candidate], list[Candidate]]:
     """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran)."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
-    best = ordered[:top_k]
     front = front_of(ordered)
+    ordered = break_ties(ordered, lambda o: o.tokens_per_s_per_gpu, lambda o: configs[o.index])  # simpler first
+    best = ordered[:top_k]
 
     def projection(index: int) -> Projection:
         if index not in tally.projections:

@@ -24,6 +24,7 @@ tests/tools/test_search_core.py checks both facts and that pruning changes no re
 from __future__ import annotations
 
 import bisect
+import gc
 import multiprocessing
 import os
 import threading
@@ -31,18 +32,26 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from projection import engine, fast_paths
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
-from projection.memory import GIB, MemoryResult, project_memory
+from projection.memory import MemoryResult, project_memory
+from projection.memory_verdict import could_pass, passes_screen
 from projection.training_config import TrainingConfig
 
 RECOMPUTE_ORDER = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
-PARALLEL_MIN_CANDIDATES = 2000   # below this a second process costs more than it saves
+PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
+IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this search included) to add a worker
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
 # FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
-ENGINE_ALIKE_PRECISIONS = frozenset({"fp8", "fp8-blockwise", "mxfp8"})
+# Empty since issue 11: the recipes' casts move different bytes (projection/workload.py CAST_BYTES_PER_ELEMENT).
+ENGINE_ALIKE_PRECISIONS: frozenset[str] = frozenset()
+# TrainingConfig fields the per-micro-batch stage times do not read (projection/engine.py _stage_times, workload).
+_WORK_FREE_FIELDS = frozenset({"dp", "gbs", "zero", "fsdp_size"})
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
@@ -132,17 +141,38 @@ def group_by_recompute(configs: Sequence[TrainingConfig]) -> list[list[int]]:
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, c in enumerate(configs):
         key = (c.tp, c.pp, c.vpp, c.cp, c.ep, c.etp, c.dp, c.mbs, c.gbs, c.seq_len, c.zero, c.precision, c.schedule,
-               c.fsdp_size, c.moe_dispatcher, c.moe_routing, c.sequence_parallel, c.recompute_modules, c.finetune)
+               c.fsdp_size, c.moe_dispatcher, c.moe_routing, c.sequence_parallel, c.finetune)
         groups.setdefault(key, []).append(i)
     ordered: list[list[int]] = []
     for members in groups.values():
-        levels = [RECOMPUTE_ORDER.get((configs[i].recompute, configs[i].recompute_num_layers is not None))
-                  for i in members]
+        # selective variants chain by module count (candidates.recompute_module_sets: each set extends the last)
+        levels = [_level(configs[i]) for i in members]
         if None in levels or len(set(levels)) != len(levels):
             ordered += [[i] for i in members]
             continue
         ordered.append([i for _, i in sorted(zip(levels, members, strict=True))])
     return ordered
+
+
+def _level(config: TrainingConfig) -> tuple[int, int] | None:
+    """Recompute order of a candidate: RECOMPUTE_ORDER, then (selective) how many modules re-run."""
+    level = RECOMPUTE_ORDER.get((config.recompute, config.recompute_num_layers is not None))
+    if level is None:
+        return None
+    return level, len(config.recompute_modules) if config.recompute == "selective" else 0
+
+
+def screen_memory(job: Any, config: TrainingConfig) -> MemoryResult:
+    """The memory screen of one layout on the job's cluster: every search call site goes through here.
+
+    (Or through :func:`screen_memories`, its batch form: the place for a vectorised screen.)
+    """
+    return project_memory(job.model, job.hardware, config, parallel_dims(config, job.cluster), job.profile)
+
+
+def screen_memories(job: Any, configs: Sequence[TrainingConfig]) -> list[MemoryResult]:
+    """:func:`screen_memory` of many layouts (today one by one; a vectorised screen must give the same results)."""
+    return [screen_memory(job, config) for config in configs]
 
 
 class Evaluator:
@@ -153,10 +183,10 @@ class Evaluator:
         self.job, self.configs, self.groups = job, configs, groups
         self.min_headroom, self.keep = min_headroom, keep_projections
         self.capacity = job.hardware.hbm_capacity_bytes
-        self.fixed_overhead = job.profile.memory_overhead_gib * GIB
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
         self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
         self._projection_cache: dict[TrainingConfig, Projection] = {}
+        self._work_cache: dict[tuple[Any, ...], float] = {}   # work_key -> busiest rank's work per micro-batch
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -176,9 +206,7 @@ class Evaluator:
         key = self.canonical(index)
         cached = self._memory_cache.get(key)
         if cached is None:
-            config = self.configs[index]
-            cached = self._memory_cache[key] = project_memory(
-                self.job.model, self.job.hardware, config, parallel_dims(config, self.job.cluster), self.job.profile)
+            cached = self._memory_cache[key] = screen_memory(self.job, self.configs[index])
         return cached
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
@@ -200,6 +228,47 @@ class Evaluator:
         seconds = iteration_time_lower_bound(job.model, job.cluster, config, hardware=job.hardware,
                                              profile=job.profile)
         return config.gbs * config.seq_len / seconds / job.cluster.num_gpus
+
+    def throughput_bounds(self, indices: Sequence[int]) -> list[float]:
+        """:meth:`throughput_bound` of many candidates at once, with the same bits.
+
+        The bound is (busiest rank's work per micro-batch) * micro-batches + optimizer + step
+        overhead (:func:`projection.engine.iteration_time_lower_bound`).  The per-micro-batch work
+        depends on neither dp, gbs, ZeRO nor the FSDP size, so it is computed once per
+        :meth:`work_key` and the rest, elementwise over the batch in numpy (the same IEEE
+        operations in the same order as the scalar path; tests/tools/test_search_core_vector.py).
+        """
+        if not indices:
+            return []
+        if not fast_paths.enabled():
+            return [self.throughput_bound(i) for i in indices]
+        job = self.job
+        configs = [self.configs[i] for i in indices]
+        dims = [parallel_dims(c, job.cluster) for c in configs]
+        work = np.array([self._busiest_work(i) for i in indices])
+        microbatches = np.array([d.num_microbatches for d in dims], dtype=np.float64)
+        optimizer = np.array([engine._optimizer_s(job.model, c, d, job.hardware, job.profile)
+                              for c, d in zip(configs, dims, strict=True)])
+        tokens = np.array([c.gbs * c.seq_len for c in configs], dtype=np.float64)
+        seconds = microbatches * work + optimizer + job.profile.step_overhead_s
+        return (tokens / seconds / job.cluster.num_gpus).tolist()
+
+    @staticmethod
+    def work_key(config: TrainingConfig) -> tuple[Any, ...]:
+        """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size."""
+        return tuple(value for name, value in config if name not in _WORK_FREE_FIELDS)
+
+    def _busiest_work(self, index: int) -> float:
+        """The busiest pipeline rank's F+B+W time of one micro-batch, s (the engine's stage times)."""
+        config = self.canonical(index)
+        key = self.work_key(config)
+        work = self._work_cache.get(key)
+        if work is None:
+            job = self.job
+            prep = engine._prepare(job.model, job.cluster, config, job.hardware, job.profile, None, False, None)
+            work = self._work_cache[key] = max(sum(s.forward_s) + sum(s.backward_input_s) + sum(s.backward_weight_s)
+                                               for s in prep.stages)
+        return work
 
     def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally,
                       known: Sequence[Outcome] = ()) -> None:
@@ -226,12 +295,10 @@ class Evaluator:
 
     def static_headroom(self, memory: MemoryResult) -> float:
         """Headroom bound of every recompute variant: only the terms recompute cannot change."""
-        static = max(s.weights_bytes + s.gradients_bytes + s.optimizer_bytes + s.fp8_copies_bytes
-                     for s in memory.stages) + self.fixed_overhead
-        return 1.0 - static / self.capacity
+        return 1.0 - memory.static_peak_bytes / memory.capacity_bytes
 
     def fits(self, memory: MemoryResult) -> bool:
-        return memory.verdict != "out of memory" and memory.headroom_fraction >= self.min_headroom
+        return passes_screen(memory.peak_bytes, memory.capacity_bytes, self.min_headroom, memory.margins)
 
     def _screened_out(self, tally: Tally, memory: MemoryResult, index: int) -> None:
         tally.screened_out += 1
@@ -241,6 +308,7 @@ class Evaluator:
     def phase1(self, group_ids: Iterable[int]) -> Tally:
         """For each group: screen from the least recompute up, project the first variant that fits."""
         tally = Tally()
+        found: list[tuple[int, int, int, MemoryResult]] = []    # (group, position, index, memory) of each lead
         for g in group_ids:
             members = self.groups[g]
             key = self.sharding_key(self.configs[members[0]])
@@ -252,19 +320,20 @@ class Evaluator:
                 memory = self.memory(index)
                 tally.visited += 1
                 if self.fits(memory):
-                    tally.pending.append(Lead(group=g, position=position, index=index,
-                                              headroom=memory.headroom_fraction,
-                                              tps_bound=self.throughput_bound(index),
-                                              static_headroom=self.static_headroom(memory)))
+                    found.append((g, position, index, memory))
                     break
                 self._screened_out(tally, memory, index)
-                bound = self.static_headroom(memory)
-                if bound < 0.0 or bound < self.min_headroom:   # nothing with this sharding can fit
+                # Nothing with this sharding can pass when its static memory alone would not (same rule).
+                if not could_pass(memory.static_peak_bytes, memory.capacity_bytes, self.min_headroom, memory.margins):
                     self.static_misfits.add(key)
                     rest = len(members) - position - 1
                     tally.screened_out += rest
                     tally.visited += rest
                     break
+        bounds = self.throughput_bounds([index for _, _, index, _ in found])
+        tally.pending += [Lead(group=g, position=position, index=index, headroom=memory.headroom_fraction,
+                               tps_bound=bound, static_headroom=self.static_headroom(memory))
+                          for (g, position, index, memory), bound in zip(found, bounds, strict=True)]
         return tally
 
     def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:
@@ -314,17 +383,45 @@ def _phase2_task(args: tuple[list[int], dict[int, tuple[int, float, float]], Bou
     return _WORKER.phase2(*args)
 
 
+def idle_cores() -> float:
+    """CPUs this process may use minus the 1-minute load average (which counts this process while it runs)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        return cpus - os.getloadavg()[0]
+    except OSError:        # no load average on this platform: assume busy
+        return 0.0
+
+
 def default_workers(num_candidates: int) -> int:
-    """2 processes for large searches when fork is safe (no other threads), else 1."""
+    """One process, unless the space is large, fork is safe (no other threads) and a second core is idle.
+
+    A second forked worker only pays when it gets a core of its own: on a loaded 2-core machine two
+    workers were 1.4-2.1x slower in wall time than one (issue 14), and most searches finish in a
+    second or two, less than the fork and the result transfer save.
+    """
     if num_candidates < PARALLEL_MIN_CANDIDATES or threading.active_count() > 1:
         return 1
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
-    return max(1, min(2, os.cpu_count() or 1))
+    return 2 if idle_cores() >= IDLE_CORES_FOR_WORKER else 1
 
 
 def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int) -> Tally:
-    """Run both phases over every group; serial or on ``workers`` forked processes."""
+    """Run both phases over every group; serial or on ``workers`` forked processes.
+
+    The candidates, groups and catalog objects built so far live as long as the search: they are
+    moved to the collector's permanent generation (``gc.freeze``) for its duration, so the full
+    collections a search triggers do not rescan them (~0.1 s of a 1 s search) and forked workers do
+    not touch, and so copy, their pages.
+    """
+    gc.freeze()
+    try:
+        return _evaluate(evaluator, top_k, progress, workers)
+    finally:
+        gc.unfreeze()
+
+
+def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int) -> Tally:
     global _WORKER
     # groups of one sharding go to the same task, so each worker's static-misfit cache covers them
     def order(g: int) -> tuple[str, int, str, str, bool]:

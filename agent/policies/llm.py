@@ -20,7 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.grounding import ground_numbers
 from agent.llm_client import LLMClient, LLMConfig, LLMUnavailable
+from agent.nodes import score_fields
 from agent.policies.llm_tools import (
     PROPOSE,
     READ_ONLY_TOOLS,
@@ -79,7 +81,7 @@ class LLMPolicy:
         except LLMUnavailable as err:
             self._go_offline(err)
             return offline
-        return parse_reply(reply.get("content") or "", base, offline)
+        return parse_reply(reply.get("content") or "", base, offline, text=text)
 
     def propose(self, state: dict[str, Any]) -> list[dict[str, Any]]:
         """One round: the model's legal proposals (plus the search's top-k in round 1)."""
@@ -111,10 +113,7 @@ class LLMPolicy:
         self._status["tool_calls"] += 1
         self._status["search"] = summary or {"enumerated": 0, "projected": 0, "ranked": [], "message": error}
         return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
-                 "scores": {k: c[k] for k in ("layout", "tokens_per_sec_per_gpu", "mfu", "iteration_time_s",
-                                              "peak_memory_gib", "headroom_fraction", "verdict", "bottleneck",
-                                              "breakdown_s")}}
-                for c in (summary or {}).get("ranked", [])]
+                 "scores": score_fields(c)} for c in (summary or {}).get("ranked", [])]
 
     def _offline(self, state: dict[str, Any], *, skip_search: bool = False) -> list[dict[str, Any]]:
         assert self.fallback is not None
@@ -182,7 +181,7 @@ class LLMPolicy:
                 done = done or stop
                 results.append({"args": args, "text": tool_result_text(payload)})
             elif name in READ_ONLY_TOOLS:
-                results.append({"args": args, "text": tool_result_text(tools.call(name, **args))})
+                results.append({"args": args, "text": tool_result_text(tools.call_from_model(name, args))})
             else:
                 error = {"ok": False, "error": f"unknown tool '{name}'; use {PROPOSE} or {', '.join(READ_ONLY_TOOLS)}"}
                 results.append({"args": args, "text": tool_result_text(error)})
@@ -207,7 +206,9 @@ class LLMPolicy:
         return payload, legal, parsed.done and not legal
 
     def explain(self, state: dict[str, Any]) -> str:
-        """The model's explanation of the winner (offline text when degraded or the endpoint fails now)."""
+        """The model's explanation of the winner (offline text when degraded or the endpoint fails now);
+        numbers no tool result contains are replaced by '[?]' and noted (:mod:`agent.grounding`)."""
+        self._status = {**self._status, "notes": list(self._status.get("notes") or [])}
         facts = state.get("facts") or {}
         if self.fallback is not None or not facts.get("best"):
             return offline_explanation(facts)
@@ -220,4 +221,11 @@ class LLMPolicy:
             self._go_offline(err)
             return offline_explanation(facts)
         text = (reply.get("content") or "").strip()
-        return text or offline_explanation(facts)
+        if not text:
+            return offline_explanation(facts)
+        grounded, flagged = ground_numbers(text, facts)
+        if flagged:
+            self._status.setdefault("notes", []).append(
+                f"removed {len(flagged)} number(s) from the LLM's explanation that no tool result contains "
+                f"({', '.join(flagged[:6])}); they show as [?]")
+        return grounded

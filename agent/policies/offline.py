@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.nodes import score_fields
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.seeds import single_axis_moves
@@ -72,6 +73,8 @@ class OfflinePolicy:
         """Round 1: the search's top-k; later: untried single-axis neighbours of the best."""
         self._status = {"tool_calls": 0, "notes": []}
         request = state["request"]
+        if state.get("search") is None and state.get("candidates_ran") and request.get("candidates"):
+            return self._measured(request)
         if state.get("search") is None:
             return self._from_search(request)
         job = Job(request)
@@ -86,6 +89,15 @@ class OfflinePolicy:
         return [{**m, "source": self.name, "search_rank": None,
                  "reason": f"neighbour of the best: {m['reason']}"} for m in moves]
 
+    def _measured(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+        """Candidates measured to run (an eval): every one goes to evaluate, which projects it whatever the
+        memory verdict (the search's screen would drop runs that ran but are projected tight)."""
+        candidates = request["candidates"]
+        self._status["search"] = {"enumerated": len(candidates), "projected": 0, "ranked": [],
+                                  "message": None, "measured_candidates": True}
+        return [{"config": dict(c), "reason": f"measured candidate {i}", "source": "candidates",
+                 "search_rank": None} for i, c in enumerate(candidates)]
+
     def _from_search(self, request: dict[str, Any]) -> list[dict[str, Any]]:
         candidates = request.get("candidates")
         top_k = min(len(candidates), 100) if candidates else max(request.get("top_k", 5), MIN_SEARCH_TOP_K)
@@ -97,10 +109,7 @@ class OfflinePolicy:
             return []
         self._status["search"] = summary
         return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
-                 "scores": {k: c[k] for k in ("layout", "tokens_per_sec_per_gpu", "mfu", "iteration_time_s",
-                                              "peak_memory_gib", "headroom_fraction", "verdict", "bottleneck",
-                                              "breakdown_s")}}
-                for c in summary["ranked"]]
+                 "scores": score_fields(c)} for c in summary["ranked"]]
 
     def explain(self, state: dict[str, Any]) -> str:
         """Say why the best wins, from the numbers the report gathered (``state['facts']``)."""
@@ -119,15 +128,27 @@ def offline_explanation(facts: dict[str, Any]) -> str:
     best = facts.get("best")
     if not best:
         return facts.get("message") or "No layout fits."
-    parts = [f"{best['layout']} wins at {best['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU (MFU {best['mfu']:.1%}, "
+    from agent.decide import mfu_labels, mfu_text
+
+    gpu = (facts.get("request") or {}).get("gpu")
+    mfu = mfu_labels(gpu, best["config"].get("precision", "bf16"), best["mfu"]) if gpu else {}
+    parts = [f"{best['layout']} wins at {best['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU "
+             f"({mfu_text({'mfu': best['mfu'], **mfu})}, "
              f"peak {best['peak_memory_gib']:.1f} GiB, {best['headroom_fraction']:.0%} HBM headroom, "
              f"bottleneck {best['bottleneck']})."]
     runner_up = facts.get("runner_up")
     if runner_up:
         gap = 1 - runner_up["tokens_per_sec_per_gpu"] / best["tokens_per_sec_per_gpu"]
-        terms = ", ".join(f"{t['term']} {t['b_minus_a']:+.3f} s" for t in facts.get("why_terms", [])[:2])
-        parts.append(f"The runner-up, {runner_up['layout']}, is {gap:.1%} slower" + (f" ({terms} per step)." if terms
-                                                                                    else "."))
+        terms = ", ".join(f"{t['term']} {t['b_minus_a']:+.3f} s" for t in facts.get("why_terms", [])[:2]
+                          if abs(t["b_minus_a"]) >= 5e-4)
+        if gap < 5e-4:
+            parts.append(f"The runner-up, {runner_up['layout']}, projects the same throughput; the simpler layout "
+                         "ranks first.")
+        else:
+            parts.append(f"The runner-up, {runner_up['layout']}, is {gap:.1%} slower"
+                         + (f" ({terms} per step)." if terms else "."))
+    if facts.get("decision"):
+        parts.append(facts["decision"][0].upper() + facts["decision"][1:] + ".")
     search = facts.get("search") or {}
     if search.get("enumerated"):
         parts.append(f"The layout search enumerated {search['enumerated']:,} legal layouts, screened "

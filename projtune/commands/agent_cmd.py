@@ -7,13 +7,14 @@ layout, 1 nothing fits, 2 a question back (unknown or missing names, empty reque
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from projtune.json_out import json_text
 
 from projtune.errors import USAGE_EXIT, fail, user_errors
 
@@ -59,7 +60,9 @@ class _Progress:
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        if event == "round":
+        if event == "seed":                       # a new tuning run (chat: one per turn)
+            self.round, self.scored, self.trials, self.search = 0, 0, 0, ""
+        elif event == "round":
             self.round = data["round"]
         elif event == "trial":
             self.trials += 1
@@ -117,15 +120,32 @@ def _print_report(report: Any) -> None:
     if report.best is None:
         out.print(f"[bold red]no layout:[/] {report.message}")
         return
-    out.print(f"[bold green]Best layout:[/] {report.best.layout}")
-    table = Table(title="Ranked layouts (scored by the projection tools)")
-    for name in ("#", "layout", "tok/s/GPU", "MFU", "peak GiB", "headroom", "bottleneck", "from"):
+    from agent.decide import mfu_text
+    from agent.planning import plan_lines
+
+    best = report.best
+    out.print(f"[bold green]Best layout:[/] {best.layout}"
+              + (f", recomputes {' + '.join(best.recompute_modules)}" if best.recompute_modules else ""))
+    out.print(f"  {mfu_text(best.model_dump())}")
+    if best.memory_warning:
+        out.print(f"  [yellow]memory:[/] {best.memory_warning}")
+    table = Table(title="Ranked layouts (scored by the projection tools; 80% interval from projection/uncertainty)")
+    for name in ("#", "layout", "tok/s/GPU", "80% interval", "MFU GEMM peak", "MFU BF16 peak", "peak GiB",
+                 "headroom", "bottleneck", "from"):
         table.add_column(name, justify="left" if name in ("layout", "bottleneck", "from") else "right",
                          no_wrap=name != "layout")
     for row in report.top5:
-        table.add_row(str(row.rank), row.layout, f"{row.tokens_per_sec_per_gpu:,.0f}", f"{row.mfu:.1%}",
+        modules = f" [{'+'.join(row.recompute_modules)}]" if row.recompute_modules else ""
+        band = (f"{row.tokens_per_sec_per_gpu_low:,.0f}-{row.tokens_per_sec_per_gpu_high:,.0f}"
+                if row.tokens_per_sec_per_gpu_low else "-")
+        table.add_row(str(row.rank), row.layout + modules, f"{row.tokens_per_sec_per_gpu:,.0f}", band,
+                      f"{row.mfu_gemm or row.mfu:.1%} ({row.gemm_precision or 'bf16'})", f"{row.mfu:.1%}",
                       f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
     out.print(table)
+    if report.decision:
+        out.print(f"[bold]Decision[/]: {report.decision}")
+    for line in plan_lines(report.plan):
+        out.print(f"[bold]Plan[/]: {line}")
     out.print("[bold]Why it wins[/]")
     for line in report.why:
         out.print(f"  {line}")
@@ -152,10 +172,16 @@ def tune_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the TuneReport as one JSON object.")] = False,
     log: Annotated[Path | None, typer.Option("--log", help="Write the trial history here (JSONL).")] = None,
     benchmark: Annotated[bool, typer.Option("--benchmark", help="Measure the top layouts on a local GPU.")] = False,
+    tokens: Annotated[str | None, typer.Option("--tokens", help="Token budget to plan for: days and GPU-hours "
+                                                "(e.g. 15T, 300B; decimal suffixes).")] = None,
+    deadline: Annotated[str | None, typer.Option("--deadline", help="Deadline to plan for: the smallest GPU count "
+                                                  "that meets it with --tokens (e.g. 30d, 12h, 2w).")] = None,
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
+    from agent.planning import parse_duration, parse_tokens
+
     from agent.report import TuneReport
     from agent.request import Clarification
     from agent.run import trial_log_rows, tune
@@ -163,6 +189,8 @@ def tune_command(
 
     if framework not in FRAMEWORKS:
         fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
+    budget_tokens = parse_tokens(tokens) if tokens else None
+    deadline_s = parse_duration(deadline) if deadline else None
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
     with _Progress(enabled=True) as progress:
         parsed = _request(policy, request, constraint or [], top)
@@ -171,12 +199,13 @@ def tune_command(
                                 policy=policy.name)
         else:
             outcome = tune(request=parsed, policy=policy, budget={"max_rounds": rounds} if rounds else None,
-                           options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress))
+                           options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress,
+                                              tokens=budget_tokens, deadline_s=deadline_s))
             answer = outcome.report
             if log is not None:
-                log.write_text("".join(json.dumps(row) + "\n" for row in trial_log_rows(outcome.trials)))
+                log.write_text("".join(json_text(row) + "\n" for row in trial_log_rows(outcome.trials)))
     if as_json:
-        typer.echo(json.dumps(answer.model_dump(mode="json")))
+        typer.echo(json_text(answer.model_dump(mode="json")))
     elif answer.status == "clarification":
         print(f"question: {answer.message}", file=sys.stderr)
     else:
@@ -196,19 +225,28 @@ def chat_command(
     framework: FrameworkOpt = "megatron",
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None,
+    list_all: Annotated[bool, typer.Option("--list", help="List the saved sessions and exit.")] = False,
 ) -> None:
     """Talk to the tuner: a request, then follow-ups ('what if I only have 32?', 'why not TP 8?', 'export it')."""
     from agent.followups import HELP
-    from agent.session import ChatSession
+    from agent.session import ChatSession, list_sessions
     from agent.state import RunOptions
 
+    if list_all:
+        names = list_sessions()
+        typer.echo("\n".join(names) if names else "no saved sessions")
+        return
     if framework not in FRAMEWORKS:
         fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
     name = session or ChatSession.new_name()
     interactive = sys.stdin.isatty()
-    with ChatSession(name, policy, options=RunOptions(framework=framework),
+    progress = _Progress(enabled=True)
+    progress.live = False            # one line per round on stderr: a live status line would fight the prompt
+    with ChatSession(name, policy, options=RunOptions(framework=framework, progress=progress),
                      budget={"max_rounds": rounds} if rounds else None) as chat:
+        if chat.notice:
+            print(f"warning: {chat.notice}", file=sys.stderr)
         saved = chat.values()
         if saved.get("turns"):
             last = saved.get("request") or {}

@@ -8,11 +8,12 @@ microbenchmarks, `reduce` only shows the benchmark layout. Without a GPU, `run` 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from projtune.json_out import json_text
 
 from projtune.errors import fail, user_errors
 
@@ -127,7 +128,7 @@ def run_command(
     path = out or Path(f"{stem}.json")
     write_measurement(measurement, path)
     if as_json:
-        typer.echo(json.dumps({"file": str(path), **measurement.model_dump(mode="json")}))
+        typer.echo(json_text({"file": str(path), **measurement.model_dump(mode="json")}))
         return
     _print_measurement(measurement, path, detected, hardware.id)
 
@@ -155,6 +156,15 @@ def _print_measurement(m: Any, path: Path, detected: str | None, target_gpu: str
                       f"{t.backward_weight_ms:.3f}", f"{t.attention_forward_ms:.3f}", f"{t.expert_forward_ms:.3f}",
                       f"{t.optimizer_ms:.3f}", peak)
     console.print(table)
+    for t in m.layers:
+        console.print(f"{t.kind}/w{t.window}: attention {t.attention_backend or '-'}, GEMMs {t.gemm_precision or '-'}"
+                      + (f", experts {t.expert_gemm} ({t.expert_precision})" if t.expert_gemm else "")
+                      + f", {t.forward_tflops:.1f} TFLOP/s fwd, {t.backward_tflops:.1f} bwd")
+    if m.head is not None:
+        console.print(f"head: embedding {m.head.embedding_forward_ms:.3f}+{m.head.embedding_backward_ms:.3f} ms, "
+                      f"LM head + loss {m.head.head_forward_ms:.3f}+{m.head.head_backward_ms:.3f} ms")
+    if m.notes:
+        console.print(f"[yellow]{m.notes}[/]")
     for c in (m.tp_all_reduce, m.ep_all_to_all):
         if c is not None:
             console.print(f"{c.op} x{c.group_size} ({c.backend}): {c.time_ms:.3f} ms for {c.message_bytes:,.0f} B")
@@ -199,7 +209,7 @@ def project_command(
         "optimizer_ratio": result.optimizer_ratio, "removed": [f.model_dump() for f in red.removed],
         "warnings": list(result.warnings)}}
     if as_json:
-        typer.echo(json.dumps(data))
+        typer.echo(json_text(data))
         return
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)

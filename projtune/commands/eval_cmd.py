@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from projtune.json_out import json_text
 
 from projtune.errors import USAGE_EXIT, fail, user_errors
 
@@ -45,12 +46,22 @@ def eval_command(
         "--profile", help="Device profile file for all runs, or a folder of <hardware id|family>.yaml.")] = None,
     fill_unknown: Annotated[bool, typer.Option(
         "--fill-unknown", help="Fill incomplete runs' missing keys with the best legal values.")] = False,
+    measured: Annotated[Path | None, typer.Option(
+        "--measured", help="Folder of measurement files: measured mode for runs whose model and per-GPU slice "
+                           "were measured; other runs are skipped with the reason.")] = None,
 ) -> None:
     """Project every measured run and score the projections (APE, ranking, memory, OOM, baselines)."""
     from evals.eval_run import EvalOptions, evaluate
 
     options = EvalOptions(sweeps=tuple(sweep or ()), gpu=gpu, profile=profile, fill_unknown=fill_unknown,
-                          agent=agent)
+                          agent=agent, measured=measured)
+    if measured is not None:
+        from bench.measured_set import MeasurementSet
+
+        plumbing = MeasurementSet(measured).plumbing
+        if plumbing:
+            _stderr_console().print(f"[yellow]warning[/]: {len(plumbing)} measurement file(s) in {measured} are NOT "
+                                    "REPRESENTATIVE (CPU plumbing / shrunk shapes): the scores test the code path only")
     result = evaluate(paths, options) if as_json else _evaluate_with_progress(paths, options)
     if report is not None:
         from evals.report import write_report
@@ -58,7 +69,7 @@ def eval_command(
         written = write_report(result, report)
         _stderr_console().print(f"report: {written[0]} and {len(written) - 1} plots")
     if as_json:
-        typer.echo(json.dumps(result.to_dict()))
+        typer.echo(json_text(result.to_dict()))
     else:
         _print_eval(result)
     if not result.sweeps:
@@ -163,6 +174,9 @@ def calibrate_command(
     out: Annotated[Path | None, typer.Option("--out", help="Profile file to write (default: stdout).")] = None,
     cross_validate: Annotated[bool, typer.Option(
         "--cross-validate", help="Leave-one-source-out error (each file is a source).")] = False,
+    bands_out: Annotated[Path | None, typer.Option(
+        "--bands-out", help="With --cross-validate: write the 80%-interval table "
+        "(projection/catalog/uncertainty/bands.yaml) from the held-out residuals.")] = None,
     fit_all: Annotated[bool, typer.Option("--all", help="Fit every family with enough runs.")] = False,
     out_dir: Annotated[Path | None, typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
     as_json: JsonOpt = False,
@@ -177,7 +191,8 @@ def calibrate_command(
         err.print(f"[yellow]load issue[/]: {issue}", highlight=False)
     note = None if as_json else (lambda text: err.print(text, highlight=False))
     if cross_validate:
-        _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note), as_json)
+        _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out),
+                                as_json)
         return
     if fit_all:
         if out_dir is None:
@@ -200,7 +215,7 @@ def calibrate_command(
         typer.echo(dump_profile(result.profile), nl=False)
     summary = _fit_summary(result, out)
     if as_json:
-        typer.echo(json.dumps(summary))
+        typer.echo(json_text(summary))
     else:
         err.print(f"{summary['hardware_id']}: {summary['runs']} runs, MAPE {_pct(result.mape_before)} -> "
                   f"{_pct(result.mape_after)}" + (f"; wrote {out}" if out else ""), highlight=False)
@@ -221,7 +236,7 @@ def _print_fit_all(results: dict[str, Any], out_dir: Path, as_json: bool) -> Non
     data = {f: (_fit_summary(r, out_dir / f"{f}.yaml") if isinstance(r, FitResult) else {"skipped": r})
             for f, r in results.items()}
     if as_json:
-        typer.echo(json.dumps(data))
+        typer.echo(json_text(data))
         return
     for family, item in data.items():
         if "skipped" in item:
@@ -235,7 +250,7 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
     from dataclasses import asdict
 
     if as_json:
-        typer.echo(json.dumps({"sources": [asdict(r) for r in cv["sources"]], "overall": cv["overall"]}))
+        typer.echo(json_text({"sources": [asdict(r) for r in cv["sources"]], "overall": cv["overall"]}))
         return
     from rich.console import Console
     from rich.table import Table
@@ -250,6 +265,9 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
     o = cv["overall"]
     table.add_row("overall", str(o["runs"]), "", _pct(o["mape_default"]), _pct(o["mape_cv"]), style="bold")
     Console().print(table)
+    if o.get("interval_coverage_cv") is not None:
+        typer.echo(f"80%-interval coverage of held-out runs (bands built without their source): "
+                   f"{_pct(o['interval_coverage_cv'])}")
 
 
 # ---- sweeps import / validate -------------------------------------------------------------------

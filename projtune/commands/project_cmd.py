@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+
+from projtune.json_out import json_text
 
 from projtune.errors import user_errors
 
@@ -83,6 +84,11 @@ def memory_command(
     fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
     schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble|zbv|gpipe")] = None,
     dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="MoE: alltoall|allgather|deepep")] = None,
+    framework: Annotated[Optional[str], typer.Option(
+        help="megatron|nemo|primus|torchtitan|llm-foundry|deepspeed|jax (bytes per parameter, allocator)")] = None,
+    finetune: Annotated[Optional[str], typer.Option(help="sft|lora (none = pre-training).")] = None,
+    moe_routing: Annotated[Optional[str], typer.Option(help="MoE: balanced|dropless|token-drop")] = None,
+    moe_capacity_factor: Annotated[Optional[float], typer.Option(help="MoE token-drop expert capacity factor.")] = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
     as_json: JsonOpt = False,
@@ -99,6 +105,7 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     from projection.legality import layout_violations
     from projection.memory import project_memory
     from projection.summary import memory_dict, projection_dict
+    from projection.memory_report import memory_breakdown_dict
     from projtune.layout_input import build_layout
     from projtune.render import print_memory, print_projection
 
@@ -117,9 +124,10 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
             raise IllegalLayoutError(reasons)
         memory = project_memory(model, hardware, config, parallel_dims(config, cluster), profile)
         data = {"model": model.name, "gpu": hardware.id, "num_gpus": cluster.num_gpus,
-                "config": config.model_dump(mode="json", exclude_none=True), **memory_dict(memory)}
+                "config": config.model_dump(mode="json", exclude_none=True), **memory_dict(memory),
+                **memory_breakdown_dict(memory)}
         if as_json:
-            typer.echo(json.dumps(data))
+            typer.echo(json_text(data))
         else:
             print_memory(data)
         return
@@ -136,6 +144,6 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
         result = project(model, cluster, config, hardware=hardware, profile=profile, flops_formula=flops)
     data = projection_dict(result)
     if as_json:
-        typer.echo(json.dumps(data))
+        typer.echo(json_text(data))
     else:
         print_projection(data)

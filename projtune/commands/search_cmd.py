@@ -9,6 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
+from projtune.json_out import json_text
+
 from projtune.errors import fail, user_errors
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog id or HF config.json path.")]
@@ -31,6 +33,8 @@ def search_command(
     top: Annotated[int, typer.Option("--top", "-k", help="How many layouts to show.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Also show the throughput/headroom Pareto front.")] = False,
     profile: Annotated[Path | None, typer.Option(help="Device profile file.")] = None,
+    framework: Annotated[str | None, typer.Option(
+        help="Only layouts this framework can launch: megatron|megatron-bridge|primus|torchtitan|maxtext.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU."""
@@ -39,10 +43,10 @@ def search_command(
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
-                            profile_path=str(profile) if profile else None)
+                            profile_path=str(profile) if profile else None, framework=framework)
     result = _run_with_progress(run_search, request, show=not as_json)
     if as_json:
-        typer.echo(json.dumps(result.model_dump(mode="json")))
+        typer.echo(json_text(result.model_dump(mode="json")))
     else:
         _print_search(result, pareto)
     if not result.ranked:
@@ -106,7 +110,8 @@ def _print_search(result: Any, pareto: bool) -> None:
 @user_errors
 def export_command(
     model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
-    framework: Annotated[str, typer.Option(help="megatron | primus | torchtitan")] = "megatron",
+    framework: Annotated[str, typer.Option(help="megatron | megatron-bridge | primus | torchtitan | maxtext")
+                         ] = "megatron",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
     gpus_per_node: NodeOpt = 8,
     tp: IntOpt = None, pp: IntOpt = None, vpp: IntOpt = None, cp: IntOpt = None, ep: IntOpt = None,
@@ -142,7 +147,7 @@ def export_command(
     if out is not None:
         out.write_text(result["text"])
     if as_json:
-        typer.echo(json.dumps(result))
+        typer.echo(json_text(result))
     elif out is None:
         typer.echo(result["text"], nl=False)
     else:
@@ -156,7 +161,7 @@ def tools_schema_command() -> None:
     """Print the OpenAI function-calling schemas of every tool (one JSON array on stdout)."""
     from tools.openai_schema import openai_tools
 
-    typer.echo(json.dumps(openai_tools(), indent=2))
+    typer.echo(json_text(openai_tools(), indent=2))
 
 
 @user_errors
@@ -165,7 +170,7 @@ def tools_list_command(as_json: JsonOpt = False) -> None:
     from tools.registry import TOOLS
 
     if as_json:
-        typer.echo(json.dumps({"tools": [{"name": t.name, "description": t.description} for t in TOOLS]}))
+        typer.echo(json_text({"tools": [{"name": t.name, "description": t.description} for t in TOOLS]}))
         return
     for t in TOOLS:
         typer.echo(f"{t.name:22s} {t.description.split('. ')[0]}")
@@ -185,7 +190,7 @@ def tools_call_command(
     except json.JSONDecodeError as err:
         fail(f"--args is not valid JSON: {err}")
     payload = call_tool(name, arguments)
-    typer.echo(json.dumps(payload))
+    typer.echo(json_text(payload))
     if not payload["ok"]:
         raise typer.Exit(2)
 
@@ -212,7 +217,7 @@ def models_command(as_json: JsonOpt = False) -> None:
 
     out = list_models(ListModelsInput())
     if as_json:
-        typer.echo(json.dumps(out.model_dump(mode="json")))
+        typer.echo(json_text(out.model_dump(mode="json")))
         return
     for m in out.models:
         moe = f", {m.num_experts} experts top-{m.top_k}" if m.num_experts else ""
@@ -228,7 +233,7 @@ def hardware_command(as_json: JsonOpt = False) -> None:
 
     out = list_hardware(ListHardwareInput())
     if as_json:
-        typer.echo(json.dumps(out.model_dump(mode="json")))
+        typer.echo(json_text(out.model_dump(mode="json")))
         return
     for h in out.hardware:
         fp8 = f"{h.fp8_tflops:,.0f}" if h.fp8_tflops else "-"

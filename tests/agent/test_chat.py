@@ -18,7 +18,7 @@ def replies(output: str) -> list[str]:
 
 def test_follow_ups() -> None:
     lines = [FIRST, "what if I only have 4?", "why not TP 8?", "why not tp 2?", "show memory of #2",
-             "export it for torchtitan", "use fp8", "seq 16k", "compare #1 and #2", "exit"]
+             "export it for primus", "use fp8", "seq 16k", "compare #1 and #2", "exit"]
     result = runner.invoke(app, ["chat", "--offline", "--session", "follow"], input="\n".join(lines) + "\n")
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -27,7 +27,7 @@ def test_follow_ups() -> None:
     assert "'tp=8' excludes every legal layout" in out                     # 4 GPUs: TP 8 cannot exist
     assert re.search(r"The best layout with tp=2 is TP2 .* slower than|already satisfies tp=2", out)
     assert "Memory of #2" in out and "stage 0:" in out
-    assert "for torchtitan" in out and "[parallelism]" in out
+    assert "for primus" in out and "tensor_model_parallel_size" in out   # torchtitan refuses zero=1 layouts
     assert "precision in fp8,fp8-blockwise,mxfp8" in out and " fp8 rc=" in out
     assert "seq 16384" in out
     assert "faster" in out.split("compare")[-1] or "a tie" in out

@@ -45,7 +45,7 @@ def test_mixtral_tune_equals_the_search_best() -> None:
 def test_tune_json_log_and_flags(tmp_path: Path) -> None:
     log = tmp_path / "trials.jsonl"
     result = runner.invoke(app, ["tune", SMALL, "--json", "--offline", "--log", str(log), "--top", "3",
-                                 "-C", "recompute=none", "--framework", "torchtitan"])
+                                 "-C", "recompute=none", "-C", "zero=3", "--framework", "torchtitan"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert len(report["top5"]) == 3 and "recompute=none" in report["request"]["constraints"]

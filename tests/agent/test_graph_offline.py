@@ -15,7 +15,7 @@ from agent.run import trial_log_rows, tune
 from agent.space import Job
 from projection.legality import layout_violations
 from projection.training_config import TrainingConfig
-from tools.candidates import enumerate_candidates
+from tools.candidates import TIE_TOLERANCE, enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, run_search
 
@@ -40,7 +40,9 @@ def test_best_equals_the_search_and_was_scored(small: Any) -> None:
     scored = {t["id"]: t for t in small.trials if t["status"] == "scored"}
     assert all(row.trial in scored and scored[row.trial]["config"] == row.config for row in report.top5)
     rates = [row.tokens_per_sec_per_gpu for row in report.top5]
-    assert rates == sorted(rates, reverse=True) and len(report.top5) == 5
+    # best first; equally fast layouts (within candidates.TIE_TOLERANCE) may go simplest first
+    assert all(b <= a * (1 + 2 * TIE_TOLERANCE) for a, b in zip(rates, rates[1:], strict=False))
+    assert len(report.top5) == 5
 
 
 @pytest.mark.parametrize("text", [

@@ -155,7 +155,8 @@ def test_bad_request_is_not_retried(fast_llm: Callable[..., LLMConfig]) -> None:
 def test_llm_reads_a_request_the_offline_parser_cannot(fast_llm: Callable[..., LLMConfig]) -> None:
     parsed = {"model": "mixtral-8x22b", "gpu": "mi300x", "num_gpus": 64, "gbs": None, "constraints": ["tp<=2"]}
     with FakeOpenAIServer([reply(json.dumps(parsed))]) as server:
-        request = LLMPolicy(fast_llm(server.url)).parse("tune the big mistral MoE on sixty-four MI300X")
+        request = LLMPolicy(fast_llm(server.url)).parse("tune the big mistral MoE on sixty-four MI300X, "
+                                                        "tensor parallel at most two")
     assert (request.model, request.gpu, request.num_gpus, request.constraints) == (
         "mixtral-8x22b", "mi300x", 64, ["tp<=2"])
     assert "request read by the LLM" in request.notes

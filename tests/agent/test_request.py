@@ -31,7 +31,8 @@ def test_parses_requests(text: str, expected: dict[str, object]) -> None:
 def test_defaults_are_said() -> None:
     request = parse_request("tune Mixtral 8x7B for 64 MI300X")
     assert isinstance(request, TuneRequest)
-    assert set(request.assumed) == {"gbs", "seq_len", "gpus_per_node"}
+    assert set(request.assumed) == {"gbs", "seq_len", "gpus_per_node", "precision", "framework"}
+    assert any("precision not pinned" in n for n in request.notes) and any("framework" in n for n in request.notes)
     assert any("gbs=256" in n for n in request.notes) and any("seq_len=4096" in n for n in request.notes)
     assert default_gbs(96) == 288 and default_gbs(2048) == 2048
 
@@ -76,3 +77,128 @@ def test_constraint_phrases_and_merge() -> None:
     assert found.rules == ["pp in 1,2", "zero!=3", "recompute=none", "headroom>=0.1", "tp=8"]
     assert merge_constraints(["tp<=4", "precision=bf16"], ["tp=8"]) == ["precision=bf16", "tp=8"]
     assert extract_constraints("precision=fp9").notes[0].startswith("ignored constraint 'precision=fp9'")
+
+
+MISTRAL_CONFIG = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+                  "max_position_embeddings": 32768, "sliding_window": 4096, "hidden_act": "silu"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    # issue 15 item 4: token-denominated batches -> gbs = tokens / seq_len (k = 1024, M = 1024^2)
+    ("global batch 1M tokens, seq 8k, llama3 8b on 64 h100",
+     {"gbs": 128, "seq_len": 8192, "batch_tokens": 1 << 20}),
+    ("llama3 70b on 256 h100, 4M tokens per step, seq 4k", {"gbs": 1024, "batch_tokens": 4 << 20}),
+    ("llama3 8b on 64 h100, 1M tokens per step", {"gbs": 256, "seq_len": 4096}),
+    # precisions, including fp4/nvfp4/mxfp8 and "bf16 only"
+    ("llama3 70b on 64 b200 with fp4", {"constraints": ["precision=nvfp4"]}),
+    ("llama3 70b on 64 b200, nvfp4", {"constraints": ["precision=nvfp4"]}),
+    ("llama3 70b on 32 mi355x with mxfp8", {"constraints": ["precision=mxfp8"]}),
+    ("llama3 8b on 8 h100, bf16 only", {"constraints": ["precision=bf16"]}),
+    ("llama3 8b on 8 h100 in fp16", {"constraints": ["precision=fp16"]}),
+    ("llama3 8b on 8 h100, no fp4", {"constraints": []}),
+    # fine-tuning
+    ("LoRA llama3 8b on 8 h100", {"finetune": "lora"}),
+    ("SFT of llama3.1 70b on 64 h200", {"finetune": "sft", "model": "llama3.1-70b"}),
+    # NICs, GPUs per node, NVL72
+    ("llama3 8b on 64 h100, 8x400G NICs per node", {"nics_per_node": 8, "nic_gbps": 400.0}),
+    ("llama3 8b on 4 nodes of h100 with 8 NICs of 200 Gb/s", {"num_gpus": 32, "nics_per_node": 8,
+                                                             "nic_gbps": 200.0, "gpus_per_node": 8}),
+    ("llama3 70b on 64 GB200 NVL72", {"gpu": "gb200", "gpus_per_node": 4, "nvlink_domain": 72}),
+    ("llama3 8b on 4 nodes of gb200", {"num_gpus": 16, "gpus_per_node": 4}),
+    ("llama3 8b on 144 gb200, 72 gpus per node", {"gpus_per_node": 72}),
+    # headroom, framework
+    ("llama3 8b on 8 h100, must fit with 20% headroom", {"constraints": ["headroom>=0.2"]}),
+    ("llama3 8b on 64 h100 with torchtitan", {"framework": "torchtitan"}),
+])
+def test_reads_issue_15_requests(text: str, expected: dict[str, object]) -> None:
+    request = parse_request(text)
+    assert isinstance(request, TuneRequest), request
+    assert {k: getattr(request, k) for k in expected} == expected
+
+
+def test_token_batch_is_said_and_what_was_assumed_is_listed() -> None:
+    request = parse_request("global batch 1M tokens, seq 8k, llama3 8b on 64 h100")
+    assert isinstance(request, TuneRequest)
+    assert "gbs" not in request.assumed and "seq_len" not in request.assumed
+    assert set(request.assumed) == {"gpus_per_node", "precision", "framework"}
+    assert any("1048576 tokens / seq_len 8192 = gbs 128" in n for n in request.notes)
+
+
+def test_config_json_path_is_read_from_its_fields(tmp_path) -> None:
+    import json
+
+    path = tmp_path / "mistral-7b" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(MISTRAL_CONFIG))
+    request = parse_request(f"tune {path} on 8 h100, seq 8k")
+    assert isinstance(request, TuneRequest), request
+    assert request.model == str(path.resolve()) and request.seq_len == 8192
+    assert any("model_type mistral" in n for n in request.notes)
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"model_type": "phi"}, "unsupported model_type 'phi'"),
+    ({"num_attention_heads": 0}, "'num_attention_heads' = 0 is out of range"),
+    ({"hidden_size": -4096}, "'hidden_size' = -4096 is out of range"),
+    ({"num_key_value_heads": 7}, "not divisible by num_key_value_heads=7"),
+])
+def test_config_json_with_a_bad_field_is_asked_back_naming_it(tmp_path, fields, says) -> None:
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**MISTRAL_CONFIG, **fields}))
+    answer = parse_request(f"tune {path} on 8 h100")
+    assert isinstance(answer, Clarification) and says in answer.question, answer
+
+
+@pytest.mark.parametrize("text", ["tune Mistral 7B on 8 H100", "mistral 7b on 64 mi300x"])
+def test_mistral_is_never_read_as_mixtral(text: str) -> None:
+    answer = parse_request(text)
+    assert isinstance(answer, Clarification)
+    assert answer.missing == ["model"] and "mixtral" not in " ".join(answer.options)
+    assert "config.json" in answer.question and "'mistral'" in answer.question
+
+
+@pytest.mark.parametrize(("text", "model_type"), [("qwen2 7b on 8 h100", "qwen2"), ("gemma 7b on 8 h100", "gemma"),
+                                                  ("phi3 mini on 8 h100", "phi3")])
+def test_families_the_catalog_lacks_ask_for_a_config(text: str, model_type: str) -> None:
+    answer = parse_request(text)
+    assert isinstance(answer, Clarification) and f"model_type '{model_type}'" in answer.question
+
+
+@pytest.mark.parametrize(("text", "missing", "says"), [
+    ("llama3 70b on 64 h100 with fp4", ["precision"], "nvfp4 is not supported on h100-sxm"),
+    ("llama3 70b on 32 mi300x with mxfp8", ["precision"], "mxfp8 is not supported on mi300x"),
+    ("llama3 8b on 0 h100", ["num_gpus"], "num_gpus 0 is out of range (allowed 1..131072)"),
+    ("llama3 8b on 64 h100, gbs 2000000", ["gbs"], "gbs 2000000 is out of range (allowed 1..1048576)"),
+    ("llama3 8b on 64 h100, gbs 2147483648", ["request"], "too large"),
+    ("llama3 8b on 64 h100, seq 8M", ["seq_len"], "seq_len 8388608 is out of range"),
+    ("tune ./no/such/config.json on 8 h100", ["model"], "does not exist"),
+])
+def test_bad_values_are_asked_back_with_the_allowed_range(text: str, missing: list[str], says: str) -> None:
+    answer = parse_request(text)
+    assert isinstance(answer, Clarification), answer
+    assert answer.missing == missing and says in answer.question, answer.question
+
+
+@pytest.mark.parametrize("text", [
+    "1" * 2000, "seq " + "9" * 3000, "tune foo" + "1" * 2000 + "b", "mi3" + "0" * 2000, "8 " * 1500,
+    "llama3 8b on" + " " * 3000 + "8 h100", "x" * 10_000, "a-" * 1900, "\x00\x01 tune", "on 8 " + "q" * 3000,
+    "tp in " + "1," * 1500, "headroom " * 400, "8x" * 1900, "\u00a0" * 3000, "1." * 1900,
+])
+def test_adversarial_requests_answer_fast_and_never_raise(text: str) -> None:
+    """Regression: a 2 KB request took 38 s (super-linear patterns) and some raised instead of asking back."""
+    import time
+
+    start = time.perf_counter()
+    answer = parse_request(text)
+    assert isinstance(answer, TuneRequest | Clarification)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_zero_gpus_in_a_follow_up_asks_back() -> None:
+    base = parse_request("tune llama3 8b on 8 h100")
+    assert isinstance(base, TuneRequest)
+    answer = parse_request("on 0 gpus", base)
+    assert isinstance(answer, Clarification) and "num_gpus 0 is out of range" in answer.question

@@ -1,11 +1,8 @@
-"""Reduction of target layouts to the local GPUs: PP first, then EP (experts per GPU kept), then TP."""
+"""Reduction of target layouts to the local GPUs: PP first, then EP (experts per GPU kept), then TP, then CP."""
 
 from __future__ import annotations
 
-import pytest
-
 from bench.reduction import bench_num_experts, gpus_needed, reduce_layout
-from projection.errors import ProjtuneError
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
 
@@ -60,11 +57,12 @@ def test_bench_layout_fits_and_is_legal_for_every_local_size() -> None:
         assert r.bench_config.gbs == r.bench_config.mbs * r.bench_config.dp
 
 
-def test_cp_is_never_reduced() -> None:
-    with pytest.raises(ProjtuneError, match="CP is never reduced"):
-        _reduce("llama3-8b", 16, 2, cp=4, seq_len=8192, gbs=16)
+def test_cp_is_reduced_only_when_it_alone_does_not_fit() -> None:
     r = _reduce("llama3-8b", 16, 4, cp=4, tp=2, seq_len=8192, gbs=16)
-    assert (r.bench_config.cp, r.bench_config.tp) == (4, 1)
+    assert (r.bench_config.cp, r.bench_config.tp) == (4, 1)          # TP goes first
+    r = _reduce("llama3-8b", 16, 2, cp=4, seq_len=8192, gbs=16)
+    assert r.bench_config.cp == 2 and "cp" in r.removed_axes()
+    assert r.removed_axes().index("cp") > r.removed_axes().index("pp") if "pp" in r.removed_axes() else True
 
 
 def test_reduction_round_trips_through_json() -> None:

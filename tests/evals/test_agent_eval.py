@@ -6,8 +6,6 @@ throughputs, so that the measured best (run 1) is known.
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -44,34 +42,41 @@ def scored(tmp_path: Path) -> tuple[Any, list[Any]]:
     return sweep, ranked
 
 
-def test_falls_back_to_projections_without_search(scored: tuple[Any, list[Any]],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_agent_picks_and_says_what_made_the_pick(scored: tuple[Any, list[Any]]) -> None:
     sweep, runs = scored
-    monkeypatch.setitem(sys.modules, "tools.search", None)  # import raises ImportError
-    monkeypatch.setitem(sys.modules, "agent.evaluate", None)
-    index, source = agent_eval.choose_from_candidates(sweep, runs)
-    assert source == "projection"
-    assert runs[index].projected == max(r.projected for r in runs)
-
-
-def test_uses_search_when_importable(scored: tuple[Any, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
-    sweep, runs = scored
-    monkeypatch.setitem(sys.modules, "agent.evaluate", None)
-    pytest.importorskip("tools.search")
-    index, source = agent_eval.choose_from_candidates(sweep, runs)
-    assert source in ("search", "projection")  # projection when the search screens every candidate out
-    assert 0 <= index < len(runs)
-
-
-def test_agent_choose_wins_and_regret_is_scored(scored: tuple[Any, list[Any]],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    sweep, runs = scored
-    fake = types.ModuleType("agent.evaluate")
-    fake.choose = lambda sweep, runs, profile_path=None: (0, "agent")  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "agent.evaluate", fake)
     block = agent_eval.agent_result(sweep, runs)
-    assert block["source"] == "agent" and block["index"] == 0
-    assert block["measured"] == 7000 and block["best_measured"] == 9000 and block["best_index"] == 1
+    assert block["source"].startswith("agent/") and block["no_pick"] is False
+    assert block["index"] in {r.index for r in runs}
+    projected = {r.index: r.projected for r in runs}
+    assert projected[block["index"]] == max(projected.values())   # the agent ranks by projected throughput
+
+
+def test_a_no_pick_is_a_miss_with_its_reason(scored: tuple[Any, list[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep, runs = scored
+    from agent.evaluate import Pick
+
+    monkeypatch.setattr(agent_eval, "choose", lambda *a, **k: Pick(index=None, source="no pick", reason="why"))
+    block = agent_eval.agent_result(sweep, runs)
+    assert block["top1"] is False and block["no_pick"] is True and block["regret"] is None
+    assert block["source"] == "no pick" and block["reason"] == "why"
+
+
+def test_regret_is_scored_against_the_measured_best(scored: tuple[Any, list[Any]],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep, runs = scored
+    from agent.evaluate import Pick
+
+    position = next(i for i, r in enumerate(runs) if r.measured == 7000)
+    monkeypatch.setattr(agent_eval, "choose", lambda *a, **k: Pick(index=position, source="agent/candidates"))
+    block = agent_eval.agent_result(sweep, runs)
+    assert block["measured"] == 7000 and block["best_measured"] == 9000
     assert block["regret"] == pytest.approx(1 - 7000 / 9000)
     assert block["top1"] is False
     assert block["best_config"]["tp"] == 2
+
+
+def test_eval_summary_counts_no_picks_and_sources(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(SWEEP)
+    summary = evaluate([tmp_path], EvalOptions(agent=True)).summary()["agent"]
+    assert summary["sweeps"] == 1 and summary["no_pick"] == 0
+    assert sum(summary["sources"].values()) == 1 and all(k.startswith("agent/") for k in summary["sources"])

@@ -35,9 +35,81 @@ def test_parameter_bounds_follow_profile_fields() -> None:
         low, high = calibrate.parameter_bounds(name)
         default = DeviceProfile.model_fields[name].default
         assert low <= default <= high
-    assert calibrate.parameter_bounds("gemm_efficiency")[1] == 1.0
+    # physical: no GEMM above the best public max-achievable fraction (A100 0.87), no collective at line rate
+    assert calibrate.parameter_bounds("gemm_efficiency")[1] <= 0.87
+    assert calibrate.parameter_bounds("comm_efficiency")[1] <= 0.9
     low, high = calibrate.parameter_bounds("kernel_overhead_s")
-    assert 0 < low < high < 1e-3  # seconds: a kernel costs between 0.1 and 50 microseconds
+    assert 0 < low < high < 1e-4  # seconds: a kernel costs between 1 and 30 microseconds
+
+
+@pytest.mark.parametrize("group", ["h100-sxm", "hopper", "b200", "gb300", "mi300x", "mi325x", "mi355x", "cdna4",
+                                   "a100-80gb"])
+def test_priors_sit_inside_their_bounds_and_stay_physical(group: str) -> None:
+    from projection.profile_priors import parameter_bounds, prior_profile
+
+    prior = prior_profile(group)
+    for name in FITTABLE:
+        low, high = parameter_bounds(group, name)
+        assert low <= getattr(prior, name) <= high, name
+    assert prior.fp4_gemm_efficiency <= prior.low_precision_gemm_efficiency <= prior.gemm_efficiency
+
+
+def _shipped_profiles() -> list[Path]:
+    return sorted((Path(__file__).resolve().parents[2] / "projection" / "catalog" / "profiles").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _shipped_profiles(), ids=lambda p: p.stem)
+def test_shipped_profiles_are_inside_their_physical_bounds(path: Path) -> None:
+    from projection.profile_priors import parameter_bounds
+
+    profile = load_profile(path)
+    for name in FITTABLE:
+        low, high = parameter_bounds(profile.hardware_id, name)
+        assert low * (1 - 1e-6) <= getattr(profile, name) <= high * (1 + 1e-6), f"{path.stem}: {name}"
+    # a narrower format never reaches a higher share of its own peak
+    assert profile.fp4_gemm_efficiency <= profile.low_precision_gemm_efficiency <= profile.gemm_efficiency
+    assert profile.fitted_on or "not fitted" in profile.fit_note or not profile.fit_note
+
+
+def test_same_silicon_ships_one_set_of_parameters() -> None:
+    from projection.profile_priors import SILICON, member_profile
+
+    folder = _shipped_profiles()[0].parent
+    for group, members in SILICON.items():
+        if not (folder / f"{group}.yaml").is_file():
+            continue
+        shared = load_profile(folder / f"{group}.yaml")
+        for member in members:
+            if (folder / f"{member}.yaml").is_file():
+                expected = member_profile(shared, member)
+                got = load_profile(folder / f"{member}.yaml")
+                for name in FITTABLE:
+                    assert getattr(got, name) == pytest.approx(getattr(expected, name)), (member, name)
+
+
+def test_a_group_fits_only_parameters_its_runs_exercise() -> None:
+    from evals.fit import MIN_RUNS_PER_PARAM, fitted_parameters
+
+    runs = collect_fit_runs(load_sweep_files([KORTHIKANTI]).sweeps)  # 8 dense A100 runs, bf16/fp16, TP > 1
+    names = fitted_parameters(runs)
+    assert len(names) <= len(runs) // MIN_RUNS_PER_PARAM
+    assert not {"moe_efficiency", "moe_layer_overhead_s", "ep_overlap_fraction", "low_precision_gemm_efficiency",
+                "fp4_gemm_efficiency"} & set(names)
+    assert names[0] == "gemm_efficiency"
+
+
+def test_cross_validation_reports_interval_coverage(tmp_path: Path) -> None:
+    bands = tmp_path / "bands.yaml"
+    cv = calibrate.cross_validate(load_sweep_files([KORTHIKANTI, MEGATRON_LM]).sweeps, bands_out=bands)
+    overall = cv["overall"]
+    assert 0 <= overall["interval_coverage_in_sample"] <= 1
+    assert overall["interval_coverage_cv"] is not None
+    from projection.uncertainty import BandTable
+
+    import yaml
+
+    table = BandTable.model_validate(yaml.safe_load(bands.read_text()))
+    assert table.default.runs == overall["runs"]
 
 
 def test_fit_runs_are_complete_throughput_runs() -> None:

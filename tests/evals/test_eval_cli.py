@@ -182,5 +182,5 @@ def test_sweeps_import_bad_log_and_validate_issues(tmp_path: Path) -> None:
 def test_full_development_data() -> None:
     data = _eval(str(DATA))
     summary = data["summary"]
-    assert summary["files"] == 15 and summary["runs"] == 306
+    assert summary["files"] == 17 and summary["runs"] == 411  # evals/data/README.md totals
     assert summary["runs_scored"] > 100 and summary["rankable_sweeps"] > 10

@@ -30,10 +30,17 @@ def _runs(model: str) -> list[FitRun]:
     return [r for r in runs if f"-{model}-h100-sxm-" in r.sweep.name]
 
 
-def test_ep_overlap_is_fitted_where_expert_all_to_all_is_exposed() -> None:
+def test_ep_overlap_is_fitted_where_expert_all_to_all_is_exposed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import evals.fit
+
     assert "ep_overlap_fraction" in FITTABLE
     runs = _runs("qwen3-235b-a22b")
     assert len(runs) >= 3
+    # three runs buy one parameter (gemm_efficiency) under MIN_RUNS_PER_PARAM = 3 ...
+    assert evals.fit.fitted_parameters(runs) == ("gemm_efficiency",)
+    # ... with the overlap first in line, the overlap the runs expose is what gets fitted
+    monkeypatch.setattr(evals.fit, "PARAM_PRIORITY", ("ep_overlap_fraction", *evals.fit.PARAM_PRIORITY[:-1]))
+    assert evals.fit.fitted_parameters(runs) == ("ep_overlap_fraction",)
     start = pristine_profile("h100-sxm")
     assert start.ep_overlap_fraction == 0.0
     # With no overlap these runs project well below their measured throughput.

@@ -54,15 +54,15 @@ def test_development_data_loads_without_issues(data: LoadResult) -> None:
 
 def test_development_data_counts(data: LoadResult) -> None:
     # Totals of the README table in evals/data/README.md.
-    assert len({s.file for s in data.sweeps}) == 15
-    assert len(data.sweeps) == 227
-    assert sum(len(s.runs) for s in data.sweeps) == 306
-    assert sum(s.rankable for s in data.sweeps) == 58
+    assert len({s.file for s in data.sweeps}) == 17
+    assert len(data.sweeps) == 305
+    assert sum(len(s.runs) for s in data.sweeps) == 411
+    assert sum(s.rankable for s in data.sweeps) == 68
 
 
 def test_development_data_matches_readme_rows(data: LoadResult) -> None:
     table = readme_table()
-    assert len(table) == 15
+    assert len(table) == 17
     for file, (num_sweeps, num_runs, num_rankable, gpus) in table.items():
         sweeps = [s for s in data.sweeps if Path(s.file).name == file]
         assert (len(sweeps), sum(len(s.runs) for s in sweeps), sum(s.rankable for s in sweeps),
@@ -74,8 +74,8 @@ def test_development_data_runs_per_gpu(data: LoadResult) -> None:
     for s in data.sweeps:
         runs[s.sweep.cluster.gpu] += len(s.runs)
     assert runs == {"a100-80gb": 45, "b200": 44, "b300": 8, "gb200": 47, "gb300": 29,
-                    "h100-96gb-500w": 33, "h100-sxm": 77, "h200": 2, "h800": 3, "mi300x": 4,
-                    "mi325x": 5, "mi355x": 9}
+                    "h100-96gb-500w": 33, "h100-sxm": 77, "h200": 26, "h800": 3, "mi300x": 10,
+                    "mi325x": 9, "mi355x": 80}
 
 
 def test_unknown_config_key_is_a_run_issue_and_other_runs_load(tmp_path: Path) -> None:

@@ -27,3 +27,86 @@ def test_moe_layer_casts_each_routed_copy_at_the_expert_width() -> None:
     # expert tensor parallelism splits the expert width
     assert fp8_cast_elements(model, tokens, 1, routed=routed, etp=2) == pytest.approx(
         attention + routed * (model.hidden_size + model.moe_ffn_hidden_size / 2))
+
+
+# ---- physics added for issue 11: capacity padding, einsum dispatch, host-bound floor, FSDP gathers ----------
+
+from projection.collectives import place_group  # noqa: E402
+from projection.compute import device_rates  # noqa: E402
+from projection.device_profile import DeviceProfile  # noqa: E402
+from projection.engine import network_for, project  # noqa: E402
+from projection.hardware import load_hardware  # noqa: E402
+from projection.layout import parallel_dims  # noqa: E402
+from projection.training_config import Cluster, TrainingConfig  # noqa: E402
+from projection.workload import CommGroups, capacity_factor, layer_cost  # noqa: E402
+
+
+def _moe_layer(config: TrainingConfig, *, gpus: int = 8, host_launch_s: float = 0.0, model_id: str = "deepseek-v3"):
+    model = load_model(model_id)
+    hardware = load_hardware("mi355x")
+    cluster = Cluster(gpu="mi355x", num_gpus=gpus)
+    profile = DeviceProfile(hardware_id="mi355x")
+    net = network_for(hardware, cluster, profile)
+    dims = parallel_dims(config, cluster)
+    groups = CommGroups(tp=place_group(dims.tp, 1, net), cp=place_group(1, 1, net),
+                        ep=place_group(dims.ep, dims.etp, net))
+    layer = next(i for i, moe in enumerate(model.moe_layers) if moe)
+    return layer_cost(model, layer, config, dims, device_rates(hardware, profile, config.precision, 1.0, host_launch_s),
+                      net, groups)
+
+
+def test_capacity_factor_pads_only_token_drop_routing() -> None:
+    assert capacity_factor(TrainingConfig(moe_routing="dropless")) == 1.0
+    assert capacity_factor(TrainingConfig(moe_routing="token-drop")) == 1.0
+    assert capacity_factor(TrainingConfig(moe_routing="token-drop", moe_capacity_factor=2.0)) == 2.0
+
+
+def test_padded_capacity_costs_expert_compute_and_all_to_all() -> None:
+    base = {"ep": 8, "mbs": 2, "gbs": 16, "seq_len": 4096, "framework": "megatron"}
+    dropless = _moe_layer(TrainingConfig(**base))
+    padded = _moe_layer(TrainingConfig(**base, moe_routing="token-drop", moe_capacity_factor=2.0))
+    assert padded.ep_comm_s == pytest.approx(2 * dropless.ep_comm_s, rel=0.05)  # padded buffers go over the wire
+    assert padded.fwd_s > 1.3 * dropless.fwd_s                                   # experts compute on capacity
+    assert padded.flops_fwd > dropless.flops_fwd
+
+
+def test_maxtext_token_drop_pays_quadratic_einsum_dispatch() -> None:
+    # MaxText dense_matmul: dispatch/combine einsums cost 2 * S * (S * k * cf) * h per sequence each, so
+    # doubling the sequence length more than doubles the MoE layer's forward; Megatron's permute does not.
+    def fwd(framework: str, seq: int) -> float:
+        config = TrainingConfig(ep=8, mbs=1, gbs=8, seq_len=seq, framework=framework, moe_routing="token-drop",
+                                moe_capacity_factor=1.25)
+        return _moe_layer(config).fwd_s
+    jax_growth = fwd("jax", 8192) / fwd("jax", 4096)
+    megatron_growth = fwd("megatron", 8192) / fwd("megatron", 4096)
+    assert jax_growth > megatron_growth + 0.2
+    assert fwd("jax", 4096) > 1.3 * fwd("megatron", 4096)
+
+
+def test_host_bound_layers_do_not_shrink_with_tp() -> None:
+    # A tiny per-GPU workload: the eager host launches dominate, and TP that halves the GPU work leaves
+    # the launch count (so the layer time) unchanged.
+    base = {"mbs": 1, "gbs": 8, "seq_len": 256, "framework": "megatron"}
+    slow_host = 4e-5  # a slow host (40 us per launch) makes the floor visible at this size
+    tp1 = _moe_layer(TrainingConfig(**base, ep=8), host_launch_s=slow_host, model_id="qwen3-30b-a3b")
+    tp2 = _moe_layer(TrainingConfig(**base, ep=4, tp=2), host_launch_s=slow_host, model_id="qwen3-30b-a3b")
+    gpu_only = _moe_layer(TrainingConfig(**base, ep=8), host_launch_s=0.0, model_id="qwen3-30b-a3b")
+    assert tp1.fwd_s > 1.5 * gpu_only.fwd_s
+    assert tp2.fwd_s == pytest.approx(tp1.fwd_s, rel=0.15)
+
+
+def test_xla_fsdp_gathers_twice_with_full_remat_deepspeed_three_times() -> None:
+    model = load_model("llama3-70b")
+    cluster = Cluster(gpu="h100-sxm", num_gpus=64)
+    config = {"mbs": 1, "gbs": 64, "seq_len": 4096, "zero": 3, "recompute": "full"}
+    from projection.framework_profile import framework_profile
+
+    def dp(framework: str) -> float:
+        # same buckets and overlap for both: only the gather count differs
+        fw = framework_profile(framework).model_copy(update={"dp_overlap_fraction": 0.0, "compute_efficiency": 1.0,
+                                                            "dp_comm_efficiency": 1.0, "grad_bucket_elements": None,
+                                                            "fsdp_bucket_elements": None, "host_launch_s": 0.0,
+                                                            "grad_reduce_bytes": None})
+        return project(model, cluster, TrainingConfig(**config, framework=framework), framework=fw).breakdown.dp_comm_s
+    # per micro-batch: gathers x 2 B + reduce-scatter 4 B per parameter -> (2*2+4) / (3*2+4) = 0.8
+    assert dp("jax") == pytest.approx(0.8 * dp("deepspeed"), rel=0.05)

@@ -39,4 +39,5 @@ def valid_arguments() -> dict[str, dict[str, Any]]:
         "explain": {**JOB, "a": LAYOUT, "b": LAYOUT_B},
         "export_launch_config": {**JOB, "layout": LAYOUT, "framework": "megatron"},
         "run_benchmark": {**JOB, "layout": LAYOUT},
+        "tune": {**JOB, "gbs": 32, "seq_len": 4096, "top_k": 2, "max_rounds": 1, "constraints": ["precision=bf16"]},
     }

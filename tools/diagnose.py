@@ -1,0 +1,359 @@
+"""Diagnose an existing launch config or training log: project it, say where time and memory go, compare with the best.
+
+Input: a Megatron-LM command line (file or string), a Primus experiment YAML, a torchtitan
+TOML, a MaxText-free set of the formats :mod:`tools.launch_import` reads, or a Megatron /
+Primus / torchtitan training log (:func:`evals.log_import.parse_log`).  The model, GPU and
+GPU count come from the arguments, else from a projtune export header (``# MODEL on N x GPU:``),
+else (Megatron arguments) from the catalog model with the same shape.  The best layout is the
+top of a search of the same job restricted to what the same framework can launch
+(:mod:`tools.framework_rules`); "change these flags" lists the framework's own options that differ.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.errors import ProjtuneError
+from projection.legality import layout_violations
+from projection.model_spec import ModelSpec, list_model_ids, load_model
+from projection.training_config import Cluster, TrainingConfig
+
+_HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>\d+) x (?P<gpu>[\w.-]+):", re.MULTILINE)
+_LOG_HINT = re.compile(r"elapsed time per iteration \(ms\)|step:\s*\d+\s.*?(?:tps|wps):")
+_INT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+              "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
+              "--global-batch-size", "--seq-length", "--num-layers", "--num-layers-per-virtual-pipeline-stage",
+              "--num-virtual-stages-per-pipeline-rank", "--recompute-num-layers")
+
+
+class Projected(BaseModel):
+    """A layout's projected numbers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: str
+    config: dict[str, Any]
+    tokens_per_sec_per_gpu: float
+    mfu: float
+    iteration_time_s: float
+    peak_memory_gib: float
+    headroom_fraction: float = Field(description="1 - peak / HBM capacity.")
+    verdict: str
+    bottleneck: str
+    time_s: dict[str, float] = Field(description="Step-time terms, seconds.")
+    memory_gib: dict[str, float] = Field(description="Memory terms of the fullest stage, GiB.")
+
+
+class Diagnosis(BaseModel):
+    """The diagnosis of one config: its projection, the best layout found, and what to change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    kind: str = Field(description="megatron-args | primus-yaml | torchtitan-toml | training-log")
+    framework: str
+    model: str
+    gpu: str
+    num_gpus: int
+    yours: Projected
+    framework_problems: list[str] = Field(default_factory=list,
+                                          description="Rules of the framework the given layout breaks.")
+    measured: dict[str, float] = Field(default_factory=dict, description="What a training log measured.")
+    best: Projected | None = None
+    gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU.")
+    change_flags: list[str] = Field(default_factory=list, description="The framework's options to change.")
+    searched: int = 0
+    summary: str
+
+
+def _is_file(source: str) -> bool:
+    try:
+        return Path(source).is_file()
+    except OSError:  # e.g. an argument string longer than a file name may be
+        return False
+
+
+def read_source(source: str) -> tuple[str, str, str]:
+    """(kind, framework, text) of a file path or a Megatron argument string."""
+    path = Path(source)
+    if source.lstrip().startswith("--"):
+        return "megatron-args", "megatron", source
+    if path.is_file():
+        text = path.read_text(encoding="utf-8", errors="replace")
+    elif "pretrain_gpt" in source or "\n" in source:
+        return "megatron-args", "megatron", source
+    elif path.suffix or "/" in source:
+        raise ProjtuneError(f"'{source}' does not exist (give a file or a quoted Megatron argument list)")
+    else:
+        raise ProjtuneError(f"'{source}' is neither a file nor a Megatron argument list (starting with --)")
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return "torchtitan-toml", "torchtitan", text
+    if suffix in (".yaml", ".yml"):
+        data = _yaml(text, source)
+        if isinstance(data, dict) and "modules" in data:
+            return "primus-yaml", "primus", text
+        if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
+            raise ProjtuneError(f"{source}: MaxText YAML is not read back yet (diagnose reads Megatron arguments, "
+                                "Primus YAML, torchtitan TOML and training logs)")
+        raise ProjtuneError(f"{source}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
+                            "arguments, Primus YAML, torchtitan TOML and training logs")
+    if _LOG_HINT.search(text):
+        return "training-log", "", text
+    return "megatron-args", "megatron", text
+
+
+def _yaml(text: str, source: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "somewhere"
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ProjtuneError(f"{source}: {where}: cannot parse YAML: {problem}") from err
+
+
+def check_megatron_text(text: str, source: str) -> None:
+    """One-line errors for misspelt layout flags and non-integer sizes, naming the line."""
+    from tools.launch_config import known_options
+
+    known = sorted(known_options("megatron"))
+    lines = text.replace("\\\n", " \n").splitlines()
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        for i, word in enumerate(words):
+            if not word.startswith("--"):
+                continue
+            flag = word.split("=", 1)[0]
+            if flag not in known:
+                near = difflib.get_close_matches(flag, known, n=1, cutoff=0.88)
+                if near:
+                    raise ProjtuneError(f"{source}: line {number}: unknown flag {flag} (did you mean {near[0]}?)")
+            if flag in _INT_FLAGS:
+                value = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
+                if not value.isdigit():
+                    raise ProjtuneError(f"{source}: line {number}: {flag} needs a positive integer, got "
+                                        f"'{value or '(nothing)'}'")
+
+
+def _catalog_match(shape: dict[str, Any]) -> str | None:
+    """The catalog model with this shape: layers, hidden size, heads and experts must match; KV heads and FFN
+    width break ties (llama2-7b and llama3-8b share the first four)."""
+    want = [shape.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")]
+    if None in want:
+        return None
+    best: tuple[int, str] | None = None
+    for model_id in list_model_ids():
+        m = load_model(model_id)
+        if [m.num_layers, m.hidden_size, m.num_attention_heads] != [int(w) for w in want] or \
+                m.num_experts != int(shape.get("num_experts") or 0):
+            continue
+        score = sum(1 for key, have in (("num_kv_heads", m.num_kv_heads), ("ffn_hidden_size", m.ffn_hidden_size))
+                    if shape.get(key) is not None and int(shape[key]) == have)
+        if best is None or score > best[0]:
+            best = (score, model_id)
+    return best[1] if best else None
+
+
+def _megatron_shape(args: dict[str, Any]) -> dict[str, Any]:
+    shape = dict(args)
+    shape["num_kv_heads"] = args.get("num_query_groups") if args.get("group_query_attention") else \
+        args.get("num_attention_heads")
+    return shape
+
+
+def _job(header: dict[str, str], model: str | None, gpu: str | None, num_gpus: int | None,
+         guessed_model: str | None, source: str) -> tuple[str, str, int]:
+    model = model or header.get("model") or guessed_model
+    gpu = gpu or header.get("gpu")
+    count = num_gpus or (int(header["gpus"]) if "gpus" in header else None)
+    missing = [name for name, value in (("--model", model), ("--gpu", gpu), ("--gpus", count)) if not value]
+    if missing:
+        raise ProjtuneError(f"{source}: the file does not say the {', '.join(missing)}; pass "
+                            f"{' '.join(m + ' ...' for m in missing)}")
+    return str(model), str(gpu), int(count)  # type: ignore[arg-type]
+
+
+def _config(keys: dict[str, Any], source: str) -> TrainingConfig:
+    values = {k: v for k, v in keys.items() if k in TrainingConfig.model_fields and k != "framework"}
+    for need, what in (("gbs", "global batch size"), ("seq_len", "sequence length")):
+        if need not in values:
+            raise ProjtuneError(f"{source}: no {what} ({need}) in the config; add it to the file")
+    return TrainingConfig(**values)
+
+
+def projected(model: ModelSpec, cluster: Cluster, config: TrainingConfig, profile: Any = None) -> Projected:
+    """Project one layout (memory terms of its fullest stage)."""
+    from projection.engine import project
+    from projection.memory import GIB
+    from projection.summary import config_dict, stage_memory_dict
+    from projtune.render import layout_text
+
+    p = project(model, cluster, config, profile=profile)
+    stage = max(p.memory.stages, key=lambda s: s.total_bytes)
+    memory = {k: float(v) for k, v in stage_memory_dict(stage).items()
+              if k.endswith("_gib") and k != "total_gib" and v}
+    cfg = config_dict(p)
+    return Projected(layout=layout_text(cfg), config=cfg, tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu, mfu=p.mfu,
+                     iteration_time_s=p.iteration_time_s, peak_memory_gib=p.memory.peak_bytes / GIB,
+                     headroom_fraction=p.memory.headroom_fraction, verdict=p.memory.verdict,
+                     bottleneck=p.breakdown.bottleneck, time_s=p.breakdown.as_dict(), memory_gib=memory)
+
+
+def _options_of(kind: str, text: str) -> dict[str, Any]:
+    """The framework options the given text sets (flags for Megatron, dests for Primus, section.key for torchtitan)."""
+    from tools.exports.checks import titan_options_from_text
+    from tools.exports.megatron import flag_of
+    from tools.launch_import import megatron_args
+
+    if kind == "megatron-args":
+        return {flag_of(k, v): v for k, v in megatron_args(text).items()}
+    if kind == "primus-yaml":
+        data = yaml.safe_load(text)
+        return dict(data["modules"]["pre_trainer"].get("overrides") or {})
+    if kind == "torchtitan-toml":
+        return titan_options_from_text(text)
+    return {}
+
+
+def flag_changes(framework: str, yours: dict[str, Any], best: dict[str, Any], layout_keys: set[str]) -> list[str]:
+    """What to change, in the framework's own option names: 'FLAG old -> new', 'add FLAG [value]', 'remove FLAG'.
+
+    A Megatron bare flag is stored as True (or False for --no-*/--disable-* flags): present either way.
+    """
+    def bare(key: str, value: Any) -> bool:
+        return framework == "megatron" and isinstance(value, bool)
+
+    changes = []
+    for key, value in best.items():
+        if key not in layout_keys or yours.get(key) == value:
+            continue
+        if key not in yours:
+            changes.append(f"add {key}" if bare(key, value) else f"add {key} {value}")
+        else:
+            changes.append(f"{key} {yours[key]} -> {value}")
+    for key, value in yours.items():
+        if key in layout_keys and key not in best and value is not None:
+            changes.append(f"remove {key}" if bare(key, value) else f"remove {key} {value}")
+    return changes
+
+
+def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, num_gpus: int | None = None,
+             gpus_per_node: int = 8, search: bool = True) -> Diagnosis:
+    """Diagnose one config file (or Megatron argument string) and compare it with the best layout.
+
+    Raises:
+        ProjtuneError: unreadable or malformed input (one line naming the line), an unknown model/GPU, or an
+            illegal layout.
+    """
+    from projection.errors import IllegalLayoutError
+    from projection.hardware import load_hardware
+    from tools.framework_rules import framework_violations
+    from tools.launch_import import import_launch_config, megatron_args
+
+    kind, framework, text = read_source(source)
+    name = Path(source).name if kind != "megatron-args" or _is_file(source) else (
+        source if len(source) < 60 else source[:57] + "...")
+    header = (m.groupdict() if (m := _HEADER.search(text)) else {})
+    measured: dict[str, float] = {}
+    guessed = None
+    if kind == "training-log":
+        from evals.log_import import parse_log
+
+        log = parse_log(Path(source))
+        framework, keys, measured = log.framework, dict(log.config), dict(log.measured)
+        gpu, num_gpus = gpu or log.gpu, num_gpus or log.num_gpus
+        if model is None and isinstance(log.model, str):
+            model = log.model
+        if model is None and log.model is not None:
+            guessed = _catalog_match({"num_layers": log.model.get("num_hidden_layers"),
+                                      "hidden_size": log.model.get("hidden_size"),
+                                      "num_attention_heads": log.model.get("num_attention_heads"),
+                                      "num_experts": log.model.get("num_local_experts"),
+                                      "num_kv_heads": log.model.get("num_key_value_heads"),
+                                      "ffn_hidden_size": log.model.get("intermediate_size")})
+    else:
+        if kind == "megatron-args":
+            check_megatron_text(text, name)
+            guessed = _catalog_match(_megatron_shape(megatron_args(text)))
+        if kind == "torchtitan-toml":
+            try:
+                tomllib.loads(text)
+            except tomllib.TOMLDecodeError as err:
+                raise ProjtuneError(f"{name}: cannot parse TOML: {err}") from err
+        model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
+        keys = import_launch_config(text, framework, num_layers=load_model(model_id).num_layers)
+    model_id, gpu_id, count = _job(header, model, gpu, num_gpus, guessed, name)
+    spec, hardware = load_model(model_id), load_hardware(gpu_id)
+    cluster = Cluster(gpu=hardware.id, num_gpus=count, gpus_per_node=gpus_per_node)
+    keys.pop("dp", None)
+    config = _config(keys, name)
+    reasons = layout_violations(spec, hardware, cluster, config)
+    if reasons:
+        raise IllegalLayoutError(reasons)
+    yours = projected(spec, cluster, config)
+    problems = framework_violations(framework, spec, cluster, config)
+    result = Diagnosis(source=name, kind=kind, framework=framework, model=spec.name, gpu=hardware.id,
+                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, summary="")
+    if search:
+        _compare(result, spec, cluster, config, kind, text)
+    result.summary = summary_line(result)
+    return result
+
+
+def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: TrainingConfig, kind: str,
+             text: str) -> None:
+    from tools.exports import export_launch_config
+    from tools.search import SearchRequest, run_search
+
+    request = SearchRequest(model=spec.name, gpu=cluster.gpu, num_gpus=cluster.num_gpus,
+                            gpus_per_node=cluster.gpus_per_node, gbs=config.gbs, seq_len=config.seq_len, top_k=1,
+                            framework=result.framework)
+    found = run_search(request, workers=1)
+    result.searched = found.enumerated
+    if not found.ranked:
+        return
+    best_config = TrainingConfig(**{k: v for k, v in found.ranked[0].config.items() if v is not None})
+    best = projected(spec, cluster, best_config)
+    if best.tokens_per_sec_per_gpu <= result.yours.tokens_per_sec_per_gpu * (1 + 1e-9):
+        return
+    result.best = best
+    result.gain = best.tokens_per_sec_per_gpu / result.yours.tokens_per_sec_per_gpu - 1
+    best_options = export_launch_config(spec, cluster, best_config, result.framework).options
+    yours = _options_of(kind, text)
+    if not yours:  # a log: compare with the export of its own layout
+        try:
+            yours = export_launch_config(spec, cluster, config, result.framework).options
+        except ProjtuneError:
+            yours = {}
+    from tools.exports.common import Job
+    from tools.exports.megatron import model_dests
+
+    arch = set(model_dests(Job(spec, cluster, best_config)))
+    layout_keys = {k for k in set(best_options) | set(yours)
+                   if k.removeprefix("--").replace("-", "_") not in arch and k not in arch}
+    result.change_flags = flag_changes(result.framework, yours, best_options, layout_keys)
+
+
+def summary_line(d: Diagnosis) -> str:
+    """'your layout: X tokens/s/GPU, fits with Y% headroom, bottleneck B; best found: L, +Z%, change these flags: F'."""
+    y = d.yours
+    fit = (f"fits with {y.headroom_fraction:.0%} headroom" if y.verdict == "fits"
+           else f"{y.verdict} ({y.headroom_fraction:.0%} headroom)")
+    share = y.time_s.get(f"{y.bottleneck}_s", 0.0) / max(sum(y.time_s.values()), 1e-12)
+    head = (f"your layout: {y.tokens_per_sec_per_gpu:,.0f} tokens/s/GPU, {fit}, bottleneck "
+            f"{y.bottleneck.replace('_', ' ')} ({share:.0%} of the step)")
+    if d.framework_problems:
+        head += f"; {d.framework} cannot launch it as written: {d.framework_problems[0]}"
+    if d.best is None:
+        return head + f"; best found: this layout is the fastest {d.framework} can launch of {d.searched} searched"
+    flags = ", ".join(d.change_flags) if d.change_flags else "(none: same options)"
+    return (head + f"; best found: {d.best.layout}, {d.best.tokens_per_sec_per_gpu:,.0f} tokens/s/GPU, "
+            f"+{d.gain:.0%}, change these flags: {flags}")

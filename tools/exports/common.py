@@ -1,0 +1,74 @@
+"""What every export shares: the LaunchConfig result, the job header, and the overlap settings the projection assumed."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.device_profile import default_profile
+from projection.hardware import load_hardware
+from projection.layout import parallel_dims
+from projection.model_spec import ModelSpec
+from projection.training_config import Cluster, TrainingConfig
+
+LaunchFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"]
+# A profile's fitted overlap fraction above this counts as "the projection assumes the overlap is on".
+OVERLAP_ON = 0.05
+
+
+class LaunchConfig(BaseModel):
+    """A layout written for one framework: the text to launch with, what was assumed, what the user adds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    framework: LaunchFramework
+    text: str = Field(description="The launch config: arguments, YAML or TOML, with a header comment.")
+    options: dict[str, Any] = Field(description="Each exported option name (flag, YAML key or section.key) -> value.")
+    warnings: list[str] = Field(default_factory=list, description="What the framework cannot express exactly.")
+    assumptions: list[str] = Field(default_factory=list,
+                                   description="What the export assumed (e.g. the overlap the projection counts on).")
+    user_must_add: list[str] = Field(default_factory=list, description="What the user must add (data, tokenizer).")
+    command: str | None = Field(default=None, description="A launch command line, where the framework takes one.")
+    filename: str = Field(description="Suggested file name.")
+
+
+class Job:
+    """One layout to export: model, cluster, config, and the profile's overlap assumptions."""
+
+    def __init__(self, model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> None:
+        self.model, self.cluster, self.config = model, cluster, config
+        self.hardware = load_hardware(cluster.gpu)
+        self.profile = default_profile(self.hardware)
+        self.dp = parallel_dims(config, cluster).dp
+        self.warnings: list[str] = []
+        self.assumptions: list[str] = []
+
+    @property
+    def microbatches(self) -> int:
+        """Micro-batches per step per data-parallel rank (gbs / (mbs*dp))."""
+        return self.config.gbs // (self.config.mbs * self.dp)
+
+    def header(self) -> str:
+        from projtune.render import layout_text
+
+        layout = layout_text(self.config.model_dump(exclude_none=True) | {"dp": self.dp})
+        return f"{self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu}: {layout}"
+
+    def stem(self) -> str:
+        return f"{self.model.name}_{self.cluster.num_gpus}x{self.cluster.gpu}_{self.config.precision}".replace("/", "_")
+
+    def tp_overlap(self) -> bool:
+        """Whether the projection hides TP comm (the profile's fitted tp_overlap_fraction is material)."""
+        return self.config.tp > 1 and self.config.sequence_parallel and self.profile.tp_overlap_fraction > OVERLAP_ON
+
+    def ep_overlap(self) -> bool:
+        return self.config.ep > 1 and self.profile.ep_overlap_fraction > OVERLAP_ON
+
+
+def comment_block(job: Job, source: str, *, prefix: str = "# ") -> list[str]:
+    """Header, source, assumptions, what to add and warnings, as comment lines."""
+    lines = [f"{prefix}{job.header()}", f"{prefix}{source}"]
+    lines += [f"{prefix}assumed: {a}" for a in job.assumptions]
+    lines += [f"{prefix}warning: {w}" for w in job.warnings]
+    return lines

@@ -1,0 +1,122 @@
+"""MaxText YAML: ``ici_*`` (inside a node) and ``dcn_*`` (across nodes) mesh axes, batch, remat and quantisation.
+
+Keys of AI-Hypercomputer/maxtext ``src/MaxText/configs/base.yml`` / ``types.py``: each mesh axis
+(data, fsdp, tensor, context, expert, pipeline) has an ICI degree (devices of one node, on
+GPUs) and a DCN degree (nodes); the ICI degrees multiply to the GPUs per node and the DCN
+degrees to the node count.  ``per_device_batch_size`` counts sequences per device, TP and PP
+devices included (fractional when they share a sequence); with PP the batch is split into
+``num_pipeline_microbatches``, without it ``gradient_accumulation_steps`` repeat the
+micro-batch.  :func:`maxtext_problems` checks the rules of ``types.py`` on an export.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.framework_rules import MAXTEXT_MODELS, MAXTEXT_QUANT, maxtext_vendor
+
+AXES = ("data", "fsdp", "tensor", "context", "expert", "pipeline")
+SOURCE = "MaxText YAML (src/MaxText/configs/base.yml keys); run: python3 -m MaxText.train this.yaml"
+USER_MUST_ADD = ["base_output_directory, run_name, dataset_type / dataset_path, tokenizer_path", "steps"]
+REMAT = {"none": "minimal", "full": "full"}
+
+
+def _split(degrees: dict[str, int], per_node: int) -> tuple[dict[str, int], dict[str, int]]:
+    """Place each axis inside a node first (tensor, context, expert, fsdp/data, pipeline), the rest across nodes."""
+    ici, dcn, room = {}, {}, per_node
+    for axis in ("tensor", "context", "expert", "fsdp", "data", "pipeline"):
+        degree = degrees[axis]
+        inside = math.gcd(degree, room)
+        ici[axis], dcn[axis] = inside, degree // inside
+        room //= inside
+    return ici, dcn
+
+
+def maxtext_options(job: Job) -> dict[str, Any]:
+    c, m, n = job.config, job.model, job.cluster
+    dp = job.dp
+    ep = c.ep if m.is_moe else 1
+    rest = dp // ep
+    degrees = {"data": rest if c.zero == 0 else 1, "fsdp": rest if c.zero == 3 else 1, "tensor": c.tp,
+               "context": c.cp, "expert": ep, "pipeline": c.pp}
+    per_node = min(n.gpus_per_node, n.num_gpus)
+    ici, dcn = _split(degrees, per_node)
+    o: dict[str, Any] = {"model_name": MAXTEXT_MODELS.get(m.name, m.name), "hardware": "gpu",
+                         "max_target_length": c.seq_len}
+    if c.pp > 1:
+        o["per_device_batch_size"] = c.gbs / n.num_gpus
+        o["gradient_accumulation_steps"] = 1
+        o["num_pipeline_microbatches"] = job.microbatches
+        o["num_layers_per_pipeline_stage"] = m.num_layers // (c.pp * c.vpp)
+    else:
+        o["per_device_batch_size"] = c.mbs * dp / n.num_gpus
+        o["gradient_accumulation_steps"] = job.microbatches
+    o["remat_policy"] = REMAT.get(c.recompute, c.recompute)
+    o["quantization"] = MAXTEXT_QUANT.get((c.precision, maxtext_vendor(n.gpu)), c.precision)
+    if m.is_moe:
+        o["sparse_matmul"] = True
+        o["capacity_factor"] = (c.moe_capacity_factor or 1.0) if c.moe_routing == "token-drop" else -1
+    for axis in AXES:
+        o[f"ici_{axis}_parallelism"] = ici[axis]
+    for axis in AXES:
+        o[f"dcn_{axis}_parallelism"] = dcn[axis]
+    if c.recompute == "none":
+        job.assumptions.append("remat_policy minimal saves every matmul output (only element-wise ops recompute); "
+                               "the projection counts that as no recompute")
+    job.assumptions.append(f"XLA overlaps FSDP/DP collectives with compute (the projection hides "
+                           f"{job.profile.dp_overlap_fraction:.0%} of DP comm)")
+    return o
+
+
+def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: int, num_layers: int) -> list[str]:
+    """The types.py / mesh rules an exported MaxText config breaks (empty when none)."""
+    problems = []
+    per_node, nodes = min(gpus_per_node, num_gpus), max(1, num_gpus // gpus_per_node)
+    ici = math.prod(int(options.get(f"ici_{a}_parallelism", 1)) for a in AXES)
+    dcn = math.prod(int(options.get(f"dcn_{a}_parallelism", 1)) for a in AXES)
+    if ici != per_node:
+        problems.append(f"ici_* parallelism multiplies to {ici}, not the {per_node} devices of a node "
+                        "(maxtext_utils.create_device_mesh)")
+    if dcn != nodes:
+        problems.append(f"dcn_* parallelism multiplies to {dcn}, not the {nodes} nodes (num_slices)")
+    if dcn > 1 and nodes <= 1:
+        problems.append("DCN parallelism requested but only one slice available.")
+    pp = int(options.get("ici_pipeline_parallelism", 1)) * int(options.get("dcn_pipeline_parallelism", 1))
+    if pp > 1:
+        per_stage = int(options.get("num_layers_per_pipeline_stage", 1))
+        repeats, remainder = divmod(num_layers, pp * per_stage)
+        if remainder:
+            problems.append(f"layers per stage ({per_stage}) times stages ({pp}) must divide the {num_layers} "
+                            "decoder layers")
+        micro = int(options.get("num_pipeline_microbatches", pp))
+        if micro <= 0 or micro % pp:
+            problems.append(f"The number of microbatches ({micro}) must be divisible by the number of stages ({pp})")
+        batch = round(float(options["per_device_batch_size"]) * num_gpus)  # micro_batch_size_to_train_on
+        if micro and batch % micro:
+            problems.append(f"batch for one forward pass ({batch}) not divisible by {micro} microbatches")
+    if options.get("quantization") in ("fp8", "nanoo_fp8", "fp8_gpu") and \
+            int(options.get("gradient_accumulation_steps", 1)) > 1:
+        problems.append("FP8 quantization is not compatible with gradient accumulation.")
+    if options.get("remat_policy") not in ("full", "minimal", "save_dot_with_context_except_mlp",
+                                            "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
+                                            "qkv_proj_offloaded", "custom", "minimal_offloaded", "save_out_proj"):
+        problems.append(f"remat_policy {options.get('remat_policy')!r} is not a MaxText RematPolicy")
+    if options.get("model_name") not in MAXTEXT_MODELS.values():
+        problems.append(f"model_name {options.get('model_name')!r} has no src/MaxText/configs/models file")
+    if float(options.get("per_device_batch_size", 1)) <= 0:
+        problems.append("per_device_batch_size must be positive")
+    return problems
+
+
+def export(job: Job) -> LaunchConfig:
+    options = maxtext_options(job)
+    body = yaml.safe_dump(options, sort_keys=False).splitlines()
+    head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
+    return LaunchConfig(framework="maxtext", text="\n".join(head + body) + "\n", options=options,
+                        warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
+                        command="python3 -m MaxText.train " + job.stem() + ".maxtext.yml",
+                        filename=job.stem() + ".maxtext.yml")
