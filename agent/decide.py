@@ -98,10 +98,19 @@ def decision_text(best_first: list[dict[str, Any]], ties: list[dict[str, Any]], 
             return "clear: the only layout scored"
         second = best_first[1]
         gap = 1.0 - second["tokens_per_sec_per_gpu"] / best_first[0]["tokens_per_sec_per_gpu"]
-        return f"clear: #2 is {gap:.1%} slower and outside the 80% interval of #1"
-    parts = [f"#{n['rank']} ({n['gap']:.1%} slower; differs in {n['differs']})" for n in ties]
+        return f"clear: #2 is {_gap(gap)} and outside the 80% interval of #1"
+    parts = [f"#{n['rank']} ({_gap(n['gap'])}; differs in {n['differs']})" for n in ties]
     return ("near-tie: the 80% intervals of #1 and " + "; ".join(parts) + " overlap, so the projection cannot "
             "separate them; a benchmark of these layouts (measured mode, `projtune bench run`) would settle it")
+
+
+def _gap(gap: float) -> str:
+    """'3.1% slower', or for a tie the simpler layout won: '0.1% faster, a tie: the simpler layout ranks first'."""
+    if gap >= 5e-4:
+        return f"{gap:.1%} slower"
+    if gap > -5e-4:
+        return "the same projected throughput"
+    return f"{-gap:.1%} faster, within the tie tolerance, so the simpler layout ranks first"
 
 
 def mfu_labels(gpu: str, precision: str, mfu_bf16: float) -> dict[str, Any]:

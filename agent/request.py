@@ -92,7 +92,7 @@ class TuneRequest(BaseModel):
         default=None, description="Restrict the agent to these layouts (sweep-format config dicts).")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
     finetune: str | None = Field(default=None, pattern="^(sft|lora)$",
-                                 description="Fine-tuning mode: 'lora' (frozen base weights) or 'sft'; None = pretrain.")
+                                 description="'lora' (frozen base weights) or 'sft'; None = pretraining.")
     framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
                                                             "torchtitan, primus, deepspeed, jax); None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")

@@ -8,10 +8,10 @@ tuning run inside a turn is its own (uncheckpointed) run of the tuning graph.
 
 One writer per session: a ``ChatSession`` holds an exclusive lock (``fcntl.flock`` on
 ``$PROJTUNE_HOME/locks/<session>.lock``) while open; a second process waits up to
-``lock_wait_s`` (default ``$PROJTUNE_SESSION_LOCK_WAIT`` or 5 s) and is then refused with :class:`SessionBusy` (which says what to
-do).  A store that SQLite cannot read is moved aside to ``sessions.sqlite.corrupt-<time>`` and a
-fresh one started; ``notice`` says so (the CLI prints it).  A turn that fails answers with the
-error and the session goes on (the turn is not saved).
+``lock_wait_s`` (default ``$PROJTUNE_SESSION_LOCK_WAIT`` or 5 s) and is then refused with
+:class:`SessionBusy` (which says what to do).  A store that SQLite cannot read is moved aside
+to ``sessions.sqlite.corrupt-<time>`` and a fresh one started; ``notice`` says so (the CLI
+prints it).  A turn that fails answers with the error and the session goes on (not saved).
 """
 
 from __future__ import annotations

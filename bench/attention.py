@@ -143,9 +143,13 @@ class AttentionCore:
             return F.scaled_dot_product_attention(q, ks, vs, is_causal=True, enable_gqa=gqa)
         from torch.nn.attention.bias import causal_lower_right
 
-        if gqa:   # the bias path does not forward enable_gqa on every version: repeat K/V
-            ks, vs = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (ks, vs))
-        return F.scaled_dot_product_attention(q, ks, vs, attn_mask=causal_lower_right(call.q_len, call.k_len))
+        bias = causal_lower_right(call.q_len, call.k_len)
+        if gqa:
+            try:
+                return F.scaled_dot_product_attention(q, ks, vs, attn_mask=bias, enable_gqa=True)
+            except (TypeError, RuntimeError):   # versions whose bias path drops enable_gqa: repeat K and V
+                ks, vs = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (ks, vs))
+        return F.scaled_dot_product_attention(q, ks, vs, attn_mask=bias)
 
     def _banded(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, call: Call) -> torch.Tensor:
         """Windowed call as sub-blocks of ``window`` queries, each against its <= 2w-1 keys (band mask)."""

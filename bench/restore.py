@@ -176,8 +176,8 @@ def _timed_views(measurement: Measurement, model: ModelSpec, cluster: Cluster, c
         base_model, base_cluster, base_config = red.model, red.bench_cluster, red.bench_config
     dense = ran_precision(measurement, base_config.precision)
     experts = {t.expert_precision for t in measurement.layers if t.expert_precision}
-    expert = (_as_precision(experts.pop(), base_config.precision, ran_precision(measurement, "fp8"))
-              if len(experts) == 1 else dense)
+    fp8_name = base_config.precision if base_config.is_low_precision else "fp8"
+    expert = _as_precision(experts.pop(), base_config.precision, fp8_name) if len(experts) == 1 else dense
 
     def view(precision: str) -> AnalyticLayout:
         if (precision == bench.config.precision and base_config is red.bench_config):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import time
 
 from projection import fast_paths
-from projection.pipeline import _RESULT_CACHE, Schedule, StageTimes, _compile_plan, simulate_pipeline
+from projection.pipeline import Schedule, StageTimes, simulate_pipeline
+from projection.pipeline_plan import _compile_plan
+from projection.pipeline_steady import _RESULT_CACHE
 
 CASES: list[tuple[Schedule, int, int, int]] = [
     ("1f1b", 8, 1, 64),

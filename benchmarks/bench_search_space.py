@@ -39,8 +39,8 @@ CASES: dict[str, tuple[str, str, int, int, int]] = {
 SEARCH_TARGET_S = 2.0
 WARM_TARGET_MS, COLD_TARGET_MS = 0.2, 1.0
 # Modules whose memo caches a cold run clears (catalog loaders are not among them: specs stay loaded).
-_CACHED_MODULES = ("projection.pipeline", "projection.engine", "projection.memory", "projection.layout",
-                   "projection.params", "projection.flops", "projection.activations", "projection.workload",
+_CACHED_MODULES = ("projection.pipeline", "projection.pipeline_plan", "projection.pipeline_steady",
+                   "projection.engine", "projection.memory", "projection.layout", "projection.params", "projection.flops", "projection.activations", "projection.workload",
                    "projection.collectives", "projection.compute", "tools.search_core")
 
 
@@ -60,14 +60,18 @@ def clear_caches() -> None:
 _CPU: list[float] = []   # CPU seconds of the last _timed runs, aligned with the wall times it returns
 
 
-def _timed(fn: Callable[[], Any], repeat: int, cold: bool) -> tuple[list[float], Any]:
-    """Wall times of ``repeat`` calls (CPU times of this process in ``_CPU``) and the last result."""
+def _timed(fn: Callable[[], Any], repeat: int, cold: bool, collect: bool = True) -> tuple[list[float], Any]:
+    """Wall times of ``repeat`` calls (CPU times of this process in ``_CPU``) and the last result.
+
+    ``collect``: a full garbage collection before each call (searches: each starts from the same heap).
+    """
     times, result = [], None
     _CPU.clear()
     for _ in range(repeat):
         if cold:
             clear_caches()
-        gc.collect()
+        if collect:
+            gc.collect()
         cpu, start = time.process_time(), time.perf_counter()
         result = fn()
         times.append(time.perf_counter() - start)
@@ -122,8 +126,8 @@ def bench_projection(repeat: int, exact: bool) -> None:
 
     def measure() -> tuple[list[float], list[float], Any]:
         once()
-        warm, result = _timed(once, repeat * 100, cold=False)
-        cold, _ = _timed(once, repeat * 20, cold=True)
+        warm, result = _timed(once, repeat * 100, cold=False, collect=False)
+        cold, _ = _timed(once, repeat * 20, cold=True, collect=False)
         return warm, cold, result
 
     warm, cold, fast = measure()

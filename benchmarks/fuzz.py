@@ -1,6 +1,6 @@
 """On-demand fuzzing of every input door: CLI flags, requests, sweep YAML, HF configs and tool arguments.
 
-Usage: python benchmarks/fuzz.py [--inputs 10000] [--seed 0] [--hang-s 10] [--only requests,tools,...]
+Usage: python benchmarks/fuzz.py [--inputs 10000] [--seed 0] [--hang-s 10] [--only requests,...] [--worst]
 
 Runs ``--inputs`` generated inputs (seeded ``random``, so a run is reproducible), split over the
 five targets, in-process (the CLI through typer's runner), and prints per target and in total:
@@ -125,8 +125,9 @@ HF_BASES: list[dict[str, Any]] = [
      "num_experts_per_tok": 8, "vocab_size": 151936, "decoder_sparse_step": 1, "mlp_only_layers": []},
     {"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
 ]
-HF_KEYS = sorted({k for base in HF_BASES for k in base} | {"head_dim", "layer_types", "hidden_act", "tie_word_embeddings",
-                                                            "max_position_embeddings", "moe_layer_freq"})
+HF_KEYS = sorted({k for base in HF_BASES for k in base}
+                 | {"head_dim", "layer_types", "hidden_act", "tie_word_embeddings", "max_position_embeddings",
+                    "moe_layer_freq"})
 
 
 def gen_hf_config(rng: random.Random) -> dict[str, Any]:
@@ -143,6 +144,10 @@ def gen_hf_config(rng: random.Random) -> dict[str, Any]:
     return cfg
 
 
+SPLICES = [".inf", "-.inf", ".nan", "0", "-1", "1e400", "[]", "{}", "x", "~", "99999999999999999999", "!!binary aGk=",
+           "*nope", "&a 1"]
+
+
 def _sweep_text() -> str:
     return (ROOT / "evals" / "data" / "korthikanti-2022.yaml").read_text(encoding="utf-8")
 
@@ -156,7 +161,7 @@ def gen_sweep_yaml(rng: random.Random, base: str) -> str:
             i = rng.randrange(len(lines))
             if ":" in lines[i]:
                 head = lines[i].split(":", 1)[0]
-                lines[i] = f"{head}: {rng.choice(['.inf', '-.inf', '.nan', '0', '-1', '1e400', '[]', '{}', 'x', '~', '99999999999999999999', '!!binary aGk=', '*nope', '&a 1'])}"
+                lines[i] = f"{head}: {rng.choice(SPLICES)}"
         return "\n".join(lines)
     if kind < 0.5:
         depth = rng.randint(1, 10)
@@ -396,11 +401,41 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
     return counts
 
 
+WORST_CASES = (  # (schedule, pp, vpp, micro-batches): micro-batches x pp x vpp at the legality limits
+    ("zbv", 64, 2, 256), ("zbv", 16, 2, 1024), ("zero-bubble", 16, 1, 8192), ("interleaved", 16, 8, 1024),
+    ("gpipe", 16, 1, 8192),
+    ("1f1b", 16, 1, 8192), ("1f1b", 1, 1, 16384),
+)
+
+
+def worst_cases() -> list[tuple[str, float, float]]:
+    """(case, seconds, peak RSS MiB so far) of one projection at the bounded-work limits (llama3.1-405b, H100)."""
+    import resource
+
+    from projection.engine import project
+    from projection.hardware import load_hardware
+    from projection.legality import MAX_PIPELINE_OPS, MAX_ZBV_OPS
+    from projection.model_spec import load_model
+    from projection.training_config import Cluster, TrainingConfig
+
+    model, hardware = load_model("llama3.1-405b"), load_hardware("h100-sxm")
+    rows = []
+    for schedule, pp, vpp, m in WORST_CASES:
+        assert m * pp * vpp <= (MAX_ZBV_OPS if schedule == "zbv" else MAX_PIPELINE_OPS)
+        config = TrainingConfig(tp=8, pp=pp, vpp=vpp, mbs=1, gbs=m, seq_len=8192, pp_schedule=schedule)
+        start = time.perf_counter()
+        project(model, Cluster(gpu="h100-sxm", num_gpus=pp * 8), config, hardware=hardware)
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        rows.append((f"{schedule} pp{pp} vpp{vpp} m{m}", time.perf_counter() - start, rss))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--inputs", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hang-s", type=float, default=10.0)
+    parser.add_argument("--worst", action="store_true", help="also time one projection at each bounded-work limit")
     parser.add_argument("--only", default="", help="comma-separated targets: requests,hf_configs,tools,sweep_yaml,cli")
     args = parser.parse_args()
     counts = run(args.inputs, args.seed, args.hang_s, [t for t in args.only.split(",") if t])
@@ -412,6 +447,10 @@ def main() -> int:
         totals.update({"inputs": c["inputs"], **row})
         print(f"{name:12s} {c['inputs']:7d} " + " ".join(f"{row[k]:10d}" for k in keys) + f"  {c['seconds']:7d}")
     print(f"{'total':12s} {totals['inputs']:7d} " + " ".join(f"{totals[k]:10d}" for k in keys))
+    if args.worst:
+        print("\none projection at the bounded-work limits (seconds, process peak RSS):")
+        for case, seconds, rss in worst_cases():
+            print(f"  {case:32s} {seconds:6.2f} s  {rss:6.0f} MiB")
     return 0 if all(totals[k] == 0 for k in keys) else 1
 
 

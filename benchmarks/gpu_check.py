@@ -74,16 +74,20 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _nvidia_smi() -> dict[str, str]:
+    """Driver, name, clocks, power limit, temperature (read only: the card's settings are left alone)."""
     if not shutil.which("nvidia-smi"):
         return {}
-    fields = "driver_version,name,clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    values = [v.strip() for v in out.stdout.splitlines()[0].split(",")] if out.returncode == 0 and out.stdout else []
-    return dict(zip(fields.split(","), values, strict=False))
+    found: dict[str, str] = {}
+    for fields in ("driver_version,name", "clocks.sm,clocks.max.sm,clocks.mem,power.limit,temperature.gpu"):
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=20, check=False)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.returncode == 0 and out.stdout.strip():
+            values = [v.strip() for v in out.stdout.splitlines()[0].split(",")]
+            found |= dict(zip(fields.split(","), values, strict=False))
+    return found
 
 
 def runtime(torch: Any, gpu: bool) -> dict[str, Any]:
@@ -281,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     run_micro(plan, torch, device, dtype, args.quick, deadline, writer)
     print(f"micro done ({time.monotonic() - start:.1f} s)", flush=True)
     run_cases(plan, torch, device, dtype, args, deadline, writer)
+    if gpu:
+        results["runtime"]["nvidia_smi_after"] = _nvidia_smi()   # clocks under load, for the notes
     results["seconds"] = round(time.monotonic() - start, 2)
     results["complete"] = all(not c["errors"] for c in results["cases"]) and all(
         "skipped" not in p["info"].get("error", "") for p in results["micro"])

@@ -11,9 +11,8 @@ torch-only parts of ``bench/`` (``attention``, ``fp8``, ``layers``, ``layer_timi
   layers the issue names (Llama 3.1 8B, Llama 2 70B TP-reduced, Mixtral 8x7B EP-reduced,
   DeepSeek-V3 with its experts per GPU kept), then the slices of the H100 development runs
   (timed on the H200 for the H100 transfer; last, so a short budget drops them first). Each
-  case lists its layer kinds with the
-  TARGET's per-GPU shapes (a TP8/EP8 shard runs on one GPU), the head shape, FP8 and
-  frozen (LoRA) flags and the useful FLOPs of every layer;
+  case lists its layer kinds with the TARGET's per-GPU shapes (a TP8/EP8 shard runs on one
+  GPU), the head shape, FP8 and frozen (LoRA) flags and the useful FLOPs of every layer;
 - micro: GEMM shapes of those layers (16-bit and FP8), grouped expert GEMMs, attention
   forward and backward at the development sequence lengths, HBM copies.
 """

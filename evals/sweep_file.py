@@ -25,7 +25,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
 from evals.sweep_models import (
     CONFIG_KEYS,
     GPU_IDS,
@@ -39,6 +38,7 @@ from evals.sweep_models import (
     primary_metric,
     unknown_name_message,
 )
+from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
 
 __all__ = [
     "CONFIG_KEYS", "GPU_IDS", "ClusterSpec", "ConfigKeys", "LoadIssue", "LoadResult", "LoadedRun",

@@ -39,6 +39,7 @@ class ActivationContext:
     expert_capacity: float = 1.0  # routed-token padding: moe_capacity_factor with token-drop, else 1 (dropless)
     score_bytes: int = BF16_BYTES  # bytes per attention score kept without flash attention (XLA: fp32 + bf16)
     frozen_mlp: bool = False      # LoRA on the attention projections: the frozen MLP GEMMs need no saved inputs
+    op_sac: bool = False          # torchtitan per-op selective AC: save every compute op's output but every 2nd mm
 
 
 def _attention_terms(model: ModelSpec, ctx: ActivationContext, window: int) -> tuple[float, float, float]:
@@ -80,8 +81,27 @@ def _mlp_bytes(model: ModelSpec, tokens: float, ffn: int, ctx: ActivationContext
     return act_inputs + fc2_input
 
 
+def op_sac_layer_bytes(model: ModelSpec, ctx: ActivationContext) -> float:
+    """Bytes a dense layer keeps under torchtitan's per-op selective AC, one micro-batch.
+
+    torchtitan ``_apply_ac_to_transformer_block`` (selective_ac_option "op"): "Saves output of all
+    compute ops, except every second mm"; the save list is ``aten.mm``, the SDPA kernels and
+    ``reduce_scatter``.  A Llama block runs wq, wk, wv, wo, w1, w3, w2, so the outputs of wq, wv,
+    w1 and w2 are saved (odd mm counts), with the SDPA output and its fp32 log-sum-exp and the
+    block input (the checkpoint's argument); every element-wise op and wk, wo, w3 are recomputed.
+    """
+    s, b, t, h = ctx.seq_len, ctx.micro_batch, ctx.tp, model.hidden_size
+    tokens = s * b
+    sp_div = t if ctx.sequence_parallel else 1
+    sharded = model.q_width + model.num_kv_heads * model.v_head_dim + model.ffn_hidden_size + model.q_width
+    lse = FP32_BYTES * tokens * model.num_attention_heads / t
+    return BF16_BYTES * tokens * (2 * h / sp_div + sharded / t) + lse
+
+
 def layer_activation_bytes(model: ModelSpec, layer: int, ctx: ActivationContext) -> float:
     """Bytes one GPU keeps for the backward of ``layer`` for one micro-batch, no full recompute."""
+    if ctx.op_sac and not (model.moe_layers and model.moe_layers[layer]):
+        return op_sac_layer_bytes(model, ctx)
     s, b, t, h = ctx.seq_len, ctx.micro_batch, ctx.tp, model.hidden_size
     tokens = s * b
     sp_div = t if ctx.sequence_parallel else 1

@@ -17,6 +17,7 @@ from functools import lru_cache
 from itertools import accumulate
 from typing import Literal
 
+from projection import fast_paths
 from projection.collectives import (
     NetworkParams,
     all_gather_s,
@@ -313,6 +314,12 @@ def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile
     )
 
 
+# Prepared projections by exact inputs: a search bounds a lead, then projects it; the stage times are shared
+# (and shared objects: callers must not mutate them). Off with projection.fast_paths.disabled().
+_PREPARED_CACHE: dict[tuple[object, ...], _Prepared] = {}
+_PREPARED_CACHE_SIZE = 4096
+
+
 def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
              profile: DeviceProfile | None, framework: FrameworkProfile | None, check: bool,
              layer_costs: Mapping[int, LayerCost] | None) -> _Prepared:
@@ -322,6 +329,12 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
         reasons = layout_violations(model, hardware, cluster, config)
         if reasons:
             raise IllegalLayoutError(reasons)
+    key = None
+    if layer_costs is None and fast_paths.enabled():   # memo on exact inputs (all frozen); issue 14
+        key = (model, cluster, config, hardware, profile, framework)
+        cached = _PREPARED_CACHE.get(key)
+        if cached is not None:
+            return cached
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency, framework.host_launch_s)
@@ -331,8 +344,13 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
              else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
     stages, parts = _stage_times(model, config, dims, profile, framework, costs, head_cost(model, config, dims, rates),
                                  embedding_cost(model, config, dims, rates))
-    return _Prepared(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
-                     stages=stages, parts=parts)
+    prepared = _Prepared(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
+                         stages=stages, parts=parts)
+    if key is not None:
+        if len(_PREPARED_CACHE) >= _PREPARED_CACHE_SIZE:
+            _PREPARED_CACHE.clear()
+        _PREPARED_CACHE[key] = prepared
+    return prepared
 
 
 def iteration_time_lower_bound(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *,

@@ -155,14 +155,15 @@ class MemoryResult:
 
 def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationContext:
     """The activation-memory settings of a layout."""
-    modules = frozenset(config.recompute_modules) if config.recompute == "selective" else frozenset()
     traits = memory_traits(config.framework)
+    op_sac = traits.op_level_selective_ac and config.recompute == "selective"
+    modules = frozenset(config.recompute_modules) if config.recompute == "selective" and not op_sac else frozenset()
     capacity = (config.moe_capacity_factor or 1.0) if config.moe_routing == "token-drop" else 1.0
     return ActivationContext(
         seq_len=config.seq_len // config.cp,
         micro_batch=config.mbs,
         tp=config.tp,
-        sequence_parallel=config.sequence_parallel and config.tp > 1,
+        sequence_parallel=(config.sequence_parallel or traits.tp_sequence_parallel) and config.tp > 1,
         flash_attention=traits.flash_attention,
         score_bytes=traits.score_bytes,
         dropout=model.model_type == "gpt2",
@@ -170,6 +171,7 @@ def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationCo
         recompute_modules=modules,
         expert_capacity=capacity,
         frozen_mlp=config.finetune == "lora",
+        op_sac=op_sac,
     )
 
 
@@ -277,7 +279,7 @@ def _layer_tables(model: ModelSpec, config: TrainingConfig) -> _LayerTables:
 @lru_cache(maxsize=4096)
 def _layer_tables_for(model: ModelSpec, ctx: ActivationContext) -> _LayerTables:
     """Tables of one (model, activation context): shared by every layout that differs elsewhere."""
-    no_recompute = replace(ctx, recompute_modules=frozenset())
+    no_recompute = replace(ctx, recompute_modules=frozenset(), op_sac=False)
     by_kind: dict[tuple[bool, int], tuple[float, float]] = {}
     kept: list[float] = []
     rebuilt: list[float] = []

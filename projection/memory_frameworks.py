@@ -12,7 +12,10 @@ One small table, one row per framework family, each value cited to the framework
   reduce_dtype=fp32)``, ``torchtitan/distributed/parallel_dims.py`` / ``models/llama3/infra/parallelize.py``):
   fp32 sharded parameters (4 B), fp32 sharded gradients (4 B), AdamW moments (8 B); the bf16
   unsharded copy of a block lives only while it runs.  Its loss upcasts the logits to fp32
-  (``torchtitan/components/loss.py``: ``cross_entropy(pred.flatten(0, 1).float(), ...)``).
+  (``torchtitan/components/loss.py``: ``cross_entropy(pred.flatten(0, 1).float(), ...)``).  Its TP
+  plan shards the norms over the sequence (``SequenceParallel()`` for ``attention_norm`` /
+  ``ffn_norm`` in ``apply_tp``, ``models/llama3/infra/parallelize.py``), so TP implies SP; its
+  "selective" AC is per-op SAC (:func:`projection.activations.op_sac_layer_bytes`).
 - **DeepSpeed ZeRO** (Rajbhandari et al. 2020, Sec. 3: "2Ψ + 2Ψ + KΨ" with K = 12): fp16
   weights, fp16 gradients, fp32 master + Adam (12 B).
 - **MaxText / JAX** (``jax``): bf16 weights and bf16 Adam moments, as the development data's
@@ -41,6 +44,8 @@ class MemoryTraits:
     loss_bytes_per_logit: float | None  # bytes per (token, vocab) live in the loss; None: the framework profile's
     score_bytes: int               # bytes per attention score kept without flash attention
     usable_fraction: float         # share of HBM the framework's allocator can hand out
+    op_level_selective_ac: bool = False  # "selective" recompute means torchtitan's per-op SAC policy
+    tp_sequence_parallel: bool = False   # TP always shards the norm regions over the sequence (no SP switch)
     caching_allocator: bool        # PyTorch CUDA caching allocator (fragmentation + workspaces)
 
 
@@ -49,7 +54,8 @@ MEGATRON = MemoryTraits(name="megatron", weight_bytes=2, grad_bytes=4, optimizer
 # torchtitan's loss (``cross_entropy(pred.flatten(0, 1).float(), ...)``): bf16 logits (2) + their fp32 upcast (4)
 # + the fp32 gradient (4) + its bf16 cast into the LM head's backward (2) = 12 B per (token, vocab) entry.
 TORCHTITAN = MemoryTraits(name="torchtitan", weight_bytes=4, grad_bytes=4, optimizer_bytes=8, flash_attention=True,
-                          loss_bytes_per_logit=12.0, score_bytes=2, usable_fraction=1.0, caching_allocator=True)
+                          loss_bytes_per_logit=12.0, score_bytes=2, usable_fraction=1.0, caching_allocator=True,
+                          op_level_selective_ac=True, tp_sequence_parallel=True)
 # DeepSpeed 2021 (Narayanan et al. SC'21 comparison): Megatron-style attention without a flash kernel.
 DEEPSPEED = MemoryTraits(name="deepspeed", weight_bytes=2, grad_bytes=2, optimizer_bytes=12, flash_attention=False,
                          loss_bytes_per_logit=None, score_bytes=2, usable_fraction=1.0, caching_allocator=True)

@@ -64,7 +64,8 @@ class TrainingConfig(BaseModel):
     )
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params sharded.")
-    fsdp_size: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="ZeRO-3 sharding group size (HSDP); None = DP.")
+    fsdp_size: int | None = Field(default=None, ge=1, le=MAX_GPUS,
+                                  description="ZeRO-3 sharding group size (HSDP); None = DP.")
     pp_schedule: PipelineSchedule | None = Field(
         default=None, description="None = 'interleaved' if vpp > 1 else '1f1b'."
     )

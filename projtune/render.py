@@ -7,37 +7,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from tools.formatting import layout_text  # noqa: F401  (re-exported for the CLI commands)
+
 console = Console()
 
 _SHORT = {"weights_gib": "weights", "gradients_gib": "grads", "optimizer_gib": "optim", "fp8_copies_gib": "fp8",
           "activations_gib": "activ", "transient_gib": "buffers", "overhead_gib": "overhd", "total_gib": "total"}
 _MEMORY_COLUMNS = ("weights_gib", "gradients_gib", "optimizer_gib", "fp8_copies_gib", "activations_gib",
                    "transient_gib", "overhead_gib", "total_gib")
-
-
-def layout_text(config: dict[str, Any]) -> str:
-    """Compact one-line layout, e.g. 'TP2 PP4 VPP2 EP8 CP1 DP8 mbs1 gbs256 s8192 bf16 rc=none zero1'."""
-    parts = [f"TP{config.get('tp', 1)}", f"PP{config.get('pp', 1)}"]
-    if config.get("vpp", 1) > 1:
-        parts.append(f"VPP{config['vpp']}")
-    for axis in ("ep", "etp", "cp"):
-        if config.get(axis, 1) > 1:
-            parts.append(f"{axis.upper()}{config[axis]}")
-    if "dp" in config:
-        parts.append(f"DP{config['dp']}")
-    parts += [f"mbs{config.get('mbs', 1)}", f"gbs{config.get('gbs')}", f"s{config.get('seq_len')}",
-              config.get("precision", "bf16"), f"rc={config.get('recompute', 'none')}"]
-    if config.get("recompute_num_layers") is not None:
-        parts[-1] += f"({config['recompute_num_layers']})"
-    if config.get("sequence_parallel"):
-        parts.append("SP")
-    if config.get("zero", 0):
-        parts.append(f"zero{config['zero']}")
-    if config.get("pp_schedule") not in (None, "1f1b", "interleaved"):
-        parts.append(config["pp_schedule"])
-    if config.get("moe_dispatcher") not in (None, "alltoall"):
-        parts.append(config["moe_dispatcher"])
-    return " ".join(parts)
 
 
 def memory_table(data: dict[str, Any]) -> Table:
@@ -88,6 +65,9 @@ def print_projection(data: dict[str, Any]) -> None:
     head = Table(show_header=False, box=None)
     head.add_row("iteration time", f"{data['iteration_time_s']:.3f} s  ({data['num_microbatches']} micro-batches)")
     head.add_row("tokens/s/GPU", f"{data['tokens_per_sec_per_gpu']:,.0f}")
+    if "tokens_per_sec_per_gpu_low" in data:
+        head.add_row("80% interval", f"{data['tokens_per_sec_per_gpu_low']:,.0f} - "
+                                     f"{data['tokens_per_sec_per_gpu_high']:,.0f} tokens/s/GPU")
     head.add_row("model TFLOP/s/GPU", f"{data['model_tflops_per_gpu']:.1f}  (formula {data['flops_formula']})")
     head.add_row("MFU", f"{data['mfu']:.1%}")
     head.add_row("bottleneck", data["bottleneck"])

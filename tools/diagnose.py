@@ -1,8 +1,9 @@
 """Diagnose an existing launch config or training log: project it, say where time and memory go, compare with the best.
 
-Input: a Megatron-LM command line (file or string), a Primus experiment YAML, a torchtitan
-TOML, a MaxText-free set of the formats :mod:`tools.launch_import` reads, or a Megatron /
-Primus / torchtitan training log (:func:`evals.log_import.parse_log`).  The model, GPU and
+Input: a Megatron-LM command line (a file, a launch script or a string), a Primus experiment
+YAML or a torchtitan TOML (read by :mod:`tools.launch_import`), or a Megatron / Primus /
+torchtitan training log (:func:`evals.log_import.parse_log`).  MaxText and Megatron-Bridge files
+are written by the exporters but not read back yet.  The model, GPU and
 GPU count come from the arguments, else from a projtune export header (``# MODEL on N x GPU:``),
 else (Megatron arguments) from the catalog model with the same shape.  The best layout is the
 top of a search of the same job restricted to what the same framework can launch
@@ -14,6 +15,7 @@ from __future__ import annotations
 import difflib
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -143,13 +145,17 @@ def check_megatron_text(text: str, source: str) -> None:
                                         f"'{value or '(nothing)'}'")
 
 
+def _norm(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
 def _catalog_match(shape: dict[str, Any]) -> str | None:
     """The catalog model with this shape: layers, hidden size, heads and experts must match; KV heads and FFN
     width break ties (llama2-7b and llama3-8b share the first four)."""
     want = [shape.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")]
     if None in want:
         return None
-    best: tuple[int, str] | None = None
+    matches: list[tuple[int, str]] = []
     for model_id in list_model_ids():
         m = load_model(model_id)
         if [m.num_layers, m.hidden_size, m.num_attention_heads] != [int(w) for w in want] or \
@@ -157,9 +163,18 @@ def _catalog_match(shape: dict[str, Any]) -> str | None:
             continue
         score = sum(1 for key, have in (("num_kv_heads", m.num_kv_heads), ("ffn_hidden_size", m.ffn_hidden_size))
                     if shape.get(key) is not None and int(shape[key]) == have)
-        if best is None or score > best[0]:
-            best = (score, model_id)
-    return best[1] if best else None
+        hint = _norm(str(shape.get("tokenizer_model") or ""))
+        score += 2 * bool(hint and _norm(model_id) in hint)  # e.g. meta-llama/Meta-Llama-3-70B -> llama3-70b
+        matches.append((score, model_id))
+    if not matches:
+        return None
+    top = max(score for score, _ in matches)
+    tied = [model_id for score, model_id in matches if score == top]
+    shapes = {repr(load_model(t).model_dump(exclude={"name", "source", "published_params"})) for t in tied}
+    if len(shapes) > 1:  # same-shape models that project differently (e.g. the vocabulary): the user decides
+        raise ProjtuneError(f"the model shape matches {', '.join(tied)} (the arguments carry no vocabulary); "
+                            "pass --model")
+    return tied[0]
 
 
 def _megatron_shape(args: dict[str, Any]) -> dict[str, Any]:
@@ -194,14 +209,14 @@ def projected(model: ModelSpec, cluster: Cluster, config: TrainingConfig, profil
     from projection.engine import project
     from projection.memory import GIB
     from projection.summary import config_dict, stage_memory_dict
-    from projtune.render import layout_text
+    from tools.exports.common import layout_line
 
     p = project(model, cluster, config, profile=profile)
     stage = max(p.memory.stages, key=lambda s: s.total_bytes)
     memory = {k: float(v) for k, v in stage_memory_dict(stage).items()
               if k.endswith("_gib") and k != "total_gib" and v}
     cfg = config_dict(p)
-    return Projected(layout=layout_text(cfg), config=cfg, tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu, mfu=p.mfu,
+    return Projected(layout=layout_line(cfg), config=cfg, tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu, mfu=p.mfu,
                      iteration_time_s=p.iteration_time_s, peak_memory_gib=p.memory.peak_bytes / GIB,
                      headroom_fraction=p.memory.headroom_fraction, verdict=p.memory.verdict,
                      bottleneck=p.breakdown.bottleneck, time_s=p.breakdown.as_dict(), memory_gib=memory)
@@ -246,8 +261,12 @@ def flag_changes(framework: str, yours: dict[str, Any], best: dict[str, Any], la
 
 
 def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, num_gpus: int | None = None,
-             gpus_per_node: int = 8, search: bool = True) -> Diagnosis:
+             gpus_per_node: int = 8, search: bool = True, log_reader: Callable[[Path], Any] | None = None
+             ) -> Diagnosis:
     """Diagnose one config file (or Megatron argument string) and compare it with the best layout.
+
+    ``log_reader`` reads a training log (``evals.log_import.parse_log``; passed in by the CLI, since
+    tools sit below evals in the layering of tests/test_architecture.py).
 
     Raises:
         ProjtuneError: unreadable or malformed input (one line naming the line), an unknown model/GPU, or an
@@ -265,9 +284,10 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     measured: dict[str, float] = {}
     guessed = None
     if kind == "training-log":
-        from evals.log_import import parse_log
-
-        log = parse_log(Path(source))
+        if log_reader is None:
+            raise ProjtuneError(f"{name}: a training log needs a log reader (projtune diagnose passes "
+                                "evals.log_import.parse_log)")
+        log = log_reader(Path(source))
         framework, keys, measured = log.framework, dict(log.config), dict(log.measured)
         gpu, num_gpus = gpu or log.gpu, num_gpus or log.num_gpus
         if model is None and isinstance(log.model, str):
@@ -326,17 +346,15 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
         return
     result.best = best
     result.gain = best.tokens_per_sec_per_gpu / result.yours.tokens_per_sec_per_gpu - 1
-    best_options = export_launch_config(spec, cluster, best_config, result.framework).options
-    yours = _options_of(kind, text)
-    if not yours:  # a log: compare with the export of its own layout
-        try:
-            yours = export_launch_config(spec, cluster, config, result.framework).options
-        except ProjtuneError:
-            yours = {}
     from tools.exports.common import Job
     from tools.exports.megatron import model_dests
 
-    arch = set(model_dests(Job(spec, cluster, best_config)))
+    best_options = export_launch_config(spec, cluster, best_config, result.framework).options
+    try:  # apples to apples: the same exporter writes both layouts
+        yours = export_launch_config(spec, cluster, config, result.framework).options
+    except ProjtuneError:  # the framework's rules refuse the given layout: compare with what the file says
+        yours = _options_of(kind, text)
+    arch = set(model_dests(Job(spec, cluster, best_config))) - {"seq_length"}
     layout_keys = {k for k in set(best_options) | set(yours)
                    if k.removeprefix("--").replace("-", "_") not in arch and k not in arch}
     result.change_flags = flag_changes(result.framework, yours, best_options, layout_keys)

@@ -11,7 +11,10 @@ there, nor returned by ``projtune search --framework NAME``.  Sources (read for 
   flag (``megatron/core/pipeline_parallel/schedules.py``: 1F1B and interleaved 1F1B).
 - Megatron-Bridge and Primus build the same Megatron-core model and run the same checks
   (Bridge's model providers subclass ``megatron.core.transformer.TransformerConfig``; Primus
-  passes its overrides to Megatron-LM's ``validate_args``).
+  passes its overrides to Megatron-LM's ``validate_args``).  Primus adds the zero-bubble
+  schedules (AMD-AGI/Primus ``primus/backends/megatron/core/pipeline_parallel/zerobubble``,
+  presets in its DeepSeek optimisation guide: zb1p = vpp 1 + ``patch_zero_bubble``, zbv = vpp 2
+  + ``zero_bubble_v_schedule``, with ``overlap_grad_reduce``/``overlap_param_gather`` off).
 - torchtitan 0.3.0 (``pip install torchtitan==0.3.0``): ``torchtitan/distributed/parallel_dims.py``
   (EP borrows ranks from FSDP, CP and TP: ``efsdp = dp_shard*cp*tp/ep``; the sparse mesh has
   no TP axis, so experts are not tensor-parallel under EP), ``torchtitan/config/configs.py``
@@ -98,7 +101,7 @@ def dp_of(config: TrainingConfig, cluster: Cluster) -> int:
     return config.dp or cluster.num_gpus // (config.tp * config.pp * config.cp)
 
 
-def _megatron(model: ModelSpec, config: TrainingConfig) -> list[str]:
+def _megatron(framework: str, model: ModelSpec, config: TrainingConfig) -> list[str]:
     c, reasons = config, []
     if c.zero == 3:
         if c.pp > 1:
@@ -118,9 +121,12 @@ def _megatron(model: ModelSpec, config: TrainingConfig) -> list[str]:
     if c.ep > 1 and c.precision == "fp16":
         reasons.append(f"ep={c.ep} with fp16: 'Expert parallelism is not supported with fp16 training' "
                        f"({MEGATRON_ARGS})")
-    if c.pp > 1 and c.schedule in ("zero-bubble", "zbv", "gpipe"):
+    primus_zb = framework == "primus" and c.schedule in ("zero-bubble", "zbv")
+    if c.pp > 1 and c.schedule in ("zero-bubble", "zbv", "gpipe") and not primus_zb:
         reasons.append(f"pp_schedule={c.schedule}: Megatron-LM runs 1F1B or interleaved 1F1B only "
-                       "(megatron/core/pipeline_parallel/schedules.py get_forward_backward_func)")
+                       "(megatron/core/pipeline_parallel/schedules.py get_forward_backward_func)"
+                       + ("; Primus adds zero-bubble (zb1p) and ZB-V (patch_zero_bubble)" if framework != "primus"
+                          else ""))
     if c.precision == "nvfp4":
         reasons.append("precision nvfp4: not exported for Megatron (needs --fp4-format with Transformer Engine "
                        f">= 2.7; {MEGATRON_ARGS}); use bf16 or an FP8 recipe")
@@ -244,7 +250,7 @@ def framework_violations(framework: str, model: ModelSpec, cluster: Cluster, con
     """One readable, cited reason per rule of ``framework`` that the (projection-legal) layout breaks."""
     check_framework(framework)
     if framework in MEGATRON_FAMILY:
-        return _megatron(model, config)
+        return _megatron(framework, model, config)
     if framework == "torchtitan":
         return _torchtitan(model, cluster, config)
     return _maxtext(model, cluster, config)

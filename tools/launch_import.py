@@ -43,6 +43,10 @@ def megatron_args(text: str) -> dict[str, Any]:
     Numbers are converted; ``torchrun ... pretrain_gpt.py`` launcher words before the first flag are skipped.
     """
     lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
+    script = next((i for i, line in enumerate(lines) if re.search(r"\S+\.py(\s|$)", line)), None)
+    if script is not None:  # "torchrun ... pretrain_gpt.py --flags": launcher options end at the script
+        lines[script] = re.split(r"\S+\.py(?=\s|$)", lines[script], maxsplit=1)[1]
+        lines[:script] = [""] * script
     args: dict[str, Any] = {}
     key: str | None = None
     for number, line in enumerate(lines, 1):
@@ -125,7 +129,9 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
         config["zero"] = 1
     else:
         config["zero"] = 0
-    if config.get("vpp", 1) > 1:
+    if args.get("patch_zero_bubble") and args.get("enable_zero_bubble", True):  # Primus zero-bubble presets
+        config["pp_schedule"] = "zbv" if args.get("zero_bubble_v_schedule") else "zero-bubble"
+    elif config.get("vpp", 1) > 1:
         config["pp_schedule"] = "interleaved"
     dispatcher = args.get("moe_token_dispatcher_type")
     if dispatcher:

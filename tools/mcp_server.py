@@ -10,6 +10,7 @@ the success envelope ``{"ok", "tool", "result"}`` around the output model's sche
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib.metadata import version
 from typing import Any
 
 from mcp.server import MCPServer
@@ -18,8 +19,8 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetad
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ConfigDict
 
-from projtune.json_out import json_text
-from tools.registry import TOOLS, Tool, call_tool, tool_deadline_s
+from tools.json_out import json_text
+from tools.registry import Tool, call_tool, registered, tool_deadline_s
 
 DEFAULT_HTTP_PORT = 8765
 _WRITES_NOTHING = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
@@ -110,12 +111,11 @@ def mcp_tool(tool: Tool) -> MCPTool:
     )
 
 
-def build_server(tools: Sequence[Tool] = TOOLS) -> MCPServer:
-    """An MCPServer exposing ``tools`` (default: the whole registry)."""
-    from projtune import __version__
-
+def build_server(tools: Sequence[Tool] | None = None) -> MCPServer:
+    """An MCPServer exposing ``tools`` (default: the whole registry, with tools registered from above)."""
+    chosen = registered() if tools is None else tools
     return MCPServer(
-        name="projtune", version=__version__, tools=[mcp_tool(t) for t in tools], log_level="WARNING",
+        name="projtune", version=version("projtune"), tools=[mcp_tool(t) for t in chosen], log_level="WARNING",
         instructions="Projection tools for distributed LLM training layouts: list_models/list_hardware for ids, "
                      "search for the best layouts, project/check_memory/compare/explain for given layouts, "
                      "export_launch_config to write one for Megatron-LM, Primus or torchtitan.",

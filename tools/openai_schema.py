@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tools.registry import TOOLS, Tool
+from tools.registry import Tool, registered
 
 _REF_PREFIX = "#/$defs/"
 
@@ -50,6 +50,6 @@ def openai_tool(tool: Tool) -> dict[str, Any]:
                          "parameters": parameters_schema(tool.input_model)}}
 
 
-def openai_tools(tools: Sequence[Tool] = TOOLS) -> list[dict[str, Any]]:
-    """Every tool as an OpenAI function-calling schema, registry order."""
-    return [openai_tool(t) for t in tools]
+def openai_tools(tools: Sequence[Tool] | None = None) -> list[dict[str, Any]]:
+    """Every tool as an OpenAI function-calling schema, registry order (default: every registered tool)."""
+    return [openai_tool(t) for t in (registered() if tools is None else tools)]

@@ -12,9 +12,10 @@ not make the server read files.  A ``profile_path`` must then name a profile in 
 folder (the shipped ``projection/catalog/profiles`` or ``$PROJTUNE_PROFILE_DIR``), by file
 name or stem; a model must be a catalog id or config fields, never a file path; and no error
 quotes a file's content.  Explicit paths given on the command line are trusted (``projtune
-project --profile FILE``).  ``deadline_s`` runs the call in a forked child process that is
-killed, with any workers it started, when the deadline passes (the work is cancelled, not
-just abandoned); the caller gets a structured error saying so.
+project --profile FILE``).  ``deadline_s`` runs an open-ended call (``search``, ``tune``,
+``run_benchmark``; the others are bounded by the input limits) in a forked child process that is
+killed, with any workers it started, when the deadline passes (the work is cancelled, not just
+abandoned); the caller gets a structured error saying so.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import os
 import signal
 import types
 import typing
-from contextlib import contextmanager
-from pathlib import Path
 from collections.abc import Callable
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
@@ -69,14 +70,30 @@ TOOLS: tuple[Tool, ...] = (
     _tool(f.explain, s.ExplainInput, s.ExplainOutput),
     _tool(f.export_launch_config, s.ExportInput, LaunchConfig),
     _tool(f.run_benchmark, s.BenchmarkInput, s.BenchmarkOutput),
-    _tool(f.tune, s.TuneInput, s.TuneOutput),
 )
 TOOLS_BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
+_REGISTERED: list[Tool] = []
+
+
+def register(function: Callable[[Any], BaseModel], input_model: type[BaseModel],
+             output_model: type[BaseModel]) -> Tool:
+    """Add a tool defined in a higher layer (the agent's ``tune``, registered by importing :mod:`agent.tool`),
+    so the tools layer never imports the agent; a second registration of a name returns the first."""
+    tool = _tool(function, input_model, output_model)
+    if tool.name not in TOOLS_BY_NAME:
+        _REGISTERED.append(tool)
+        TOOLS_BY_NAME[tool.name] = tool
+    return TOOLS_BY_NAME[tool.name]
+
+
+def registered() -> tuple[Tool, ...]:
+    """Every tool: the tools layer's own, then those registered from above."""
+    return (*TOOLS, *_REGISTERED)
 
 
 def tool_names() -> list[str]:
     """Names of every registered tool."""
-    return [t.name for t in TOOLS]
+    return [t.name for t in registered()]
 
 
 MAX_MESSAGE_CHARS = 2000
@@ -161,6 +178,10 @@ def _domain_error(err: ProjtuneError) -> dict[str, Any]:
 
 
 DEFAULT_DEADLINE_S = 120.0
+# Tools whose work the input limits do not bound to about a second (a search over every legal
+# layout, the whole tuning agent, GPU benchmarks): with a deadline they run in a killable child.
+# The others (one or a few projections, <= 8 layouts) run in-process.
+OPEN_ENDED_TOOLS = frozenset({"search", "tune", "run_benchmark"})
 PROFILE_SUFFIXES = (".yaml", ".yml")
 
 
@@ -189,7 +210,7 @@ def resolve_profile_name(value: str) -> str | None:
     if not value or len(value) > 255 or "\x00" in value:
         return None
     for folder in profile_dirs():
-        for candidate in (value, *(value + s for s in PROFILE_SUFFIXES)):
+        for candidate in (value, *(value + suffix for suffix in PROFILE_SUFFIXES)):
             path = (folder / candidate).resolve()
             if path.is_relative_to(folder) and path.suffix in PROFILE_SUFFIXES and path.is_file():
                 return str(path)
@@ -236,7 +257,7 @@ def call_tool(name: str, arguments: dict[str, Any] | None = None, *, untrusted: 
     ``untrusted``: a remote caller (no file reads, see the module docstring); ``deadline_s``: cancel
     the work after this many seconds (run in a killed-on-deadline child process).
     """
-    if deadline_s is not None and name in TOOLS_BY_NAME and isinstance(arguments, dict | None):
+    if deadline_s is not None and name in OPEN_ENDED_TOOLS and isinstance(arguments, dict | None):
         return _call_with_deadline(name, arguments, untrusted, deadline_s)
     with _untrusted_context(untrusted):
         return _call(name, arguments, untrusted)
@@ -281,10 +302,8 @@ def _call_with_deadline(name: str, arguments: dict[str, Any] | None, untrusted: 
 
 
 def _child_call(sender: Any, name: str, arguments: dict[str, Any] | None, untrusted: bool) -> None:
-    try:
+    with suppress(OSError):
         os.setpgid(0, 0)   # own process group: the deadline kills any workers too
-    except OSError:
-        pass
     with _untrusted_context(untrusted):
         payload = _call(name, arguments, untrusted)
     sender.send(payload)

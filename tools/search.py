@@ -149,7 +149,7 @@ def _explicit(request: SearchRequest, job: _Job) -> tuple[list[TrainingConfig], 
 
 def candidate(p: Projection, rank: int) -> Candidate:
     """The ranked view of one projection."""
-    from projtune.render import layout_text
+    from tools.formatting import layout_text
 
     config = config_dict(p)
     return Candidate(

@@ -1,5 +1,7 @@
 """The search loop: memory screen, projection and pruning over recompute siblings, serial or on 2 processes.
 
+One process unless the space is large and a core is idle (:func:`default_workers`).
+
 Candidates that differ only in recompute (none < selective < full on half the layers < full)
 form a *group*.  Two engine facts make pruning safe:
 - with ZeRO 0/1, more recompute never makes a step faster (it only adds forward work to
@@ -14,8 +16,10 @@ form a *group*.  Two engine facts make pruning safe:
   vpp, cp, ep, etp, dp, zero, precision) fits, whatever its mbs, schedule or recompute.
 Phase 1 screens each group from the least recompute up and queues the first variant that
 fits (its *lead*) with an upper bound of its throughput from the engine's iteration-time lower
-bound (:func:`projection.engine.iteration_time_lower_bound`); leads are then projected from
-the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits the remaining variants: one whose throughput bound is below the k-th
+bound (:func:`projection.engine.iteration_time_lower_bound`, computed per batch of leads with
+the same bits by :meth:`Evaluator.throughput_bounds`); leads are then projected from
+the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits
+the remaining variants: one whose throughput bound is below the k-th
 best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
 can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
 tests/tools/test_search_core.py checks both facts and that pruning changes no result.

@@ -172,7 +172,7 @@ def _nothing_fits_explicit(job: _Job, roomiest: tuple[float, TrainingConfig]) ->
 
 
 def _layout(job: _Job, config: TrainingConfig) -> str:
-    from projtune.render import layout_text
+    from tools.formatting import layout_text
 
     dp = config.dp or job.cluster.num_gpus // (config.tp * config.pp * config.cp)
     return layout_text(config.model_dump(exclude_none=True) | {"dp": dp})

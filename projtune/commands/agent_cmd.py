@@ -14,9 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from projtune.json_out import json_text
-
 from projtune.errors import USAGE_EXIT, fail, user_errors
+from tools.json_out import json_text
 
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]
 RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]

@@ -13,9 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from projtune.json_out import json_text
-
 from projtune.errors import fail, user_errors
+from tools.json_out import json_text
 
 IntOpt = int | None
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Catalog id, HF config.json path.")]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Optional
 
 import typer
 
 from projtune.errors import user_errors
+from tools.json_out import json_text
 
 
 @user_errors
@@ -24,12 +24,17 @@ def diagnose_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:
     """Project a config you already run, show where its time and memory go, and compare it with the best layout."""
+    from evals.log_import import LogImportError, parse_log
+    from projection.errors import ProjtuneError
     from tools.diagnose import diagnose
 
-    result = diagnose(" ".join(source), model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node,
-                      search=not no_search)
+    try:
+        result = diagnose(" ".join(source), model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node,
+                          search=not no_search, log_reader=parse_log)
+    except LogImportError as err:
+        raise ProjtuneError(str(err)) from err
     if as_json:
-        typer.echo(json.dumps(result.model_dump(mode="json")))
+        typer.echo(json_text(result.model_dump(mode="json")))
         return
     y = result.yours
     typer.echo(f"{result.model} on {result.num_gpus} x {result.gpu} ({result.kind}, {result.framework}): {y.layout}")

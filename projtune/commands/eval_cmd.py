@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from projtune.json_out import json_text
-
 from projtune.errors import USAGE_EXIT, fail, user_errors
+from tools.json_out import json_text
 
 if TYPE_CHECKING:
     from evals.eval_run import EvalResult

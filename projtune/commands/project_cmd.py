@@ -7,9 +7,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from projtune.json_out import json_text
-
 from projtune.errors import user_errors
+from tools.json_out import json_text
 
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id, HF config.json path.")]
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]

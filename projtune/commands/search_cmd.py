@@ -9,9 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from projtune.json_out import json_text
-
 from projtune.errors import fail, user_errors
+from tools.json_out import json_text
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog id or HF config.json path.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
@@ -159,6 +158,7 @@ def export_command(
 @user_errors
 def tools_schema_command() -> None:
     """Print the OpenAI function-calling schemas of every tool (one JSON array on stdout)."""
+    import agent.tool  # noqa: F401 - registers the agent's `tune` tool
     from tools.openai_schema import openai_tools
 
     typer.echo(json_text(openai_tools(), indent=2))
@@ -167,12 +167,13 @@ def tools_schema_command() -> None:
 @user_errors
 def tools_list_command(as_json: JsonOpt = False) -> None:
     """List the tools with their one-line descriptions."""
-    from tools.registry import TOOLS
+    import agent.tool  # noqa: F401 - registers the agent's `tune` tool
+    from tools.registry import registered
 
     if as_json:
-        typer.echo(json_text({"tools": [{"name": t.name, "description": t.description} for t in TOOLS]}))
+        typer.echo(json_text({"tools": [{"name": t.name, "description": t.description} for t in registered()]}))
         return
-    for t in TOOLS:
+    for t in registered():
         typer.echo(f"{t.name:22s} {t.description.split('. ')[0]}")
 
 
@@ -182,6 +183,7 @@ def tools_call_command(
     args: Annotated[str, typer.Option("--args", "-a", help="Arguments as a JSON object, or @FILE.")] = "{}",
 ) -> None:
     """Call one tool with JSON arguments; print its JSON result (exit 2 on a structured error)."""
+    import agent.tool  # noqa: F401 - registers the agent's `tune` tool
     from tools.registry import call_tool
 
     text = Path(args[1:]).read_text() if args.startswith("@") else args
@@ -202,6 +204,7 @@ def mcp_command(
     host: Annotated[str, typer.Option(help="HTTP bind address (with --http).")] = "127.0.0.1",
 ) -> None:
     """Serve every tool over MCP: stdio by default, or streamable HTTP at http://HOST:PORT/mcp."""
+    import agent.tool  # noqa: F401 - registers the agent's `tune` tool
     from tools.mcp_server import serve
 
     if http:

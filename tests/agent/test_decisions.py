@@ -12,13 +12,13 @@ from agent.decide import decision_text, differences, mfu_labels, near_ties
 from agent.planning import PlanInputError, job_plan, parse_duration, parse_tokens
 from agent.run import tune
 from agent.state import RunOptions
+from agent.tool import call_tool
 from projection.hardware import load_hardware
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
 from projtune.cli import app
 from tools.candidates import SearchSpace, break_ties, recompute_module_sets, simplicity
 from tools.constraints import Constraints
-from tools.registry import call_tool
 
 runner = CliRunner()
 SMALL = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8, "gpus_per_node": 8, "gbs": 64, "seq_len": 4096}

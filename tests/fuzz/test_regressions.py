@@ -113,7 +113,7 @@ def test_json_output_is_strict() -> None:
 
 
 def test_strict_json_writer_never_writes_nan() -> None:
-    from projtune.json_out import json_text
+    from tools.json_out import json_text
 
     assert json_text({"mape": float("nan"), "x": [float("inf"), 1.0]}) == '{"mape": null, "x": [null, 1.0]}'
 
@@ -248,3 +248,10 @@ def test_hypothesis_never_replays_a_saved_failure() -> None:
     """Hypothesis replayed a saved failure from `.hypothesis/` forever: no example database in the suite."""
     assert settings.default.database is None
     assert settings.default.deadline is None
+
+
+def test_every_json_output_goes_through_the_strict_writer() -> None:
+    """No command prints `json.dumps(...)` directly (which writes NaN/Infinity): all use tools.json_out."""
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "projtune" / "commands").glob("*.py")
+                 if "typer.echo(json.dumps(" in p.read_text()]
+    assert offenders == []

@@ -69,3 +69,18 @@ def test_fp8_saves_gemm_inputs() -> None:
     bf16 = ActivationContext(seq_len=4096, micro_batch=2, tp=1, sequence_parallel=False)
     fp8 = ActivationContext(seq_len=4096, micro_batch=2, tp=1, sequence_parallel=False, gemm_input_bytes=1)
     assert layer_activation_bytes(GPT3, 0, fp8) < layer_activation_bytes(GPT3, 0, bf16)
+
+
+def test_torchtitan_op_sac_saves_every_compute_output_but_every_second_mm() -> None:
+    # torchtitan per-op SAC on a Llama block (wq, wk, wv, wo, w1, w3, w2): wq, wv, w1, w2 outputs,
+    # the SDPA output and fp32 log-sum-exp, and the block input are kept.
+    from projection.model_spec import load_model
+
+    llama = load_model("llama3.1-8b")
+    ctx = ActivationContext(seq_len=8192, micro_batch=2, tp=1, sequence_parallel=False, op_sac=True)
+    tokens, h = 8192 * 2, 4096
+    expected = 2 * tokens * (h + 4096 + 1024 + 14336 + h + 4096) + 4 * tokens * 32
+    assert layer_activation_bytes(llama, 0, ctx) == pytest.approx(expected, rel=1e-12)
+    full = layer_activation_bytes(llama, 0, ActivationContext(seq_len=8192, micro_batch=2, tp=1,
+                                                                sequence_parallel=False))
+    assert expected < 0.6 * full

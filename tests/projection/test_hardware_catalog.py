@@ -12,7 +12,7 @@ from projection.hardware import HardwareSpec, PrecisionNotSupported, list_hardwa
 # The hardware ids of shared/specs/sweep-format.md ("Hardware ids").
 SWEEP_FORMAT_IDS = [
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
-    "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi355x",
+    "b200", "b300", "gb200", "gb300", "mi300x", "mi325x", "mi350x", "mi355x",
 ]
 FOUR_BIT_GEMM_PRECISION = "nvfp4"
 

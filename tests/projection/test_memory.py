@@ -266,3 +266,23 @@ def test_jax_usable_memory_is_the_bfc_share() -> None:
     memory = project_memory(load_model("llama3-8b"), mi355x, config, _dims(config, 64), PROFILE)
     assert memory.capacity_bytes == pytest.approx(mi355x.hbm_capacity_bytes * 268 / 288)
     assert memory.hbm_bytes == mi355x.hbm_capacity_bytes
+
+
+def test_torchtitan_llama31_8b_matches_its_measured_peak() -> None:
+    # torchtitan benchmarks/llama3_h100_202412_torchtitan.md: Llama-3.1-8B, 8 x H100 96 GB, FSDP2,
+    # local batch 2, per-op selective AC, bf16: 82.4 GiB (seq_len 8192, torchtitan's default).
+    hw = load_hardware("h100-96gb-500w")
+    config = TrainingConfig(tp=1, pp=1, mbs=2, gbs=16, seq_len=8192, zero=3, framework="torchtitan",
+                            recompute="selective")
+    memory = project_memory(load_model("llama3.1-8b"), hw, config, _dims(config, 8), PROFILE)
+    assert memory.peak_bytes / GIB == pytest.approx(82.4, rel=0.10)
+    assert memory.verdict == "fits"
+
+
+def test_torchtitan_tp_shards_the_layer_inputs_over_the_sequence() -> None:
+    config = TrainingConfig(tp=8, pp=1, mbs=1, gbs=32, seq_len=8192, zero=3, framework="torchtitan",
+                            recompute="full")
+    megatron = config.model_copy(update={"framework": "megatron"})
+    dims = _dims(config, 256)
+    titan = stage_memory(LLAMA, config, dims, PROFILE, 0).activations_bytes
+    assert titan == pytest.approx(stage_memory(LLAMA, megatron, dims, PROFILE, 0).activations_bytes / 8, rel=0.01)

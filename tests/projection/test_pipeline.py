@@ -19,11 +19,11 @@ from projection.pipeline import (
     PipelineResult,
     Schedule,
     StageTimes,
-    _rank_orders,
     closed_form_bubble_fraction,
     peak_in_flight_closed_form,
     simulate_pipeline,
 )
+from projection.pipeline_plan import _rank_orders
 
 REL = 1e-9
 VPP_OF: dict[str, int] = {"1f1b": 1, "zero-bubble": 1, "gpipe": 1, "zbv": 2, "interleaved": 2}

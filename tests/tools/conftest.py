@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 
+import agent.tool  # noqa: F401 - registers the agent's `tune` tool (the tools layer never imports the agent)
+
 JOB = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8}
 LAYOUT = {"tp": 2, "pp": 2, "mbs": 1, "gbs": 32, "seq_len": 4096, "sequence_parallel": True, "zero": 1}
 LAYOUT_B = {"tp": 4, "pp": 1, "mbs": 2, "gbs": 32, "seq_len": 4096, "sequence_parallel": True, "zero": 1,

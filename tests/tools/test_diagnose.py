@@ -71,7 +71,8 @@ def test_diagnose_megatron_command_line_prints_the_comparison() -> None:
     assert "best found: " in line and "change these flags: " in line and "--tensor-model-parallel-size 8 -> " in line
     gain = float(line.split("tokens/s/GPU, +")[1].split("%")[0])
     assert gain > 0
-    data = json.loads(runner.invoke(app, ["diagnose", "--gpu", "h100-sxm", "--gpus", "64", "--json", "--", args]).stdout)
+    data = json.loads(runner.invoke(app, ["diagnose", "--gpu", "h100-sxm", "--gpus", "64", "--json", "--",
+                                          args]).stdout)
     assert data["model"] == "llama3-8b" and data["best"]["tokens_per_sec_per_gpu"] > data["yours"][
         "tokens_per_sec_per_gpu"]
     assert data["summary"] == line
@@ -87,7 +88,10 @@ def test_diagnose_torchtitan_toml_prints_the_comparison(tmp_path: Path) -> None:
 
 
 def test_diagnose_a_training_log() -> None:
-    result = diagnose(str(FIXTURES / "megatron_llama3_8b_tp4_pp2.log"), gpu="h100-sxm", search=False)
+    from evals.log_import import parse_log
+
+    result = diagnose(str(FIXTURES / "megatron_llama3_8b_tp4_pp2.log"), gpu="h100-sxm", search=False,
+                      log_reader=parse_log)
     assert result.kind == "training-log" and result.model == "llama3-8b" and result.num_gpus == 16
     assert result.measured["iteration_time_s"] > 0
 
@@ -95,8 +99,8 @@ def test_diagnose_a_training_log() -> None:
 @pytest.mark.parametrize(("name", "text", "expected"), [
     ("bad.toml", "[parallelism]\ntensor_parallel_degree = \n", "line 2"),
     ("bad.yaml", "modules:\n  pre_trainer:\n    overrides: [1, 2\n", "line 4"),
-    ("typo.args", "--num-layers 32\n--tensor-model-paralel-size 2\n", "line 2: unknown flag --tensor-model-paralel-size "
-                                                                      "(did you mean --tensor-model-parallel-size?)"),
+    ("typo.args", "--num-layers 32\n--tensor-model-paralel-size 2\n",
+     "line 2: unknown flag --tensor-model-paralel-size (did you mean --tensor-model-parallel-size?)"),
     ("value.args", "--num-layers 32\n--micro-batch-size 1\n--global-batch-size two\n", "line 3: --global-batch-size"),
 ])
 def test_bad_files_get_one_line_naming_the_line(tmp_path: Path, name: str, text: str, expected: str) -> None:
@@ -114,3 +118,23 @@ def test_missing_job_facts_are_asked_for(tmp_path: Path) -> None:
     path.write_text("--tensor-model-parallel-size 2 --global-batch-size 64 --seq-length 4096\n")
     out = runner.invoke(app, ["diagnose", str(path)])
     assert out.exit_code == 2 and "--model" in out.output and "--gpu" in out.output
+
+
+RUN_SCRIPT = """torchrun --nproc-per-node 8 --nnodes 8 pretrain_gpt.py \\
+  --num-layers 80 --hidden-size 8192 --ffn-hidden-size 28672 --num-attention-heads 64 \\
+  --group-query-attention --num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 \\
+  --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --sequence-parallel \\
+  --micro-batch-size 1 --global-batch-size 512 --bf16 --use-distributed-optimizer \\
+  --data-path /data/corpus --tokenizer-type HuggingFaceTokenizer --tokenizer-model meta-llama/Meta-Llama-3-70B
+"""
+
+
+def test_a_launch_script_names_its_model_by_shape_and_tokenizer(tmp_path: Path) -> None:
+    path = tmp_path / "run.sh"
+    path.write_text(RUN_SCRIPT)
+    result = diagnose(str(path), gpu="h100-sxm", num_gpus=64, search=False)
+    assert result.model == "llama3-70b"  # llama2-70b has the same shape; the tokenizer names the model
+    assert (result.yours.config["tp"], result.yours.config["pp"], result.yours.config["zero"]) == (8, 4, 1)
+    path.write_text(RUN_SCRIPT.replace(" --tokenizer-model meta-llama/Meta-Llama-3-70B", ""))
+    out = runner.invoke(app, ["diagnose", str(path), "--gpu", "h100-sxm", "--gpus", "64", "--no-search"])
+    assert out.exit_code == 2 and "llama2-70b, llama3-70b" in out.output and "pass --model" in out.output

@@ -120,3 +120,19 @@ def test_the_validators_reject_what_the_frameworks_reject() -> None:
     # MaxText: FP8 with gradient accumulation
     assert any("gradient accumulation" in p for p in _forced("maxtext", "llama3-8b", "h100-sxm", 16, tp=1, mbs=1,
                                                             gbs=64, seq_len=8192, zero=3, precision="fp8"))
+
+
+def test_primus_zero_bubble_presets_pass_the_megatron_checks() -> None:
+    from tools.launch_import import import_launch_config
+
+    spec, cluster = load_model("llama3-70b"), Cluster(gpu="mi300x", num_gpus=64)
+    for schedule, vpp in (("zero-bubble", 1), ("zbv", 2)):
+        config = TrainingConfig(tp=8, pp=4, vpp=vpp, mbs=1, gbs=128, seq_len=8192, zero=1, sequence_parallel=True,
+                                pp_schedule=schedule)
+        exported = export_launch_config(spec, cluster, config, "primus")
+        assert exported.options["patch_zero_bubble"] is True and exported.options["overlap_grad_reduce"] is False
+        assert any("DP comm is exposed" in w for w in exported.warnings)
+        assert validate(exported, spec, cluster) == []
+        assert import_launch_config(exported.text, "primus", num_layers=80)["pp_schedule"] == schedule
+        with pytest.raises(FrameworkRuleError):
+            export_launch_config(spec, cluster, config, "megatron")

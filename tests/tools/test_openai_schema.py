@@ -8,7 +8,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from tools.openai_schema import openai_tools, parameters_schema
-from tools.registry import TOOLS
+from tools.registry import TOOLS, registered
 
 
 def example(schema: dict[str, Any]) -> Any:
@@ -42,7 +42,7 @@ def example(schema: dict[str, Any]) -> Any:
 
 def test_schema_shape() -> None:
     tools = openai_tools()
-    assert [t["function"]["name"] for t in tools] == [t.name for t in TOOLS]
+    assert [t["function"]["name"] for t in tools] == [t.name for t in registered()]
     for t in tools:
         assert t["type"] == "function"
         function = t["function"]
@@ -51,7 +51,7 @@ def test_schema_shape() -> None:
         assert "$ref" not in str(function["parameters"]) and "$defs" not in function["parameters"]
 
 
-@pytest.mark.parametrize("tool", TOOLS, ids=lambda t: t.name)
+@pytest.mark.parametrize("tool", registered(), ids=lambda t: t.name)
 def test_schema_is_valid_json_schema_and_round_trips(tool: Any) -> None:
     schema = parameters_schema(tool.input_model)
     Draft202012Validator.check_schema(schema)

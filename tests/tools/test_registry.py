@@ -7,22 +7,22 @@ from typing import Any
 
 import pytest
 
-from tools.registry import TOOLS, call_tool, tool_names
+from tools.registry import call_tool, registered, tool_names
 
 
 def test_every_tool_is_registered_once_with_a_description(valid_arguments: dict[str, dict[str, Any]]) -> None:
     assert sorted(tool_names()) == sorted(valid_arguments)
-    for tool in TOOLS:
+    for tool in registered():
         assert len(tool.description) > 60, tool.name
         assert tool.input_model.model_config.get("extra") == "forbid", tool.name
 
 
-@pytest.mark.parametrize("name", [t.name for t in TOOLS])
+@pytest.mark.parametrize("name", [t.name for t in registered()])
 def test_every_tool_runs_with_valid_arguments(name: str, valid_arguments: dict[str, dict[str, Any]]) -> None:
     payload = call_tool(name, valid_arguments[name])
     assert payload["ok"], payload.get("error")
     json.dumps(payload)  # JSON-able
-    tool = next(t for t in TOOLS if t.name == name)
+    tool = next(t for t in registered() if t.name == name)
     tool.output_model.model_validate(payload["result"])
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from projection import fast_paths
+from projection import fast_paths, pipeline_steady
 from tools import search_core
 from tools.candidates import enumerate_candidates
 from tools.constraints import Constraints
@@ -47,8 +47,19 @@ def test_batched_bound_equals_scalar_bound_on_every_candidate(request_: SearchRe
 
 
 @pytest.mark.parametrize("request_", CASES, ids=["dense-deep", "moe"])
-def test_search_with_fast_paths_equals_exact_search(request_: SearchRequest) -> None:
+def test_search_with_fast_paths_equals_exact_search(request_: SearchRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    shortcuts = []
+    steady = pipeline_steady._steady_makespan
+
+    def counted(*args: object) -> object:
+        result = steady(*args)
+        shortcuts.append(result is not None)
+        return result
+
+    monkeypatch.setattr(pipeline_steady, "_steady_makespan", counted)
     fast = run_search(request_, workers=1)
+    if request_.model == "llama3-8b":
+        assert sum(shortcuts) > 20     # the comparison covers the steady-state shortcut, not only the memo
     with fast_paths.disabled():
         exact = run_search(request_, workers=1)
     assert fast.ranked and fast.pareto

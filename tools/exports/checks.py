@@ -350,9 +350,6 @@ def validate_torchtitan(launch: LaunchConfig, model: ModelSpec, cluster: Cluster
             stages, layers, first, last = _get_pipeline_metadata(dims, par, model_cfg)
             _generate_llm_fqn_per_model_part(stages, layers, first, last)
             _get_pp_rank_to_stage_indices_mapping(0, dims.pp, par.pipeline_parallel_schedule, stages)
-            vpp = launch.options.get("parallelism.pipeline_parallel_layers_per_stage") and stages // dims.pp
-            if vpp and stages != dims.pp * (stages // dims.pp):
-                problems.append(f"{stages} pipeline stages do not divide over pp={dims.pp}")
         except (ValueError, AssertionError) as error:
             problems.append(f"torchtitan pipeline split: {error}")
     # torchtitan/trainer.py Trainer.__init__ (after device setup, so copied here):

@@ -1,4 +1,4 @@
-"""What every export shares: the LaunchConfig result, the job header, and the overlap settings the projection assumed."""
+"""What every export shares: the LaunchConfig result, the job header, the overlap settings the projection assumed."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
+from tools.formatting import layout_text
 
 LaunchFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"]
 # A profile's fitted overlap fraction above this counts as "the projection assumes the overlap is on".
@@ -50,9 +51,7 @@ class Job:
         return self.config.gbs // (self.config.mbs * self.dp)
 
     def header(self) -> str:
-        from projtune.render import layout_text
-
-        layout = layout_text(self.config.model_dump(exclude_none=True) | {"dp": self.dp})
+        layout = layout_line(self.config.model_dump(exclude_none=True) | {"dp": self.dp})
         return f"{self.model.name} on {self.cluster.num_gpus} x {self.cluster.gpu}: {layout}"
 
     def stem(self) -> str:
@@ -72,3 +71,8 @@ def comment_block(job: Job, source: str, *, prefix: str = "# ") -> list[str]:
     lines += [f"{prefix}assumed: {a}" for a in job.assumptions]
     lines += [f"{prefix}warning: {w}" for w in job.warnings]
     return lines
+
+
+def layout_line(config: dict[str, Any]) -> str:
+    """Compact one-line layout (:func:`tools.formatting.layout_text`)."""
+    return layout_text(config)

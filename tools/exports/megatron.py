@@ -1,4 +1,4 @@
-"""Megatron-LM command line: model architecture, parallel sizes, VPP, SP, optimizer sharding, recompute, FP8, MoE, overlap.
+"""Megatron-LM command line: model, parallel sizes, VPP, SP, optimizer sharding, recompute, FP8, MoE, overlap.
 
 Options are kept as Megatron-LM argparse *dests* (``tensor_model_parallel_size``), the names
 Primus overrides use; :func:`flags` renders them as the command-line flags of
@@ -136,7 +136,7 @@ def _sharding_dests(job: Job) -> dict[str, Any]:
     d["overlap_grad_reduce"] = True
     if c.zero == 1:
         d["overlap_param_gather"] = True
-    job.assumptions.append(f"DP gradient reduce{' and parameter all-gather' if c.zero == 1 else ''} overlap the "
+    job.assumptions.append(f"the DP gradient reduce{' and parameter all-gather' if c.zero == 1 else ''} overlaps the "
                            f"backward pass (the projection hides {p.dp_overlap_fraction:.0%} of DP comm)")
     if job.tp_overlap():
         d["tp_comm_overlap"] = True

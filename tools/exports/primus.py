@@ -23,6 +23,18 @@ USER_MUST_ADD = ["modules.pre_trainer.model: your Primus model file (e.g. llama3
 def primus_overrides(job: Job) -> dict[str, object]:
     """Override key -> value: Megatron dests, with the booleans Primus' base config turns on written out."""
     overrides = dict(megatron_dests(job))
+    c = job.config
+    if c.pp > 1 and c.schedule in ("zero-bubble", "zbv"):
+        # Primus zero-bubble presets (zb1p: vpp 1; zbv: vpp 2 + V schedule) and their required flags
+        overrides.update({"patch_zero_bubble": True, "enable_zero_bubble": True,
+                          "zero_bubble_v_schedule": c.schedule == "zbv", "overlap_grad_reduce": False,
+                          "overlap_param_gather": False, "gradient_accumulation_fusion": True,
+                          "no_persist_layer_norm": True, "create_attention_mask_in_dataloader": False})
+        if c.schedule == "zbv":
+            overrides["zero_bubble_v_schedule_mem_setup"] = "zb"
+        job.warnings.append("Primus zero-bubble needs overlap_grad_reduce and overlap_param_gather off: DP comm is "
+                            f"exposed where the projection hides {job.profile.dp_overlap_fraction:.0%} of it")
+        job.assumptions[:] = [a for a in job.assumptions if not a.startswith("the DP gradient")]
     for key in ("sequence_parallel", "use_distributed_optimizer", "use_torch_fsdp2", "bf16", "fp16",
                 "overlap_grad_reduce", "overlap_param_gather"):
         overrides.setdefault(key, False)

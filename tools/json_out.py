@@ -1,4 +1,4 @@
-"""Strict JSON for every ``--json`` output and JSONL log: never ``NaN`` or ``Infinity`` (not JSON).
+"""Strict JSON for every ``--json`` output, MCP result and JSONL log: never ``NaN`` or ``Infinity`` (not JSON).
 
 A non-finite float (an undefined ratio, say a MAPE over no runs) is written as ``null``, the
 JSON value for "no number"; the producers reject non-finite inputs, so this is the last guard.

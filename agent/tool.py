@@ -1,0 +1,68 @@
+"""The ``tune`` tool: the whole tuning question as one registry tool (MCP, OpenAI schemas, Python).
+
+Importing this module registers ``tune`` in :mod:`tools.registry` (the tools layer never imports
+the agent); ``projtune tools ...`` and ``projtune mcp`` import it, and so can any Python caller:
+
+    from agent.tool import call_tool
+    call_tool("tune", {"request": "tune llama3 8b on 8 h100", "tokens": "10B"})
+
+Progress: the tool reads :data:`tools.functions.TUNE_PROGRESS` (the MCP server sets it to relay
+the agent's rounds as ``notifications/progress``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.planning import parse_duration, parse_tokens
+from agent.policies.offline import OfflinePolicy
+from agent.request import Clarification, TuneRequest, default_gbs, parse_request
+from agent.run import tune as run_tune
+from agent.state import RunOptions
+from tools import schemas as s
+from tools.functions import TUNE_PROGRESS
+from tools.registry import call_tool, register
+
+__all__ = ["TUNE_TOOL", "call_tool", "tune"]
+
+_JOB_FIELDS = {"model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len"}
+
+
+def tune(inp: s.TuneInput) -> s.TuneOutput:
+    """Ask the whole tuning question: the agent searches, scores and ranks layouts and explains the best.
+
+    Give the question in words (request: 'tune Llama 3.1 70B on 64 H100, seq 8k, bf16 only') and/or
+    as fields (model, gpu, num_gpus, gbs, seq_len, constraints; fields win). Returns the report: the
+    best layout and top-k with projected tokens/s/GPU and their 80% intervals, MFU against the GEMM
+    precision's peak and against BF16, near-ties, every assumption made, a launch config, and job
+    planning with tokens ('15T') and deadline ('30d'). A request it cannot read comes back as
+    status 'clarification' with the question. Offline and deterministic; a few seconds.
+    """
+    fields = {k: v for k, v in inp.model_dump(include=_JOB_FIELDS).items() if v is not None}
+    parsed: Any = parse_request(inp.request) if inp.request else None
+    if isinstance(parsed, Clarification) and not {"model", "gpu", "num_gpus"} <= fields.keys():
+        return s.TuneOutput(status="clarification", summary=parsed.question, report=parsed.model_dump(mode="json"))
+    base = parsed.model_dump() if isinstance(parsed, TuneRequest) else {}
+    if not base:
+        missing = [k for k in ("model", "gpu", "num_gpus") if k not in fields]
+        if missing:
+            question = f"tune needs a request in words or the fields {', '.join(missing)}"
+            return s.TuneOutput(status="clarification", summary=question,
+                                report={"question": question, "missing": missing})
+        base = {"gbs": default_gbs(fields["num_gpus"]), "seq_len": 4096,
+                "notes": ["assumed gbs and seq_len defaults (give gbs and seq_len to change them)"]}
+    request = TuneRequest.model_validate({**base, **fields, "top_k": inp.top_k,
+                                          "constraints": [*base.get("constraints", []), *inp.constraints]})
+    options = RunOptions(framework=inp.framework, progress=TUNE_PROGRESS.get(),
+                         tokens=parse_tokens(inp.tokens) if inp.tokens else None,
+                         deadline_s=parse_duration(inp.deadline) if inp.deadline else None)
+    report = run_tune(request=request, policy=OfflinePolicy(), budget={"max_rounds": inp.max_rounds},
+                      options=options).report
+    if report.best is not None:
+        summary = f"{report.best.layout}: {report.best.tokens_per_sec_per_gpu:,.0f} tokens/s/GPU projected"
+    else:
+        summary = report.message or "no layout"
+    return s.TuneOutput(status=report.status, summary=summary, report=report.model_dump(mode="json"))
+
+
+TUNE_TOOL = register(tune, s.TuneInput, s.TuneOutput)

@@ -1,0 +1,437 @@
+"""Per-rank op orders of the pipeline schedules and their compiled op graph (projection/pipeline.py runs them).
+
+Each pipeline rank runs a static list of ops (forward F, backward-input B, backward-weight W of
+one microbatch on one of its virtual chunks), built per schedule the way Megatron-LM
+(`megatron/core/pipeline_parallel/schedules.py`) and the Primus-Pipeline tables do: the
+builders `_order_*` (one rank, op by op: the readable reference) and `_rank_arrays` (every
+rank at once in numpy, the same orders; tests/projection/test_pipeline_steady.py). The
+compiler turns them into flat arrays in one topological order; `_run_plan` is the max-plus
+pass over it, on exact integers (`_exact_ints`).
+
+Names: pp = number of pipeline ranks, vpp = number of virtual chunks per rank,
+m = number of microbatches, vs = virtual stage (0 .. pp*vpp - 1, data order).
+
+The module is over 400 lines because the five order builders, their numpy twin, the ZB-V
+greedy and the graph compiler share one op encoding.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Literal
+
+import numpy as np
+
+Schedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
+SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe")
+
+# Op kinds. BW is B and W run back to back (every schedule but the zero-bubble ones).
+_F, _B, _W, _BW = 0, 1, 2, 3
+_NUM_KINDS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Compiled op graph of one (schedule, pp, vpp, m), in topological order.
+
+    Op i (1-based; index 0 is a zero-time sentinel) waits for op prev[i-1] (the
+    previous op on its rank) and op dep[i-1] (its data input); dur_key[i-1]
+    indexes the per-call duration table; cross[i-1] is 1 when the input comes
+    from another rank.
+    """
+
+    prev: tuple[int, ...]
+    dep: tuple[int, ...]
+    cross: tuple[int, ...]
+    dur_key: tuple[int, ...]
+    last_op: tuple[int, ...]
+    peak_in_flight: tuple[int, ...]
+    peak_pending_weight_grad: tuple[int, ...]
+    rank_ops: tuple[tuple[int, ...], ...]
+    """Per rank, the global (1-based) index of each op in the rank's execution order."""
+
+
+RankOrder = list[tuple[int, int, int]]  # (kind, microbatch, chunk) in execution order
+_Fifo = list[tuple[int, int]]  # (ready time, microbatch), read from a head index
+
+
+def _virtual_stage(schedule: Schedule, pp: int, rank: int, chunk: int) -> int:
+    """Return the virtual stage held by chunk `chunk` of `rank`."""
+    if schedule == "zbv" and chunk == 1:
+        return 2 * pp - 1 - rank
+    return chunk * pp + rank
+
+
+def _order_1f1b(pp: int, m: int, rank: int, zero_bubble: bool) -> RankOrder:
+    """Build 1F1B (Megatron non-interleaved) or ZB-H1 for one rank.
+
+    1F1B: min(pp - rank - 1, m) warm-up forwards, then F and B+W alternating,
+    then the cool-down backwards.
+
+    ZB-H1 (Qi et al. 2024, arXiv 2401.10241, Sec. 3.1) keeps the 1F1B order of F
+    and B and lets rank r run each W r microbatches late (the last r W ops at the
+    end), so B ops chain through the pipeline and deferred W ops fill the
+    cool-down. F-done-W-not-done then peaks at pp on every rank, as on 1F1B
+    rank 0. On uniform stages with T_W <= min(T_F, T_B) and m >= pp it idles
+    (p-1)(T_F + T_B - T_W), the paper's ZB-H1 bubble (tested); with T_W > T_F a
+    W no longer fits the gap before the next B and it idles (p-1) * T_B.
+    """
+    num_warmup = min(pp - rank - 1, m)
+    order: RankOrder = [(_F, mb, 0) for mb in range(num_warmup)]
+    back_kind = _B if zero_bubble else _BW
+    next_w = 0
+    for mb_b in range(m):
+        if num_warmup + mb_b < m:
+            order.append((_F, num_warmup + mb_b, 0))
+        order.append((back_kind, mb_b, 0))
+        # Defer W by `rank` microbatches; in the cool-down keep one W per B.
+        if zero_bubble and mb_b - next_w >= rank:
+            order.append((_W, next_w, 0))
+            next_w += 1
+    if zero_bubble:
+        order.extend((_W, mb, 0) for mb in range(next_w, m))
+    return order
+
+
+def _order_gpipe(m: int) -> RankOrder:
+    """Build GPipe for one rank: all forwards, then all backwards."""
+    return [(_F, mb, 0) for mb in range(m)] + [(_BW, mb, 0) for mb in range(m)]
+
+
+def _interleaved_table(vpp: int, m: int, group: int) -> list[tuple[int, int]]:
+    """Return (microbatch, chunk) of the k-th forward, as Megatron's `get_schedule_table`.
+
+    Microbatches go in groups of `group` (`microbatch_group_size_per_vp_stage`,
+    default pp); each group runs through chunk 0, 1, ..., vpp-1. The last group
+    holds the m % group leftover microbatches when m is not a multiple of group.
+    """
+    table: list[tuple[int, int]] = []
+    for first in range(0, m, group):
+        last = min(first + group, m)
+        table.extend((mb, c) for c in range(vpp) for mb in range(first, last))
+    return table
+
+
+def _order_interleaved(pp: int, vpp: int, m: int, group: int, rank: int) -> RankOrder:
+    """Build Megatron's interleaved 1F1B for one rank.
+
+    As `forward_backward_pipelining_with_interleaving` in Megatron core
+    releases with `microbatch_group_size_per_vp_stage`: warm-up
+    (pp - rank - 1) * 2 + (vpp - 1) * group forwards, capped at m * vpp; then
+    one forward and one backward per step; then the remaining backwards. The
+    k-th backward runs the k-th table entry with its chunk reversed. (Older
+    releases also ran every forward first when m == pp; not modelled.)
+    """
+    table = _interleaved_table(vpp, m, group)
+    total = len(table)
+    num_warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    order: RankOrder = [(_F, mb, c) for mb, c in table[:num_warmup]]
+    for k in range(total):
+        if num_warmup + k < total:
+            mb, c = table[num_warmup + k]
+            order.append((_F, mb, c))
+        mb, c = table[k]
+        order.append((_BW, mb, vpp - 1 - c))
+    return order
+
+
+def _order_zbv(pp: int, m: int) -> list[RankOrder]:
+    """Build ZB-V for all ranks by a greedy list schedule on unit op times.
+
+    ZB-V (Qi et al. 2024, arXiv 2401.10241, Sec. 6) puts virtual stages r and
+    2*pp-1-r on rank r and assumes T_F = T_B = T_W. Like the greedy ZB-V builders
+    of the paper's code and Primus (`zbv-greedy`), the order is built once from
+    estimated times, here all 1, and then replayed with the real times. Every
+    free rank takes, at each integer time: an F if its memory allows (chunk 1
+    first, then the oldest microbatch), else a ready B (oldest microbatch,
+    chunk 1 first), else the oldest pending W. Memory is counted in half
+    activation sets: F adds 2, B frees 1, W frees 1, and F needs the total to stay
+    <= 4*pp, i.e. pp full-stage activation sets as in 1F1B (pp * M_B in the
+    paper). With unit times this reaches the ideal makespan 6m + pp - 1 for every
+    m >= pp (checked in the tests); for m < pp it is not optimal.
+    """
+    # Per rank, per chunk: FIFO of (ready time, microbatch); *_head is its front.
+    f_ready: list[tuple[_Fifo, _Fifo]] = [([], []) for _ in range(pp)]
+    b_ready: list[tuple[_Fifo, _Fifo]] = [([], []) for _ in range(pp)]
+    f_head = [[0, 0] for _ in range(pp)]
+    b_head = [[0, 0] for _ in range(pp)]
+    f_ready[0][0].extend((0, mb) for mb in range(m))
+    w_pending: list[list[tuple[int, int]]] = [[] for _ in range(pp)]
+    w_head = [0] * pp
+    mem_half_sets = [0] * pp
+    orders: list[RankOrder] = [[] for _ in range(pp)]
+    remaining = 6 * m * pp
+    t = 0
+    while remaining:
+        num_done = 0
+        for r in range(pp):
+            op = _zbv_pick(r, t, pp, f_ready, f_head, b_ready, b_head, w_pending, w_head,
+                           mem_half_sets)
+            if op is None:
+                continue
+            num_done += 1
+            orders[r].append(op)
+            kind, mb, c = op
+            vs = c * (2 * pp - 1 - 2 * r) + r  # r for chunk 0, 2*pp-1-r for chunk 1
+            if kind == _F:
+                mem_half_sets[r] += 2
+                if vs == 2 * pp - 1:
+                    b_ready[r][c].append((t + 1, mb))
+                elif vs < pp - 1:
+                    f_ready[r + 1][0].append((t + 1, mb))
+                elif vs == pp - 1:
+                    f_ready[r][1].append((t + 1, mb))
+                else:
+                    f_ready[r - 1][1].append((t + 1, mb))
+            elif kind == _B:
+                mem_half_sets[r] -= 1
+                w_pending[r].append((mb, c))
+                if vs > pp:
+                    b_ready[r + 1][1].append((t + 1, mb))
+                elif vs == pp:
+                    b_ready[r][0].append((t + 1, mb))
+                elif vs > 0:
+                    b_ready[r - 1][0].append((t + 1, mb))
+            else:
+                mem_half_sets[r] -= 1
+        # Ops take one time unit, so a step with no op means nothing will ever be ready.
+        assert num_done, f"zbv greedy stalled at t={t} (pp={pp}, m={m})"
+        remaining -= num_done
+        t += 1
+    return orders
+
+
+def _zbv_pick(
+    r: int,
+    t: int,
+    pp: int,
+    f_ready: list[tuple[_Fifo, _Fifo]],
+    f_head: list[list[int]],
+    b_ready: list[tuple[_Fifo, _Fifo]],
+    b_head: list[list[int]],
+    w_pending: list[list[tuple[int, int]]],
+    w_head: list[int],
+    mem_half_sets: list[int],
+) -> tuple[int, int, int] | None:
+    """Pop and return the op rank r starts at time t in the ZB-V greedy, if any."""
+    if mem_half_sets[r] + 2 <= 4 * pp:
+        for c in (1, 0):
+            queue, head = f_ready[r][c], f_head[r][c]
+            if head < len(queue) and queue[head][0] <= t:
+                f_head[r][c] += 1
+                return (_F, queue[head][1], c)
+    best_c = -1
+    best_mb = 0
+    for c in (1, 0):
+        queue, head = b_ready[r][c], b_head[r][c]
+        if head < len(queue) and queue[head][0] <= t and (best_c < 0 or queue[head][1] < best_mb):
+            best_c, best_mb = c, queue[head][1]
+    if best_c >= 0:
+        b_head[r][best_c] += 1
+        return (_B, best_mb, best_c)
+    if w_head[r] < len(w_pending[r]):
+        mb, c = w_pending[r][w_head[r]]
+        w_head[r] += 1
+        return (_W, mb, c)
+    return None
+
+
+def _rank_orders(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> list[RankOrder]:
+    """Return the static op order of every rank."""
+    if schedule == "zbv":
+        return _order_zbv(pp, m)
+    if schedule == "interleaved":
+        return [_order_interleaved(pp, vpp, m, group, r) for r in range(pp)]
+    if schedule == "gpipe":
+        return [_order_gpipe(m) for _ in range(pp)]
+    return [_order_1f1b(pp, m, r, schedule == "zero-bubble") for r in range(pp)]
+
+
+def _place(order: np.ndarray, rows: np.ndarray, positions: np.ndarray, kind: int | np.ndarray, mb: np.ndarray,
+           chunk: np.ndarray | int) -> None:
+    """Write ops (kind, microbatch, chunk) at their per-rank positions of a (pp, ops, 3) order."""
+    order[rows, positions, 0] = kind
+    order[rows, positions, 1] = mb
+    order[rows, positions, 2] = chunk
+
+
+def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> np.ndarray:
+    """Return `_rank_orders` as one (pp, ops, 3) int array of (kind, microbatch, chunk), without op loops.
+
+    Every rank runs the same number of ops, so each op's position in its rank's order has a
+    closed form (below, per schedule); tests/projection/test_pipeline_steady.py checks the
+    result equal to the builders above. zbv, built by a greedy, is converted from `_order_zbv`.
+    """
+    if schedule == "zbv":
+        return np.array(_order_zbv(pp, m), dtype=np.int64).reshape(pp, 6 * m, 3)
+    rank = np.arange(pp, dtype=np.int64)[:, None]
+    if schedule == "gpipe":
+        mb = np.arange(m, dtype=np.int64)
+        row = np.concatenate([np.stack([np.full(m, _F), mb, 0 * mb], 1), np.stack([np.full(m, _BW), mb, 0 * mb], 1)])
+        return np.broadcast_to(row, (pp, 2 * m, 3)).copy()
+    if schedule == "zero-bubble":
+        # warm-up w F; step j: F(w+j) if w+j < m, B(j), W(j-r) if j >= r; then the last min(r, m) W
+        order = np.zeros((pp, 3 * m, 3), dtype=np.int64)
+        w = np.minimum(pp - rank - 1, m)
+        j = np.arange(m, dtype=np.int64)[None, :]
+        rows = np.broadcast_to(rank, (pp, m))
+        has_f = w + j < m
+        before = np.minimum(j, m - w) + j + np.maximum(0, j - rank)     # ops of the steps before j
+        start = w + before
+        f_mb = np.broadcast_to(np.minimum(w + j, m - 1), (pp, m))
+        _place(order, rows[has_f], start[has_f], _F, f_mb[has_f], 0)
+        warm = j < w
+        _place(order, rows[warm], np.broadcast_to(j, (pp, m))[warm], _F, np.broadcast_to(j, (pp, m))[warm], 0)
+        _place(order, rows, start + has_f, _B, np.broadcast_to(j, (pp, m)), 0)
+        has_w = j >= rank
+        _place(order, rows[has_w], (start + has_f + 1)[has_w], _W, (j - rank)[has_w], 0)
+        steps = (m - w) + m + np.maximum(0, m - rank)                     # ops of all steps
+        trailing = j >= np.maximum(0, m - rank)
+        _place(order, rows[trailing], (w + steps + j - np.maximum(0, m - rank))[trailing], _W,
+               np.broadcast_to(j, (pp, m))[trailing], 0)
+        return order
+    # 1f1b and interleaved: table of forwards, warm-up w, then steps (F of entry w+k if any, B+W of entry k)
+    if schedule == "interleaved":
+        full, per = m // group, group * vpp
+        e = np.arange(full * per, dtype=np.int64)
+        table_mb, table_c = (e // per) * group + e % group, (e % per) // group
+        rest = m - full * group
+        if rest:
+            e = np.arange(rest * vpp, dtype=np.int64)
+            table_mb = np.concatenate([table_mb, full * group + e % rest])
+            table_c = np.concatenate([table_c, e // rest])
+        total = m * vpp
+        w = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * group, total)
+    else:
+        total = m
+        table_mb, table_c = np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
+        w = np.minimum(pp - rank - 1, m)
+    order = np.zeros((pp, 2 * total, 3), dtype=np.int64)
+    k = np.arange(total, dtype=np.int64)[None, :]
+    rows = np.broadcast_to(rank, (pp, total))
+    forward_at = np.where(k < w, k, 2 * k - w)                      # F of table entry k
+    backward_at = np.where(k < total - w, w + 2 * k + 1, total + k)  # B+W of table entry k
+    _place(order, rows, forward_at, _F, np.broadcast_to(table_mb, (pp, total)), np.broadcast_to(table_c, (pp, total)))
+    _place(order, rows, backward_at, _BW, np.broadcast_to(table_mb, (pp, total)),
+           np.broadcast_to(vpp - 1 - table_c, (pp, total)))
+    return order
+
+
+# A plan holds about 90 bytes per op: 1.5 MB for pp=16, vpp=4, m=128; 24 MB at m=2048.
+@functools.lru_cache(maxsize=256)
+def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
+    """Turn the per-rank orders into flat arrays in one topological order.
+
+    The order drains each rank as far as its inputs allow, round-robin over
+    ranks. A round with no progress means the orders deadlock, a bug in a
+    builder (the validation rules exclude Megatron's deadlocking shapes).
+    Keys, dependencies and peaks are numpy over all ops; only the drain, which
+    needs each op's input to be placed first, loops (over ready checks alone).
+    """
+    orders = _rank_arrays(schedule, pp, vpp, m, group)
+    num_vs = pp * vpp
+    vs_of = np.array([[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)
+    rank_of_vs = np.zeros(num_vs, dtype=np.int64)
+    rank_of_vs[vs_of.ravel()] = np.repeat(np.arange(pp), vpp)
+    kind, mb, c = orders[:, :, 0], orders[:, :, 1], orders[:, :, 2]
+    rank = np.arange(pp, dtype=np.int64)[:, None]
+    vs = vs_of[rank, c]
+    # done slot: F=0, B or BW=1, W=2; input: F <- F(vs-1), W <- B(vs), B <- B(vs+1) or F(last vs)
+    own_keys = (mb * num_vs + vs) * 3 + np.where(kind == _W, 2, np.minimum(kind, 1))
+    last_vs = vs == num_vs - 1
+    dep_vs = np.where(kind == _F, vs - 1, np.where((kind == _W) | last_vs, vs, vs + 1))
+    dep_slot = np.where((kind == _F) | ((kind != _W) & last_vs), 0, 1)
+    dep_keys = np.where((kind == _F) & (vs == 0), -1, (mb * num_vs + dep_vs) * 3 + dep_slot)
+    crosses = (dep_keys >= 0) & (rank_of_vs[np.clip(dep_vs, 0, num_vs - 1)] != rank)
+    dur_keys = (rank * vpp + c) * _NUM_KINDS + kind
+    # Global index (1-based) of the finished op of each done key; 0 = not yet.
+    done = [0] * (m * num_vs * 3)
+    rank_ops: list[list[int]] = [[] for _ in range(pp)]
+    pos = [0] * pp
+    dep_lists = dep_keys.tolist()
+    own_lists = own_keys.tolist()
+    n = orders.shape[1]
+    placed = 0
+    remaining = pp * n
+    while remaining:
+        progressed = False
+        for r in range(pp):
+            i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
+            start = i
+            while i < n:
+                k = deps[i]
+                if k >= 0 and done[k] == 0:
+                    break
+                placed += 1
+                done[owns[i]] = placed
+                ops.append(placed)
+                i += 1
+            if i > start:
+                progressed = True
+                remaining -= i - start
+                pos[r] = i
+        assert progressed, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+    # rank-major arrays -> topological order
+    global_index = np.array(rank_ops, dtype=np.int64)
+    order_of = np.empty(pp * n, dtype=np.int64)
+    order_of[global_index.ravel() - 1] = np.arange(pp * n)
+    prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
+    done_arr = np.asarray(done, dtype=np.int64)
+    dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
+    in_flight, pending_w = _peaks_arrays(kind)
+    return _Plan(
+        prev=tuple(prev_rm[order_of].tolist()),
+        dep=tuple(dep_rm[order_of].tolist()),
+        cross=tuple(crosses.ravel()[order_of].astype(np.int64).tolist()),
+        dur_key=tuple(dur_keys.ravel()[order_of].tolist()),
+        last_op=tuple(global_index[:, -1].tolist()),
+        peak_in_flight=in_flight,
+        peak_pending_weight_grad=pending_w,
+        rank_ops=tuple(map(tuple, rank_ops)),
+    )
+
+
+def _peaks_arrays(kind: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Return per-rank peaks of F-done-B-not-done and B-done-W-not-done counts from (pp, ops) op kinds."""
+    in_flight_step = np.array([1, -1, 0, -1], dtype=np.int64)   # by kind F, B, W, BW
+    pending_step = np.array([0, 1, -1, 0], dtype=np.int64)
+    in_flight = np.maximum(0, np.cumsum(in_flight_step[kind], axis=1).max(axis=1))
+    pending = np.maximum(0, np.cumsum(pending_step[kind], axis=1).max(axis=1))
+    return tuple(in_flight.tolist()), tuple(pending.tolist())
+
+
+def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], int, int]:
+    """Return the op times and the latency as integers over one power-of-two denominator, exactly.
+
+    Every finite float is n / 2**k; over the largest 2**k all of them are integers, and the
+    max-plus recurrence on integers is exact. The makespan is then the exact real-number
+    makespan of the given times, rounded once (one int / int division), and it does not
+    depend on the order of additions, so the steady-state extrapolation below gives the
+    same bits as the full simulation.
+    """
+    ratios = [d.as_integer_ratio() for d in durations]
+    p2p_num, p2p_den = p2p_s.as_integer_ratio()
+    den = max(p2p_den, max(d for _, d in ratios))
+    return [n * (den // d) for n, d in ratios], p2p_num * (den // p2p_den), den
+
+
+def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:
+    """Return every op's finish time (index 0: the sentinel) by one max-plus pass in topological order."""
+    dur = itemgetter(*plan.dur_key)(durations)
+    fin = [0]  # fin[0] is the sentinel "nothing to wait for"
+    append = fin.append
+    if p2p == 0:
+        for p, d, t in zip(plan.prev, plan.dep, dur):
+            a = fin[p]
+            b = fin[d]
+            append((a if a > b else b) + t)
+    else:
+        extra = itemgetter(*plan.cross)((0, p2p))
+        for p, d, x, t in zip(plan.prev, plan.dep, extra, dur):
+            a = fin[p]
+            b = fin[d] + x
+            append((a if a > b else b) + t)
+    return fin

@@ -1,0 +1,230 @@
+"""Exact steady-state fast path of the pipeline simulator, and its result memo.
+
+For schedules whose per-rank orders repeat every few microbatches, a shorter step that
+reaches its steady state is simulated and extrapolated with the same bits as the full
+simulation (the argument is below); `_simulate` is what `projection.pipeline.simulate_pipeline`
+calls. `projection.fast_paths.disabled()` turns the shortcut and the memo off.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from projection import fast_paths
+from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
+
+# --- Steady-state fast path ------------------------------------------------------------
+#
+# For 1f1b, zero-bubble and interleaved, each rank's order is a head, then `count` periods
+# (the same ops, shifted by `shift` microbatches per period), then a tail; a step with
+# `shift` more microbatches has one more period on every rank and the same head and tail.
+# The dependency pattern is shift invariant, so the recurrence inside the periods is the
+# same max-plus map every period. Such a map is homogeneous (adding c to its inputs adds c
+# to its outputs); once the finish times repeat up to a shift, x(i + c) = x(i) + D for every
+# op of period i >= t on every rank (checked on the integers, so exactly), every further
+# period repeats the pattern, and the tail is the same function of the last periods shifted
+# by D per c periods. So a step with K*c more periods has makespan(small) + K*D. The
+# transient t can be long (near-equal stage times) and the period c above 1 (several
+# critical cycles); both are measured, not assumed, and when the small step shows no
+# repetition with room to spare the full simulation runs.
+
+_PeriodicShape = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+_MAX_CYCLE = 16           # longest repetition period searched, in periods
+_PROBE_PERIODS = 8        # periods of the small plan that measures the dependency reach
+_RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
+_RESULT_CACHE_SIZE = 1 << 14
+
+
+def _periodic_shape(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _PeriodicShape | None:
+    """Return (shift, heads, lengths, counts) of the periodic middle of every rank's order, or None.
+
+    shift: microbatches per period; heads[r]: ops of rank r before its first period;
+    lengths[r]: ops per period; counts[r]: periods (all grow by 1 when m grows by shift).
+    See `_order_1f1b` and `_order_interleaved` for the orders these read off.
+    """
+    if schedule == "1f1b" and m >= pp:
+        # warm-up pp-r-1 F, then (F, B+W) pairs for m-(pp-r-1) microbatches, then the cool-down
+        return (1, tuple(pp - r - 1 for r in range(pp)), (2,) * pp, tuple(m - (pp - r - 1) for r in range(pp)))
+    if schedule == "zero-bubble" and m >= pp:
+        # warm-up pp-r-1 F and r (F, B) pairs, then (F, B, W) for m-pp+1 microbatches, then (B, W) and W
+        return (1, tuple(pp - r - 1 + 2 * r for r in range(pp)), (3,) * pp, (m - pp + 1,) * pp)
+    if schedule == "interleaved":
+        # warm-up w_r forwards, then steps of (F, B+W); a period is one full microbatch group
+        # (group*vpp table entries) of the F stream; the last full group and the remainder are tail
+        per = group * vpp
+        full = (m // group) * per
+        heads = tuple((pp - r - 1) * 2 + (vpp - 1) * group for r in range(pp))
+        counts = tuple((full - w) // per if full >= w else 0 for w in heads)
+        if min(counts) < 1:
+            return None
+        return (group, heads, (2 * per,) * pp, counts)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _reach(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> tuple[int, int, int]:
+    """Return (lag, head_reach, tail_reach) of the plan's periodic ops, in periods.
+
+    lag: the largest period distance between a periodic op and a periodic op it depends on;
+    head_reach: the last period (on any rank) with an op that depends on a head op;
+    tail_reach: the most periods before its rank's end of an op that depends on a tail op.
+    """
+    plan = _compile_plan(schedule, pp, vpp, m, group)
+    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    assert shape is not None
+    _, heads, lengths, counts = shape
+    # per op (global index, 0 = sentinel): its period (< 0 head, >= its rank's count: tail)
+    period = np.full(len(plan.prev) + 1, -1, dtype=np.int64)
+    count = np.zeros(len(plan.prev) + 1, dtype=np.int64)
+    for r, ops in enumerate(plan.rank_ops):
+        index = np.asarray(ops, dtype=np.int64)
+        count[index] = counts[r]
+        offset = np.arange(len(ops), dtype=np.int64) - heads[r]
+        period[index] = np.where(offset >= 0, offset // lengths[r], -1)
+    own = period[1:]
+    periodic = (own >= 0) & (own < count[1:])
+    lag, head_reach, tail_reach = 1, -1, -1
+    for sources in (np.asarray(plan.dep, dtype=np.int64), np.asarray(plan.prev, dtype=np.int64)):
+        live = periodic & (sources > 0)
+        mine, other, other_count = own[live], period[sources[live]], count[sources[live]]
+        in_head, in_tail = other < 0, other >= other_count
+        body = ~(in_head | in_tail)
+        if in_head.any():
+            head_reach = max(head_reach, int(mine[in_head].max()))
+        if in_tail.any():
+            tail_reach = max(tail_reach, int((count[1:][live][in_tail] - 1 - mine[in_tail]).max()))
+        if body.any():
+            lag = max(lag, int(np.abs(mine[body] - other[body]).max()))
+    return lag, head_reach, tail_reach
+
+
+def _repetition(plan: _Plan, fin: list[int], shape: _PeriodicShape, cycles: Sequence[int]
+                ) -> tuple[int, int, int] | None:
+    """Return (c, D, t): from period t on, every op finishes D after its twin c periods before; or None.
+
+    The same D on every rank and slot, exact (integers); among the cycles c that repeat at the
+    end, the one with the shortest transient t + c wins.
+    """
+    _, heads, lengths, counts = shape
+    sequences = [[fin[op] for op in ops[h:h + n * length]]
+                 for ops, h, n, length in zip(plan.rank_ops, heads, counts, lengths, strict=True)]
+    shortest = min(counts)
+    best: tuple[int, int, int] | None = None
+    for c in cycles:
+        if 3 * c > shortest or (best is not None and c >= best[0] + best[2]):
+            break    # a longer cycle cannot have a shorter t + c
+        D = sequences[0][-1] - sequences[0][-1 - c * lengths[0]]
+        # cheap test first: the last two cycles of every rank repeat with D
+        if not all(all(map(D.__eq__, map(operator.sub, seq[-2 * c * length:], seq[-3 * c * length:-c * length])))
+                   for seq, length in zip(sequences, lengths, strict=True)):
+            continue
+        t = 0
+        for seq, length in zip(sequences, lengths, strict=True):
+            step = c * length
+            unequal = list(map(D.__ne__, map(operator.sub, seq[step:], seq)))   # unequal[k]: op k + step vs op k
+            if True in unequal:
+                last_bad = len(unequal) - 1 - unequal[::-1].index(True)
+                t = max(t, -(-(last_bad + 1) // length))   # first period whose ops all repeat, to the end
+        if best is None or t + c < best[2] + best[0]:
+            best = (c, D, t)
+    return best
+
+
+def _room(lag: int, tail_reach: int, c: int) -> int:
+    """Periods from the transient's end to the shortest rank's end that the argument above needs.
+
+    The small step is the long one with K*c periods fewer; its ops compute the same values as the
+    long step's as far as their inputs are the same (inserting periods at a = t + lag changes
+    no input of an op before a + c, and by the repetition, from a - lag on, none after it either
+    but for the shift). That needs the repetition from a - lag, and a + c + lag before the last
+    periods whose ops read tail ops.
+    """
+    return 2 * lag + c + max(0, tail_reach + 1) + 2
+
+
+def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int,
+             small_m: int, cycles: Sequence[int]) -> tuple[int, _Plan, int, int, int]:
+    """Simulate small_m microbatches; return (makespan, plan, c, D, periods needed), c = 0 without repetition.
+
+    Periods needed: the transient plus the room the repetition needs; when the small step has
+    that many it extrapolates, else a step with that many would.
+    """
+    lag, head_reach, tail_reach = _reach(schedule, pp, vpp, small_m, group)
+    plan = _compile_plan(schedule, pp, vpp, small_m, group)
+    shape = _periodic_shape(schedule, pp, vpp, small_m, group)
+    assert shape is not None
+    fin = _run_plan(plan, durations, p2p)
+    makespan = max(fin[i] for i in plan.last_op)
+    found = _repetition(plan, fin, shape, cycles)
+    if found is None:
+        return makespan, plan, 0, 0, 0
+    c, D, t = found
+    # periods whose ops read head ops are boundary, not pattern: the transient lasts at least past them
+    return makespan, plan, c, D, max(t, head_reach + 1) + _room(lag, tail_reach, c)
+
+
+def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int],
+                     p2p: int) -> tuple[int, _Plan] | None:
+    """Return the exact makespan of m microbatches from a shorter step that reaches its steady state.
+
+    Returns the small step's plan too (its memory peaks equal the long step's: the in-flight
+    counts repeat every period). None when no shortcut applies or pays: the first small step
+    has at most a third of the periods, all attempts together at most 3/4 (so a miss costs at
+    most a third more than the full simulation); attempts grow from the dependency reach to
+    what the measured transient needs, or double.
+    """
+    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    if shape is None:
+        return None
+    shift, _, _, counts = shape
+    shortest = min(counts)
+    if shortest < 2 * _PROBE_PERIODS:
+        return None
+    lag, _, tail_reach = _reach(schedule, pp, vpp, m - (shortest - _PROBE_PERIODS) * shift, group)
+    keep = max(_PROBE_PERIODS, _room(lag, tail_reach, 1) + 4)
+    spent = 0                                          # periods simulated so far: at most 3/4 of a full step
+    while 4 * (spent + keep) <= 3 * shortest and (spent or 3 * keep <= shortest):
+        spent += keep
+        makespan, plan, c, D, needed = _attempt(schedule, pp, vpp, m, group, durations, p2p,
+                                                m - (shortest - keep) * shift, range(1, _MAX_CYCLE + 1))
+        if c and needed <= keep:
+            extra = shortest - keep                    # periods the small step lacks
+            if extra % c == 0:
+                return makespan + extra // c * D, plan
+            # only whole cycles extrapolate: a small step longer by extra % c periods, checked again
+            longer = keep + extra % c
+            again = _attempt(schedule, pp, vpp, m, group, durations, p2p, m - (shortest - longer) * shift, (c,))
+            if again[2] == c and again[3] == D and again[4] <= longer:
+                return again[0] + (shortest - longer) // c * D, again[1]
+            return None
+        keep = needed + 2 if c and needed > keep else 2 * keep
+    return None
+
+
+def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[float], p2p_s: float
+              ) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
+    """Return (makespan s, peak in flight, peak pending W); the fast paths give the same bits."""
+    fast = fast_paths.enabled()
+    if fast:
+        key = (schedule, pp, vpp, m, group, p2p_s, *durations)
+        cached = _RESULT_CACHE.get(key)
+        if cached is not None:
+            return cached
+    ints, p2p, den = _exact_ints(durations, p2p_s)
+    steady = _steady_makespan(schedule, pp, vpp, m, group, ints, p2p) if fast else None
+    if steady is not None:
+        makespan, plan = steady
+    else:
+        plan = _compile_plan(schedule, pp, vpp, m, group)
+        fin = _run_plan(plan, ints, p2p)
+        makespan = max(fin[i] for i in plan.last_op)
+    result = (makespan / den, plan.peak_in_flight, plan.peak_pending_weight_grad)
+    if fast:
+        if len(_RESULT_CACHE) >= _RESULT_CACHE_SIZE:
+            _RESULT_CACHE.clear()
+        _RESULT_CACHE[key] = result
+    return result
