@@ -27,6 +27,7 @@ from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
+from tools.framework_rules import RECIPE_OF_LAUNCH
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -76,6 +77,9 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
                              "degraded_reason": status.get("degraded_reason"), "report": None}
     if isinstance(result, Clarification):
         return {**start, "clarification": result.model_dump()}
+    if result.framework is None and not result.candidates:
+        # The search keeps to layouts the launch framework (--framework, default megatron) can run.
+        result = result.model_copy(update={"framework": RECIPE_OF_LAUNCH.get(options_of(runtime).framework)})
     try:
         Job(result)
     except ProjtuneError as err:

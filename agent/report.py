@@ -19,6 +19,7 @@ from agent.planning import job_plan
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox
+from tools.framework_rules import launch_framework_of
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -185,7 +186,7 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     base["notes"] += [n for n in status.get("notes", []) if n not in base["notes"]]
     launch = None
     if best_first:
-        framework = options_of(runtime).framework
+        framework = launch_framework_of(request.get("framework")) or options_of(runtime).framework
         exported = tools.on_layout("export_launch_config", best_first[0]["config"], framework=framework)
         launch = exported["result"] if exported.get("ok") else {"error": exported["error"]["message"]}
     search = {k: v for k, v in (state.get("search") or {}).items() if k != "ranked"} or None

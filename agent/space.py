@@ -37,6 +37,7 @@ from tools.candidates import (
     zero_values,
 )
 from tools.constraints import Constraints
+from tools.framework_rules import framework_violations, launch_framework_of
 
 _DEFAULTS = TrainingConfig()
 _FIXED = ("moe_routing", "moe_capacity_factor", "finetune", "framework")
@@ -80,6 +81,8 @@ class Job:
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
                                  constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len)
         self.explicit: set[str] | None = None
+        self.launch_framework = launch_framework_of(get("framework"))
+        """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
         if candidates is not None:
             self.explicit = set()
@@ -116,6 +119,11 @@ class Job:
         outside = self.outside_constraints(config)
         if outside:
             return Checked(config, "excluded", outside)
+        if self.explicit is None and self.launch_framework is not None:
+            unlaunchable = framework_violations(self.launch_framework, self.model, self.cluster, config)
+            if unlaunchable:
+                return Checked(config, "excluded", [f"{self.launch_framework} cannot launch it: {r}"
+                                                    for r in unlaunchable])
         return Checked(config)
 
     def outside_constraints(self, config: TrainingConfig) -> list[str]:

@@ -87,6 +87,18 @@ MAXTEXT_QUANT = {("bf16", "nvidia"): "", ("bf16", "amd"): "", ("fp8", "nvidia"):
                  ("fp8", "amd"): "nanoo_fp8"}
 
 
+LAUNCH_OF_RECIPE: dict[str, str] = {"megatron": "megatron", "nemo": "megatron-bridge", "primus": "primus",
+                                    "torchtitan": "torchtitan", "jax": "maxtext"}
+"""The exporter that launches a sweep-format ``framework`` (TrainingConfig.framework); llm-foundry and DeepSpeed
+have no exporter, so no launch rules apply to them."""
+RECIPE_OF_LAUNCH: dict[str, str] = {launch: recipe for recipe, launch in LAUNCH_OF_RECIPE.items()}
+
+
+def launch_framework_of(recipe: str | None) -> str | None:
+    """The launch framework (exporter) of a sweep-format framework name; None when it has none."""
+    return LAUNCH_OF_RECIPE.get(recipe) if recipe else None
+
+
 def check_framework(name: str) -> str:
     """The framework name, or a one-line error naming the nearest known one."""
     if name in FRAMEWORKS:

@@ -42,7 +42,8 @@ from projection import engine, fast_paths
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
 from projection.memory import MemoryResult, project_memory
-from projection.memory_verdict import could_pass, passes_screen
+from projection.memory_batch import MemoryBatcher, PeakBatch
+from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
 from projection.training_config import TrainingConfig
 
 RECOMPUTE_ORDER = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
@@ -174,9 +175,15 @@ def screen_memory(job: Any, config: TrainingConfig) -> MemoryResult:
     return project_memory(job.model, job.hardware, config, parallel_dims(config, job.cluster), job.profile)
 
 
-def screen_memories(job: Any, configs: Sequence[TrainingConfig]) -> list[MemoryResult]:
-    """:func:`screen_memory` of many layouts (today one by one; a vectorised screen must give the same results)."""
-    return [screen_memory(job, config) for config in configs]
+def screen_memories(job: Any, configs: Sequence[TrainingConfig], batcher: MemoryBatcher | None = None) -> PeakBatch:
+    """Peak and static peak memory of many layouts at once (:mod:`projection.memory_batch`).
+
+    Bit-for-bit the ``peak_bytes``, ``static_peak_bytes`` and ``capacity_bytes`` of :func:`screen_memory`
+    for each layout (tests/projection/test_memory_batch.py); ``batcher`` keeps its per-key rows between
+    calls of one job.  The verdict of the screen follows from these (:func:`passes_screen`).
+    """
+    batcher = batcher or MemoryBatcher(job.model, job.hardware, job.profile)
+    return batcher.peaks(configs, [parallel_dims(c, job.cluster) for c in configs])
 
 
 class Evaluator:
@@ -189,6 +196,9 @@ class Evaluator:
         self.capacity = job.hardware.hbm_capacity_bytes
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
         self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
+        # the batch screen (fast paths on): peak, static peak and usable bytes per candidate, NaN until screened
+        self._batcher = MemoryBatcher(job.model, job.hardware, job.profile)
+        self._peaks = np.full((len(configs), 3), np.nan)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._work_cache: dict[tuple[Any, ...], float] = {}   # work_key -> busiest rank's work per micro-batch
 
@@ -212,6 +222,41 @@ class Evaluator:
         if cached is None:
             cached = self._memory_cache[key] = screen_memory(self.job, self.configs[index])
         return cached
+
+    def screen(self, indices: Iterable[int]) -> None:
+        """Batch-screen the candidates not screened yet (:func:`screen_memories`); no-op with fast paths off."""
+        if not fast_paths.enabled():
+            return
+        todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
+        if not todo:
+            return
+        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
+        rows = np.array(todo)
+        self._peaks[rows, 0] = batch.peak_bytes
+        self._peaks[rows, 1] = batch.static_peak_bytes
+        self._peaks[rows, 2] = batch.capacity_bytes
+
+    def peak(self, index: int) -> tuple[float, float, float]:
+        """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""
+        if fast_paths.enabled():
+            if self._peaks[index, 0] != self._peaks[index, 0]:
+                self.screen((index,))
+            peak, static, capacity = self._peaks[index].tolist()
+            return peak, static, capacity
+        memory = self.memory(index)
+        return memory.peak_bytes, memory.static_peak_bytes, memory.capacity_bytes
+
+    def survivor_memory(self, index: int, peak: float) -> MemoryResult:
+        """The full (scalar) memory result of a candidate that passed the screen; it must match the batch peak."""
+        memory = self.memory(index)
+        if memory.peak_bytes != peak:
+            raise RuntimeError(f"batch memory screen disagrees with projection.memory for {self.configs[index]}: "
+                               f"{peak!r} vs {memory.peak_bytes!r} bytes (a bug in projection/memory_batch.py)")
+        return memory
+
+    def passes(self, peak: float, capacity: float) -> bool:
+        """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses)."""
+        return passes_screen(peak, capacity, self.min_headroom, SHIPPED_MARGINS)
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
@@ -304,14 +349,21 @@ class Evaluator:
     def fits(self, memory: MemoryResult) -> bool:
         return passes_screen(memory.peak_bytes, memory.capacity_bytes, self.min_headroom, memory.margins)
 
-    def _screened_out(self, tally: Tally, memory: MemoryResult, index: int) -> None:
+    def _screened_out(self, tally: Tally, headroom: float, index: int) -> None:
         tally.screened_out += 1
-        if tally.roomiest is None or memory.headroom_fraction > tally.roomiest[0]:
-            tally.roomiest = (memory.headroom_fraction, index)
+        if tally.roomiest is None or headroom > tally.roomiest[0]:
+            tally.roomiest = (headroom, index)
 
     def phase1(self, group_ids: Iterable[int]) -> Tally:
-        """For each group: screen from the least recompute up, project the first variant that fits."""
+        """For each group: screen from the least recompute up, project the first variant that fits.
+
+        The whole batch of groups is screened at once (:meth:`screen`); only the leads get the full
+        scalar memory result (the engine needs it), checked equal to the batch peak.
+        """
         tally = Tally()
+        group_ids = list(group_ids)
+        self.screen(i for g in group_ids if self.sharding_key(self.configs[self.groups[g][0]]) not in self.static_misfits
+                    for i in self.groups[g])
         found: list[tuple[int, int, int, MemoryResult]] = []    # (group, position, index, memory) of each lead
         for g in group_ids:
             members = self.groups[g]
@@ -321,14 +373,14 @@ class Evaluator:
                 tally.visited += len(members)
                 continue
             for position, index in enumerate(members):
-                memory = self.memory(index)
+                peak, static, capacity = self.peak(index)
                 tally.visited += 1
-                if self.fits(memory):
-                    found.append((g, position, index, memory))
+                if self.passes(peak, capacity):
+                    found.append((g, position, index, self.survivor_memory(index, peak)))
                     break
-                self._screened_out(tally, memory, index)
+                self._screened_out(tally, 1.0 - peak / capacity, index)
                 # Nothing with this sharding can pass when its static memory alone would not (same rule).
-                if not could_pass(memory.static_peak_bytes, memory.capacity_bytes, self.min_headroom, memory.margins):
+                if not could_pass(static, capacity, self.min_headroom, SHIPPED_MARGINS):
                     self.static_misfits.add(key)
                     rest = len(members) - position - 1
                     tally.screened_out += rest
@@ -343,9 +395,13 @@ class Evaluator:
     def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:
         """Visit the variants after each group's lead; prune those phase 1 proves irrelevant."""
         tally = Tally()
+        group_ids = [g for g in group_ids if g in leads]
+
+        def needs_memory(g: int) -> bool:   # the variants of a group whose bounds prune them all need none
+            bound = leads[g][1] * (1.0 + BOUND_MARGIN) if self.configs[self.groups[g][0]].zero < 3 else float("inf")
+            return not bounds.dominated(bound, leads[g][2])
+        self.screen(i for g in group_ids if needs_memory(g) for i in self.groups[g][leads[g][0] + 1:])
         for g in group_ids:
-            if g not in leads:
-                continue
             position, tps_bound, headroom_bound = leads[g]
             members = self.groups[g]
             prunable = self.configs[members[0]].zero < 3   # FSDP: more recompute can hide more comm
@@ -355,11 +411,12 @@ class Evaluator:
                 if bounds.dominated(bound, headroom_bound):
                     tally.pruned += 1
                     continue
-                memory = self.memory(index)
-                if not self.fits(memory):
-                    self._screened_out(tally, memory, index)
+                peak, _, capacity = self.peak(index)
+                headroom = 1.0 - peak / capacity
+                if not self.passes(peak, capacity):
+                    self._screened_out(tally, headroom, index)
                     continue
-                if bounds.dominated(bound, memory.headroom_fraction):
+                if bounds.dominated(bound, headroom):
                     tally.pruned += 1
                     continue
                 tps_bound = self.project(index, tally).tokens_per_s_per_gpu

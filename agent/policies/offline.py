@@ -38,6 +38,7 @@ def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, A
 
     from projection.errors import ProjtuneError
     from tools.constraints import Constraints
+    from tools.framework_rules import launch_framework_of
     from tools.search import SearchRequest, run_search
 
     try:
@@ -45,7 +46,9 @@ def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, A
             model=request["model"], gpu=request["gpu"], num_gpus=request["num_gpus"],
             gpus_per_node=request["gpus_per_node"], gbs=request["gbs"], seq_len=request["seq_len"],
             constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
-            candidates=request.get("candidates"), profile_path=request.get("profile_path"))
+            candidates=request.get("candidates"), profile_path=request.get("profile_path"),
+            # Only layouts the launch framework can run (measured candidates are ranked as they ran).
+            framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))
     except (ProjtuneError, ValidationError) as err:
         return None, f"search failed: {err}"

@@ -15,18 +15,20 @@ from typing import Annotated, Any
 import typer
 
 from projtune.errors import USAGE_EXIT, fail, user_errors
+from tools.framework_rules import FRAMEWORKS
 from tools.json_out import json_text
 
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]
 RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]
-FrameworkOpt = Annotated[str, typer.Option("--framework", help="Launch config: megatron | primus | torchtitan.")]
+FrameworkOpt = Annotated[str, typer.Option(
+    "--framework", help="Launch framework: only layouts it can run are searched and its launch config is written: "
+                        "megatron | megatron-bridge | primus | torchtitan | maxtext (a framework named in the request wins).")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
                                                    "(env PROJTUNE_LLM_BASE_URL or OPENAI_BASE_URL).")]
 ModelOpt = Annotated[str | None, typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
 KeyOpt = Annotated[str | None, typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY or "
                                                "OPENAI_API_KEY).")]
 TimeoutOpt = Annotated[float | None, typer.Option("--llm-timeout", help="Seconds per LLM request.")]
-FRAMEWORKS = ("megatron", "primus", "torchtitan")
 
 
 class _Progress:

@@ -10,9 +10,6 @@ from agent.llm_config import LLMConfig
 
 LLM_ENV = ("PROJTUNE_LLM_BASE_URL", "PROJTUNE_LLM_API_KEY", "PROJTUNE_LLM_MODEL", "PROJTUNE_LLM_TIMEOUT",
            "PROJTUNE_LLM_MAX_ATTEMPTS", "PROJTUNE_LLM_RETRY_WAIT", "OPENAI_BASE_URL", "OPENAI_API_KEY")
-# Small jobs: their constrained searches take about a second, so the whole folder stays fast.
-SMALL = "tune llama3 8b on 4 h100 with gbs 64, precision=bf16, zero=1, mbs<=2"
-SMALL_8 = "tune llama3 8b on 8 h100 with gbs 64, precision=bf16, zero=1, mbs<=2"
 
 
 @pytest.fixture(autouse=True)

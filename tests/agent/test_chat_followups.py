@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import SMALL_8
+from agent_jobs import SMALL_8
 from typer.testing import CliRunner
 
 from projtune.cli import app

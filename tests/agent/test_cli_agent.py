@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SMALL
+from agent_jobs import SMALL
 from typer.testing import CliRunner
 
 from projtune.cli import app
@@ -27,11 +27,13 @@ def projtune_command() -> list[str]:
 
 @pytest.mark.slow
 def test_mixtral_tune_equals_the_search_best() -> None:
-    """The acceptance check: a fresh `projtune tune` process, offline, against run_search for the same job."""
+    """The acceptance check: a fresh `projtune tune` process, offline, against run_search for the same job
+    (restricted, as tune is by default, to the layouts Megatron-LM can launch)."""
     start = time.perf_counter()
     proc = subprocess.Popen([*projtune_command(), "tune", MIXTRAL, "--json", "--offline"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    search = run_search(SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=64, gbs=256, seq_len=4096))
+    search = run_search(SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=64, gbs=256, seq_len=4096,
+                                      framework="megatron"))
     stdout, stderr = proc.communicate(timeout=300)
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, stderr
@@ -40,6 +42,24 @@ def test_mixtral_tune_equals_the_search_best() -> None:
     assert report["best"]["config"] == search.ranked[0].config, elapsed
     assert report["best"]["verdict"] != "out of memory" and report["best"]["scored_by"] == "search"
     assert "round" in stderr   # progress went to stderr
+    assert "error" not in report["launch_config"], report["launch_config"]   # the best layout launches
+
+
+def test_tune_searches_only_what_the_launch_framework_runs() -> None:
+    """Unfiltered, the Mixtral best is ZeRO-3 with EP 8, which Megatron-LM rejects (--use-torch-fsdp2 with EP);
+    tune (default --framework megatron) never reports it, and a framework named in the request wins."""
+    from agent.run import tune
+
+    unfiltered = run_search(SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=64, gbs=256, seq_len=4096))
+    def fsdp_with_ep(config: dict) -> bool:
+        return config.get("zero") == 3 and config.get("ep", 1) > 1
+
+    assert any(fsdp_with_ep(c.config) for c in unfiltered.ranked[:3])
+    report = tune(MIXTRAL).report
+    assert report.best is not None and not fsdp_with_ep(report.best.config)
+    assert "error" not in report.launch_config and not any(fsdp_with_ep(t.config) for t in report.top5)
+    titan = tune(MIXTRAL + " with maxtext").report   # MaxText runs FSDP with EP
+    assert titan.request["framework"] == "jax" and "error" not in titan.launch_config
 
 
 def test_tune_json_log_and_flags(tmp_path: Path) -> None:

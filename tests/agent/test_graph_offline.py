@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import SMALL_8
+from agent_jobs import SMALL_8
 
 from agent.graph import build_graph, recursion_limit
 from agent.policies.offline import OfflinePolicy
@@ -17,13 +17,16 @@ from projection.legality import layout_violations
 from projection.training_config import TrainingConfig
 from tools.candidates import TIE_TOLERANCE, enumerate_candidates
 from tools.constraints import Constraints
+from tools.framework_rules import launch_framework_of
 from tools.search import SearchRequest, run_search
 
 
 def search_best(request: TuneRequest) -> dict[str, Any]:
+    """The search's best for the request, within what its launch framework runs (tune's default: megatron)."""
     result = run_search(SearchRequest(model=request.model, gpu=request.gpu, num_gpus=request.num_gpus,
                                       gpus_per_node=request.gpus_per_node, gbs=request.gbs, seq_len=request.seq_len,
-                                      constraints=Constraints.parse(request.constraints)))
+                                      constraints=Constraints.parse(request.constraints),
+                                      framework=launch_framework_of(request.framework)))
     return result.ranked[0].config
 
 

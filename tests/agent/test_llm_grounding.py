@@ -9,7 +9,7 @@ import json
 import re
 from collections.abc import Callable
 
-from conftest import SMALL
+from agent_jobs import SMALL
 from fake_openai_server import FakeOpenAIServer, reply, tool_call
 
 from agent.grounding import ground_numbers, stated_constraints, stated_number

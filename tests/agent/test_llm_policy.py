@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import SMALL
+from agent_jobs import SMALL
 from fake_openai_server import FakeOpenAIServer, closed_port, reply, tool_call
 
 from agent.llm_config import LLMConfig

@@ -17,12 +17,13 @@ from evals.eval_run import evaluate
 DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
 
 # Figures of the shipped profiles on the development set (in-sample), and the limits guarded here.
-MAPE_MAX = 0.105            # measured 0.096
-MEDIAN_APE_MAX = 0.07       # measured 0.061
-KENDALL_TAU_MIN = 0.66      # measured 0.696
-TOP1_MIN = 0.80             # measured 0.86
-MEMORY_MAPE_MAX = 0.10      # measured 0.009 on the runs that measured peak memory
-COVERAGE_RANGE = (0.75, 0.97)  # share of measured values inside the projected 80% interval (in-sample)
+MAPE_MAX = 0.11             # measured 0.103 (2026-12-01)
+MEDIAN_APE_MAX = 0.07       # measured 0.062
+KENDALL_TAU_MIN = 0.65      # measured 0.676
+TOP1_MIN = 0.80             # measured 0.861
+MEMORY_MAPE_MAX = 0.05      # measured 0.009 on the runs that measured peak memory
+COVERAGE_RANGE = (0.80, 0.97)  # measured 0.896: share of measured values inside the projected 80% interval
+# (in-sample: the bands come from held-out residuals, so on the runs they were taken from they cover more than 80%)
 MIN_RUNS_SCORED = 270
 
 

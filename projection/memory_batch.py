@@ -1,0 +1,253 @@
+"""Peak and static memory of many layouts at once, bit-for-bit equal to :func:`projection.memory.project_memory`.
+
+The memory screen of a search needs, per candidate, only the heaviest pipeline rank's total
+(``MemoryResult.peak_bytes``) and its recompute-invariant part (``static_peak_bytes``).  Both are
+sums of per-rank terms (:class:`projection.memory.StageMemory`) that depend on few fields each:
+
+- weights / gradients / optimizer / FP8 copies: the sharding (tp, pp, vpp, ep, etp, dp, cp, ZeRO,
+  FSDP size), precision, fine-tuning and framework;
+- activations: the activation context (:func:`projection.memory.activation_context`), the pipeline
+  split and recompute layers (per-rank saved bytes of all chunks) times the schedule's peak sets
+  in flight (:func:`projection.pipeline.peak_in_flight_closed_form`), plus the embedding output;
+- buffers: the loss (last rank), the recompute rebuild, ZeRO-3 gathers, the FP8 transpose of a
+  frozen LoRA layer and the MoE dispatch buffers.
+
+Each such per-rank row is computed once per distinct key with the scalar module's own functions
+(:func:`projection.memory.stage_params`, ``_states``, ``recomputed_layers``, ...), and the rows of
+all candidates with the same ``pp`` are combined in numpy with the same IEEE operations in the same
+order as :func:`projection.memory.stage_memory` and ``StageMemory.total_bytes`` (adding an exact
+0.0 for a term the scalar path skips), so the results are identical, not close
+(tests/projection/test_memory_batch.py checks every candidate of several searches and random layouts).
+Every config family the scalar model knows is covered; none is routed elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from projection.activations import embedding_activation_bytes, output_activation_bytes
+from projection.device_profile import DeviceProfile
+from projection.framework_profile import framework_profile
+from projection.hardware import HardwareSpec
+from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
+from projection.memory import (
+    BF16_BYTES,
+    GIB,
+    _layer_tables_for,
+    _shards,
+    _stage_layers,
+    _states,
+    activation_context,
+    moe_dispatch_buffer_bytes,
+    stage_params,
+    usable_capacity_bytes,
+)
+from projection.memory_frameworks import memory_traits
+from projection.model_spec import ModelSpec
+from projection.params import layer_param_table
+from projection.pipeline import peak_in_flight_closed_form
+from projection.training_config import TrainingConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PeakBatch:
+    """Per candidate (aligned with the input): peak and static peak bytes per GPU, usable capacity bytes."""
+
+    peak_bytes: np.ndarray
+    static_peak_bytes: np.ndarray
+    capacity_bytes: np.ndarray
+
+    def headroom_fraction(self, i: int) -> float:
+        """``MemoryResult.headroom_fraction`` of candidate ``i`` (same operations)."""
+        return 1.0 - float(self.peak_bytes[i]) / float(self.capacity_bytes[i])
+
+
+class MemoryBatcher:
+    """Batch peak memory of one (model, hardware, profile); keeps its per-key rows between calls."""
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, profile: DeviceProfile) -> None:
+        self.model, self.hardware, self.profile = model, hardware, profile
+        self.scale_up = hardware.scale_up_domain_gpus
+        self._ids: dict[tuple[Any, ...], int] = {}   # key -> position in _store
+        self._store: list[Any] = []
+        self._ends_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._contexts: dict[Any, Any] = {}
+
+    # --- per-key rows (each computed once with the scalar module's functions) -------------------------------
+    def _row(self, key: tuple[Any, ...], build: Any) -> int:
+        """The id of a key's row (built on first use)."""
+        row = self._ids.get(key)
+        if row is None:
+            row = self._ids[key] = len(self._store)
+            self._store.append(build())
+        return row
+
+    def _gather(self, ids: list[int]) -> np.ndarray:
+        """The rows of ``ids`` stacked (each distinct row copied once, then fancy-indexed)."""
+        unique, inverse = np.unique(np.asarray(ids), return_inverse=True)
+        return np.stack([self._store[k] for k in unique.tolist()])[inverse]
+
+    def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
+        """(4, pp): weights, gradients, optimizer, FP8 copies of every rank."""
+        key = ("S", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
+               config.precision, config.finetune, config.framework)
+
+        def build() -> np.ndarray:
+            model, traits = self.model, memory_traits(config.framework)
+            out = np.empty((4, dims.pp))
+            for rank in range(dims.pp):
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, rank == 0,
+                                      rank == dims.pp - 1)
+                out[:, rank] = _states(params, config, dims, traits)
+            return out
+        return self._row(key, build)
+
+    def _activation_row(self, config: TrainingConfig, dims: ParallelDims, ctx: Any) -> int:
+        """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank."""
+        full_layers = config.recompute_num_layers if config.recompute == "full" else None
+        key = ("A", id(ctx), dims.pp, dims.vpp, config.recompute, full_layers)
+
+        def build() -> np.ndarray:
+            model = self.model
+            tables = _layer_tables_for(model, ctx)
+            prefix = tables.kept_prefix
+            rebuilt = tables.kept if config.recompute == "full" else tables.rebuilt
+            out = np.zeros((4, dims.pp))
+            for rank in range(dims.pp):
+                chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                total = 0.0
+                position = 0
+                for chunk in chunks:
+                    if not chunk:
+                        continue
+                    full = recomputed_layers(config, chunk, len(layers), position)
+                    total += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * tables.full_input
+                    position += len(chunk)
+                out[0, rank] = total
+                out[1, rank] = len(chunks)
+                if config.recompute != "none" and layers:
+                    out[2, rank] = max(rebuilt[layer] for layer in layers)
+                out[3, rank] = 1.0 if any(model.moe_layers[layer] for layer in layers) else 0.0
+            return out
+        return self._row(key, build)
+
+    def _in_flight_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
+        schedule = effective_schedule(config)
+        key = ("F", schedule, dims.pp, dims.vpp, dims.num_microbatches)
+        return self._row(key, lambda: np.array(
+            [peak_in_flight_closed_form(schedule, dims.pp, dims.vpp, dims.num_microbatches, rank)
+             for rank in range(dims.pp)], dtype=np.float64))
+
+    def _ends(self, config: TrainingConfig, ctx: Any) -> tuple[float, float]:
+        """(embedding output bytes of the first rank, logits + loss bytes of the last)."""
+        key = ("E", id(ctx), config.framework)
+        ends = self._ends_cache.get(key)
+        if ends is None:
+            ends = self._ends_cache[key] = self._build_ends(config, ctx)
+        return ends
+
+    def _build_ends(self, config: TrainingConfig, ctx: Any) -> tuple[float, float]:
+
+        def build() -> tuple[float, float]:
+            traits = memory_traits(config.framework)
+            loss_bytes = traits.loss_bytes_per_logit or framework_profile(config.framework).loss_bytes_per_logit
+            return embedding_activation_bytes(self.model, ctx), output_activation_bytes(self.model, ctx, loss_bytes)
+        return build()
+
+    def _zeros_row(self, pp: int) -> int:
+        return self._row(("0", pp), lambda: np.zeros(pp))
+
+    def _gather_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
+        """ZeRO-3 gathered weights (current + prefetched layer) of every rank (zeros below ZeRO 3)."""
+        if config.zero < 3:
+            return self._zeros_row(dims.pp)
+        dense_shard, expert_shard = _shards(config, dims)
+        key = ("Z", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
+
+        def build() -> np.ndarray:
+            model, table = self.model, layer_param_table(self.model)
+            out = np.zeros(dims.pp)
+            for rank in range(dims.pp):
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                if layers:
+                    biggest = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
+                                  * (1 - 1 / dense_shard) + table[layer].experts / (dims.ep * dims.etp)
+                                  * (1 - 1 / expert_shard) for layer in layers)
+                    out[rank] = 2 * BF16_BYTES * biggest
+            return out
+        return self._row(key, build)
+
+    def _lora_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
+        """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
+        if not (config.finetune == "lora" and config.is_low_precision):
+            return self._zeros_row(dims.pp)
+        key = ("L", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp)
+
+        def build() -> np.ndarray:
+            model, table = self.model, layer_param_table(self.model)
+            out = np.zeros(dims.pp)
+            for rank in range(dims.pp):
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                if layers:
+                    out[rank] = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts)
+                                    / dims.tp + table[layer].experts / (dims.ep * dims.etp) for layer in layers)
+            return out
+        return self._row(key, build)
+
+    # --- the batch ----------------------------------------------------------------------------------------
+    def peaks(self, configs: Sequence[TrainingConfig], dims: Sequence[ParallelDims]) -> PeakBatch:
+        """Peak and static peak bytes of every layout (``dims``: :func:`projection.layout.parallel_dims` of each)."""
+        n = len(configs)
+        peak, static, capacity = np.empty(n), np.empty(n), np.empty(n)
+        by_pp: dict[int, list[int]] = {}
+        for i, d in enumerate(dims):
+            by_pp.setdefault(d.pp, []).append(i)
+        profile = self.profile
+        workspace_bytes = profile.memory_overhead_gib * GIB
+        fragmentation = profile.memory_fragmentation
+        for pp, members in by_pp.items():
+            m = len(members)
+            ids: list[list[int]] = [[], [], [], [], []]   # states, activations, in flight, ZeRO-3 gather, LoRA
+            cols: list[tuple[float, ...]] = []   # nmb, vpp, embedding, loss, MoE buffer, workspace, fragmentation, usable
+            for i in members:
+                config, d = configs[i], dims[i]
+                ctx = activation_context(self.model, config)
+                ctx = self._contexts.setdefault(ctx, ctx)   # one instance per context: cheap key compares
+                ids[0].append(self._states_row(config, d))
+                ids[1].append(self._activation_row(config, d, ctx))
+                ids[2].append(self._in_flight_row(config, d))
+                ids[3].append(self._gather_row(config, d))
+                ids[4].append(self._lora_row(config, d))
+                emb, loss = self._ends(config, ctx)
+                caching = memory_traits(config.framework).caching_allocator
+                cols.append((d.num_microbatches, d.vpp, emb, loss,
+                             moe_dispatch_buffer_bytes(self.model, config, d, True, self.scale_up),
+                             workspace_bytes if caching else 0.0, fragmentation if caching else 0.0,
+                             usable_capacity_bytes(self.hardware, config)))
+            states, acts, in_flight, gather, lora = (self._gather(x) for x in ids)
+            col = np.array(cols, dtype=np.float64)
+            capacity[members] = col[:, 7]
+            # stage_memory's arithmetic, same operations in the same order
+            activations = in_flight * acts[:, 0] / acts[:, 1]
+            activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
+            buffers = np.zeros((m, pp))
+            buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
+            buffers = buffers + acts[:, 2]
+            buffers = buffers + gather
+            buffers = buffers + lora
+            buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
+            workspace = np.broadcast_to(col[:, 5:6], (m, pp))
+            allocator = col[:, 6:7] * (activations + buffers)
+            w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
+            total = w + g + o + f + activations + buffers + workspace + allocator
+            fixed = w + g + o + f + workspace
+            index = np.array(members)
+            peak[index] = total.max(axis=1)
+            static[index] = fixed.max(axis=1)
+        return PeakBatch(peak_bytes=peak, static_peak_bytes=static, capacity_bytes=capacity)
