@@ -52,8 +52,8 @@ _FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nem
                         r"maxtext|jax|llm-foundry)\b", re.I)
 _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
 _LORA = re.compile(r"\bq?lora\b", re.I)
-_SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tun(?:e|es|ing))\b",
-                  re.I)
+# "fine-tuning" (the noun) means SFT; "fine-tune the layout" (the verb) does not.
+_SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tuning)\b", re.I)
 _SPEED = r"(\d{2,4}(?:\.\d)?)\s?(?:gbit/s|gb/s|gbps|gbe|gbit|gb|g)\b"
 _NIC_WORD = r"(?:nics?|hcas?|infiniband|ib|roce|ethernet|connectx-?\d|cx-?\d|network(?:ing)?|links?)\b"
 _NIC_SPEED = re.compile(rf"(?:(\d{{1,2}})\s?[x×*]\s?)?{_SPEED}\s?(?:x\s?)?{_NIC_WORD}(?:\s?(?:per|/|a)\s?node)?",

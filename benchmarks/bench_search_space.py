@@ -7,7 +7,8 @@ Cases (issue 14): (a) llama3.1-405b on 16,384 H100, (b) mixtral-8x22b on 64 MI30
 (``workers=1``) from cleared computation caches (catalog specs stay loaded, as in any session), N times
 with the fast paths on and N times off (:mod:`projection.fast_paths`: the full pipeline simulation, no
 result memo, the scalar pruning bound); it prints best-of-N and median wall time, layouts/s, the
-off/on ratio, and whether the top-k and the Pareto front are identical (same layouts, same bits).
+off/on ratio, whether the top-k and the Pareto front are identical (same layouts, same bits), and
+(one more, instrumented run) the share of the search spent in the memory screen.
 The projection is llama3.1-405b TP8 PP16 VPP4 on 16,384 H100 (bench_projection.py's layout):
 warm = the same call again with every cache filled; cold = after clearing the computation caches.
 Targets: each search <= 2 s on one core; warm <= 0.2 ms, cold <= 1 ms.
@@ -26,8 +27,10 @@ from typing import Any
 from projection import fast_paths
 from projection.engine import project
 from projection.hardware import load_hardware
+from projection.memory_batch import MemoryBatcher
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
+from tools import search_core
 from tools.search import SearchRequest, SearchResult, run_search
 
 CASES: dict[str, tuple[str, str, int, int, int]] = {
@@ -92,6 +95,44 @@ def _fmt(times: list[float]) -> str:
             f"CPU best {min(_CPU):.3f} s, median {statistics.median(_CPU):.3f} s")
 
 
+def screen_share(request: SearchRequest) -> tuple[float, float, int, int]:
+    """(memory-screen s, search s, layouts batch-screened, scalar memory results) of one instrumented fast search.
+
+    The screen is the batch peak memory (:meth:`projection.memory_batch.MemoryBatcher.peaks`) plus the
+    scalar memory results of the layouts that pass it (``tools.search_core.screen_memory``); timers wrap
+    both for this one extra run only (the timed runs above are not instrumented).
+    """
+    spent = [0.0, 0, 0]
+    peaks, scalar = MemoryBatcher.peaks, search_core.screen_memory
+
+    def timed_peaks(self: MemoryBatcher, configs: Any, dims: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return peaks(self, configs, dims)
+        finally:
+            spent[0] += time.perf_counter() - start
+            spent[1] += len(configs)
+
+    def timed_scalar(job: Any, config: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return scalar(job, config)
+        finally:
+            spent[0] += time.perf_counter() - start
+            spent[2] += 1
+
+    clear_caches()
+    gc.collect()
+    MemoryBatcher.peaks, search_core.screen_memory = timed_peaks, timed_scalar   # type: ignore[method-assign]
+    try:
+        start = time.perf_counter()
+        run_search(request, workers=1)
+        total = time.perf_counter() - start
+    finally:
+        MemoryBatcher.peaks, search_core.screen_memory = peaks, scalar   # type: ignore[method-assign]
+    return spent[0], total, int(spent[1]), int(spent[2])
+
+
 def bench_search(key: str, repeat: int, exact: bool) -> bool:
     model, gpu, n, gbs, seq = CASES[key]
     request = SearchRequest(model=model, gpu=gpu, num_gpus=n, gbs=gbs, seq_len=seq)
@@ -103,6 +144,9 @@ def bench_search(key: str, repeat: int, exact: bool) -> bool:
           f"(screened out {fast.screened_out:,}, projected {fast.projected:,}, pruned {fast.pruned:,})")
     print(f"    fast : {_fmt(fast_times)} -> {layouts / min(fast_times):,.0f} layouts/s wall, "
           f"{layouts / fast_cpu:,.0f}/CPU-s (target {SEARCH_TARGET_S:.0f} s: {'OK' if ok else 'over'})")
+    screen_s, search_s, batched, scalar = screen_share(request)
+    print(f"    memory screen: {screen_s:.3f} s of {search_s:.3f} s wall ({screen_s / search_s:.0%}): {batched:,} layouts "
+          f"batch-screened, {scalar:,} full scalar memory results (survivors only)")
     if not exact:
         return ok
     with fast_paths.disabled():

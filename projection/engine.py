@@ -159,7 +159,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     chunk sum is a difference of prefix sums over per-layer terms.
     """
     tp_overlap = profile.tp_overlap_fraction if framework.tp_overlap_fraction is None else framework.tp_overlap_fraction
-    selective_attention = config.recompute == "selective" and "core_attn" in config.recompute_modules
+    recomputed_modules = tuple(config.recompute_modules) if config.recompute == "selective" else ()
     lora = config.finetune == "lora"  # frozen base weights: no weight gradients
     # Per distinct LayerCost: (fwd, bwd-input, bwd-weight, selective recompute, compute, tp, cp, ep).
     terms: dict[int, tuple[float, ...]] = {}
@@ -169,7 +169,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         ep = _exposed(cost.ep_comm_s, profile.ep_overlap_fraction)
         comm = tp + cp + ep
         weight_grad = 0.0 if lora else cost.bwd_weight_s
-        selective = cost.attention_fwd_s if selective_attention else 0.0
+        selective = cost.recompute_s(recomputed_modules)
         terms[id(cost)] = (cost.fwd_s + comm, cost.bwd_input_s + comm, weight_grad, selective,
                            cost.fwd_s + cost.bwd_input_s + weight_grad, tp, cp, ep)
     columns = zip(*map(terms.__getitem__, map(id, map(costs.__getitem__, range(model.num_layers)))), strict=True)

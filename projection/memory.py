@@ -199,15 +199,24 @@ def stage_params(model: ModelSpec, layers: tuple[int, ...], tp: int, ep: int, et
     dense = gemm = experts = modules = adapters = 0.0
     table = layer_param_table(model)
     h = model.hidden_size
+    qkv_out = model.q_width + 2 * model.kv_width
+    layer_adapters = LORA_RANK * ((h + qkv_out) + (model.q_width + h)) / tp
+    # Per-layer terms, computed once per distinct LayerParams (layers of one kind share it) and added
+    # layer by layer in the same order as before (same sums, bit for bit).
+    terms: dict[int, tuple[float, float, float, float]] = {}
     for layer in layers:
         p = table[layer]
-        dense += (p.attention + p.mlp + p.shared_experts) / tp + p.replicated
-        gemm += (p.attention + p.mlp + p.shared_experts) / tp
-        experts += p.experts / (ep * etp)
-        local_experts = model.num_experts / ep if p.experts else 0
-        modules += 2 + (2 if p.mlp or p.shared_experts else 0) + 2 * local_experts
-        qkv_out = model.q_width + 2 * model.kv_width
-        adapters += LORA_RANK * ((h + qkv_out) + (model.q_width + h)) / tp
+        term = terms.get(id(p))
+        if term is None:
+            sharded = (p.attention + p.mlp + p.shared_experts) / tp
+            local_experts = model.num_experts / ep if p.experts else 0
+            term = terms[id(p)] = (sharded + p.replicated, sharded, p.experts / (ep * etp),
+                                   2 + (2 if p.mlp or p.shared_experts else 0) + 2 * local_experts)
+        dense += term[0]
+        gemm += term[1]
+        experts += term[2]
+        modules += term[3]
+        adapters += layer_adapters
     if first:
         dense += embedding_params(model) / tp
     if last:

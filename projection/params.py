@@ -71,8 +71,19 @@ def layer_params(model: ModelSpec, layer: int) -> LayerParams:
 
 @lru_cache(maxsize=256)
 def layer_param_table(model: ModelSpec) -> tuple[LayerParams, ...]:
-    """Parameters of every decoder layer, computed once per model (hot loops index this table)."""
-    return tuple(_layer_params(model, i) for i in range(model.num_layers))
+    """Parameters of every decoder layer, computed once per model (hot loops index this table).
+
+    A layer's counts depend only on whether it is an MoE layer (``_layer_params``), so each kind is
+    computed once and shared by every layer of that kind.
+    """
+    by_kind: dict[bool, LayerParams] = {}
+    table = []
+    for i in range(model.num_layers):
+        moe = bool(model.moe_layers[i])
+        if moe not in by_kind:
+            by_kind[moe] = _layer_params(model, i)
+        table.append(by_kind[moe])
+    return tuple(table)
 
 
 def _layer_params(model: ModelSpec, layer: int) -> LayerParams:

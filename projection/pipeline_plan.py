@@ -320,17 +320,9 @@ def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> n
     return order
 
 
-# A plan holds about 90 bytes per op: 1.5 MB for pp=16, vpp=4, m=128; 24 MB at m=2048.
-@functools.lru_cache(maxsize=256)
-def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
-    """Turn the per-rank orders into flat arrays in one topological order.
-
-    The order drains each rank as far as its inputs allow, round-robin over
-    ranks. A round with no progress means the orders deadlock, a bug in a
-    builder (the validation rules exclude Megatron's deadlocking shapes).
-    Keys, dependencies and peaks are numpy over all ops; only the drain, which
-    needs each op's input to be placed first, loops (over ready checks alone).
-    """
+def _op_keys(schedule: Schedule, pp: int, vpp: int, m: int, group: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank and op (pp, ops): kind, own done key, input done key (-1: none), input from another rank, duration key."""
     orders = _rank_arrays(schedule, pp, vpp, m, group)
     num_vs = pp * vpp
     vs_of = np.array([[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)
@@ -347,33 +339,52 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     dep_keys = np.where((kind == _F) & (vs == 0), -1, (mb * num_vs + dep_vs) * 3 + dep_slot)
     crosses = (dep_keys >= 0) & (rank_of_vs[np.clip(dep_vs, 0, num_vs - 1)] != rank)
     dur_keys = (rank * vpp + c) * _NUM_KINDS + kind
+    return kind, own_keys, dep_keys, crosses, dur_keys
+
+
+# A plan holds about 90 bytes per op: 1.5 MB for pp=16, vpp=4, m=128; 24 MB at m=2048.
+@functools.lru_cache(maxsize=256)
+def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
+    """Turn the per-rank orders into flat arrays in one topological order.
+
+    The order drains each rank as far as its inputs allow; a blocked rank waits
+    on its missing input and resumes when that op is placed. Ops left unplaced
+    mean the orders deadlock, a bug in a builder (the validation rules exclude
+    Megatron's deadlocking shapes).
+    Keys, dependencies and peaks are numpy over all ops; only the drain, which
+    needs each op's input to be placed first, loops (over ready checks alone).
+    """
+    kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
     # Global index (1-based) of the finished op of each done key; 0 = not yet.
-    done = [0] * (m * num_vs * 3)
+    done = [0] * (m * pp * vpp * 3)
     rank_ops: list[list[int]] = [[] for _ in range(pp)]
     pos = [0] * pp
     dep_lists = dep_keys.tolist()
     own_lists = own_keys.tolist()
-    n = orders.shape[1]
+    n = kind.shape[1]
     placed = 0
-    remaining = pp * n
-    while remaining:
-        progressed = False
-        for r in range(pp):
-            i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
-            start = i
-            while i < n:
-                k = deps[i]
-                if k >= 0 and done[k] == 0:
-                    break
-                placed += 1
-                done[owns[i]] = placed
-                ops.append(placed)
-                i += 1
-            if i > start:
-                progressed = True
-                remaining -= i - start
-                pos[r] = i
-        assert progressed, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+    # A rank drains until an input is missing, then waits on that key; finishing the key wakes it.
+    # Each op is placed once and each wait is registered once (no rounds over idle ranks).  Any
+    # topological order gives the same finish times (exact integers, max-plus), hence the same results.
+    waiting: dict[int, list[int]] = {}
+    ready = list(range(pp - 1, -1, -1))
+    while ready:
+        r = ready.pop()
+        i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
+        while i < n:
+            k = deps[i]
+            if k >= 0 and done[k] == 0:
+                waiting.setdefault(k, []).append(r)
+                break
+            placed += 1
+            own = owns[i]
+            done[own] = placed
+            ops.append(placed)
+            if own in waiting:
+                ready += waiting.pop(own)
+            i += 1
+        pos[r] = i
+    assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     # rank-major arrays -> topological order
     global_index = np.array(rank_ops, dtype=np.int64)
     order_of = np.empty(pp * n, dtype=np.int64)
@@ -392,6 +403,53 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
         peak_pending_weight_grad=pending_w,
         rank_ops=tuple(map(tuple, rank_ops)),
     )
+
+
+def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int
+                     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """Return (makespan, peak in flight, peak pending W) in one drain that times each op as it is placed.
+
+    The drain of :func:`_compile_plan` with :func:`_run_plan`'s recurrence folded in (an op ends at
+    max(its rank's previous op, its input + p2p when that ran on another rank) + its time, on the
+    same exact integers), without building a plan: cheaper for a shape seen once (a cold
+    projection); a shape seen again compiles its plan, which later runs reuse.  Same results
+    (tests/projection/test_pipeline_direct.py).
+    """
+    kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
+    done: list[int | None] = [None] * (m * pp * vpp * 3)    # finish time of each done key
+    dep_lists, own_lists = dep_keys.tolist(), own_keys.tolist()
+    extra = np.asarray([0, p2p], dtype=object)[crosses.astype(np.int64)].tolist()   # exact Python ints
+    times = np.asarray(durations, dtype=object)[dur_keys].tolist()
+    n = kind.shape[1]
+    pos, last = [0] * pp, [0] * pp
+    placed = 0
+    waiting: dict[int, list[int]] = {}
+    ready = list(range(pp - 1, -1, -1))
+    while ready:
+        r = ready.pop()
+        i, deps, owns, xs, ts, t = pos[r], dep_lists[r], own_lists[r], extra[r], times[r], last[r]
+        start = i
+        while i < n:
+            k = deps[i]
+            if k >= 0:
+                f = done[k]
+                if f is None:
+                    waiting.setdefault(k, []).append(r)
+                    break
+                f += xs[i]
+            else:
+                f = 0
+            t = (t if t > f else f) + ts[i]
+            own = owns[i]
+            done[own] = t
+            if own in waiting:
+                ready += waiting.pop(own)
+            i += 1
+        placed += i - start
+        pos[r], last[r] = i, t
+    assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+    in_flight, pending_w = _peaks_arrays(kind)
+    return max(last), in_flight, pending_w
 
 
 def _peaks_arrays(kind: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:

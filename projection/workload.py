@@ -61,6 +61,10 @@ def capacity_factor(config: TrainingConfig) -> float:
     return config.moe_capacity_factor
 
 
+MODULES_INSIDE_MOE: tuple[str, ...] = ("moe_act", "shared_experts")
+"""Recompute modules that are parts of Megatron-core's ``moe`` module (the whole MoE layer)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LayerCost:
     """Seconds one layer takes for one micro-batch on one GPU."""
@@ -68,11 +72,20 @@ class LayerCost:
     fwd_s: float                  # forward compute
     bwd_input_s: float            # backward: activation gradients (B)
     bwd_weight_s: float           # backward: weight gradients (W)
-    attention_fwd_s: float        # forward of the attention core (re-run by selective recompute)
+    attention_fwd_s: float        # forward of the attention core (re-run by selective recompute of core_attn)
     tp_comm_s: float              # forward TP/SP collectives (backward issues as much again)
     cp_comm_s: float              # forward CP ring exchange
     ep_comm_s: float              # forward EP dispatch + combine
     flops_fwd: float              # forward model FLOPs of the layer (for MFU bookkeeping)
+    module_fwd_s: tuple[tuple[str, float], ...] = ()
+    """Forward seconds of the other modules selective recompute can re-run (RECOMPUTE_MODULES names, without
+    core_attn): layernorm, mlp, moe, moe_act, shared_experts, mla_up_proj; a module the layer lacks is absent."""
+
+    def recompute_s(self, modules: tuple[str, ...]) -> float:
+        """Forward seconds that selective recompute of ``modules`` re-runs in the backward pass."""
+        inside = MODULES_INSIDE_MOE if "moe" in modules else ()   # recomputing the MoE layer re-runs these too
+        extra = sum(seconds for name, seconds in self.module_fwd_s if name in modules and name not in inside)
+        return (self.attention_fwd_s if "core_attn" in modules else 0.0) + extra
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,16 +143,21 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             bwd_in += dw
         flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
+    up_proj = 0.0                 # forward of the MLA up-projections (recompute module mla_up_proj)
     # Attention projections.
     if model.uses_mla:
         qk = model.head_dim
         if model.q_lora_rank:
             linear(tokens, model.q_lora_rank, h)
+            before = fwd
             linear(tokens, a_local * qk, model.q_lora_rank)
+            up_proj = fwd - before
         else:
             linear(tokens, a_local * qk, h)
         linear(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h)
+        before = fwd
         linear(tokens, a_local * (qk - model.qk_rope_head_dim + model.v_head_dim), model.kv_lora_rank)
+        up_proj += fwd - before
     else:
         linear(tokens, (model.q_width + 2 * model.kv_width) / t, h)
     linear(tokens, h, a_local * model.v_head_dim)
@@ -157,11 +175,15 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     routed = 0.0
     stream_bytes = 0.0
     kernels = KERNELS_PER_LAYER_FWD
+    mlp_start = fwd
+    shared = 0.0
     if moe:
         linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h)
         if model.num_shared_experts:
+            before = fwd
             linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
             linear(tokens, h, model.shared_expert_ffn_hidden_size / t)
+            shared = fwd - before
         cf = capacity_factor(config)
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
@@ -176,6 +198,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
         kernels += KERNELS_PER_MOE_FWD
+        act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
         dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
         if config.moe_dispatcher == "allgather":
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
@@ -186,8 +209,11 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     else:
         linear(tokens, mats * model.ffn_hidden_size / t, h)
         linear(tokens, h, model.ffn_hidden_size / t)
-        stream_bytes += 3 * ACT_BYTES * tokens * model.ffn_hidden_size / t
+        act_bytes = 3 * ACT_BYTES * tokens * model.ffn_hidden_size / t
+        stream_bytes += act_bytes
+    mlp_gemms = fwd - mlp_start
     sp_div = t if config.sequence_parallel else 1
+    norm_bytes = 4 * ACT_BYTES * tokens * h / sp_div                  # 2 norms, read + write each
     stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
     stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
@@ -208,7 +234,18 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     fwd_total = max(fwd + attn_fwd + stream + fixed, host_fwd)
     bwd_total = bwd_in + attn_bwd + 2 * stream + 2 * fixed
     bwd_total = max(bwd_total, 2 * host_fwd - bwd_w)
+    # What selective recompute of each module re-runs (Megatron-core TransformerConfig.recompute_modules):
+    # its GEMMs at the same rates, its element-wise passes at the streaming rate (one kernel each).
+    act_s = streaming_s(act_bytes, 1, rates)
+    norm_s = streaming_s(norm_bytes, 2, rates)
+    modules = {"layernorm": norm_s, "mlp": mlp_gemms + act_s} if not moe else {
+        "layernorm": norm_s, "moe": mlp_gemms + act_s + fixed, "moe_act": act_s}
+    if shared:
+        modules["shared_experts"] = shared
+    if up_proj:
+        modules["mla_up_proj"] = up_proj
     return LayerCost(
+        module_fwd_s=tuple(sorted(modules.items())),
         fwd_s=fwd_total,
         bwd_input_s=bwd_total,
         bwd_weight_s=bwd_w,

@@ -254,6 +254,14 @@ class Evaluator:
                                f"{peak!r} vs {memory.peak_bytes!r} bytes (a bug in projection/memory_batch.py)")
         return memory
 
+    def lead_memory(self, index: int) -> MemoryResult | None:
+        """The memory result a lead is projected with: computed now (batch screen: only for leads that are
+        projected, checked against the batch peak), cached from the scalar screen, or None (the engine's own)."""
+        if fast_paths.enabled():
+            peak = float(self._peaks[index, 0])
+            return None if peak != peak else self.survivor_memory(index, peak)
+        return self._memory_cache.get(self.canonical(index))
+
     def passes(self, peak: float, capacity: float) -> bool:
         """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses)."""
         return passes_screen(peak, capacity, self.min_headroom, SHIPPED_MARGINS)
@@ -335,7 +343,7 @@ class Evaluator:
                 tally.pruned += 1
                 tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
                 continue
-            p = self.project(lead.index, tally, self._memory_cache.get(self.canonical(lead.index)))
+            p = self.project(lead.index, tally, self.lead_memory(lead.index))
             tally.leads[lead.group] = (lead.position, p.tokens_per_s_per_gpu, lead.static_headroom)
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
@@ -354,17 +362,45 @@ class Evaluator:
         if tally.roomiest is None or headroom > tally.roomiest[0]:
             tally.roomiest = (headroom, index)
 
+    def prefetch_phase1(self, group_ids: list[int]) -> None:
+        """Batch-screen what :meth:`phase1` will read, in three batches, screening little it will not read.
+
+        1. the least-recompute variant of one group per sharding key: the static memory of a sharding
+           (weights, gradients, optimizer, FP8 copies, workspace) is the same for all its variants, so
+           this tells which shardings misfit statically (their other groups are skipped unscreened);
+        2. the least-recompute variant of every other group of the remaining shardings;
+        3. the other variants of the groups whose first variant did not pass.
+        A prefetch only decides what is computed early: phase 1 still reads every peak it needs
+        (:meth:`peak` screens any that is missing), so the results do not depend on it.
+        """
+        if not fast_paths.enabled():
+            return
+        keyed = [(g, self.sharding_key(self.configs[self.groups[g][0]])) for g in group_ids]
+        keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
+        firsts: dict[tuple[Any, ...], int] = {}
+        for g, key in keyed:
+            firsts.setdefault(key, g)
+        self.screen(self.groups[g][0] for g in firsts.values())
+        misfit = set()
+        for key, g in firsts.items():
+            _, static, capacity = self._peaks[self.groups[g][0]].tolist()
+            if not could_pass(static, capacity, self.min_headroom, SHIPPED_MARGINS):
+                misfit.add(key)
+        live = [g for g, key in keyed if key not in misfit]
+        self.screen(self.groups[g][0] for g in live)
+        self.screen(i for g in live if not self.passes(*self._peaks[self.groups[g][0], ::2].tolist())
+                    for i in self.groups[g][1:])
+
     def phase1(self, group_ids: Iterable[int]) -> Tally:
         """For each group: screen from the least recompute up, project the first variant that fits.
 
-        The whole batch of groups is screened at once (:meth:`screen`); only the leads get the full
-        scalar memory result (the engine needs it), checked equal to the batch peak.
+        The peaks it reads are batch-screened first (:meth:`prefetch_phase1`); only the leads get the
+        full scalar memory result (the engine needs it), checked equal to the batch peak.
         """
         tally = Tally()
         group_ids = list(group_ids)
-        self.screen(i for g in group_ids if self.sharding_key(self.configs[self.groups[g][0]]) not in self.static_misfits
-                    for i in self.groups[g])
-        found: list[tuple[int, int, int, MemoryResult]] = []    # (group, position, index, memory) of each lead
+        self.prefetch_phase1(group_ids)
+        found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
         for g in group_ids:
             members = self.groups[g]
             key = self.sharding_key(self.configs[members[0]])
@@ -376,7 +412,7 @@ class Evaluator:
                 peak, static, capacity = self.peak(index)
                 tally.visited += 1
                 if self.passes(peak, capacity):
-                    found.append((g, position, index, self.survivor_memory(index, peak)))
+                    found.append((g, position, index, 1.0 - peak / capacity, 1.0 - static / capacity))
                     break
                 self._screened_out(tally, 1.0 - peak / capacity, index)
                 # Nothing with this sharding can pass when its static memory alone would not (same rule).
@@ -386,10 +422,10 @@ class Evaluator:
                     tally.screened_out += rest
                     tally.visited += rest
                     break
-        bounds = self.throughput_bounds([index for _, _, index, _ in found])
-        tally.pending += [Lead(group=g, position=position, index=index, headroom=memory.headroom_fraction,
-                               tps_bound=bound, static_headroom=self.static_headroom(memory))
-                          for (g, position, index, memory), bound in zip(found, bounds, strict=True)]
+        bounds = self.throughput_bounds([index for _, _, index, _, _ in found])
+        tally.pending += [Lead(group=g, position=position, index=index, headroom=headroom, tps_bound=bound,
+                               static_headroom=static_headroom)
+                          for (g, position, index, headroom, static_headroom), bound in zip(found, bounds, strict=True)]
         return tally
 
     def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:

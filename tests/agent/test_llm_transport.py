@@ -155,3 +155,24 @@ def test_model_chosen_arguments_cannot_change_the_job_or_read_files(tmp_path) ->
     out = box.call_from_model("check_memory", {"model": "llama3-70b", "num_gpus": 4096, "profile_path": str(secret),
                                                "layout": {"tp": 1, "gbs": 8, "seq_len": 1024}})
     assert out["ok"] is True and "hunter2" not in json.dumps(out)
+
+
+def test_a_tune_against_a_dripping_endpoint_ends_offline_within_its_deadline(raw_server) -> None:
+    """One overall LLM deadline per tune; then the offline policy finishes and the report says so."""
+    from agent.policies.llm import LLMPolicy
+    from agent.run import tune
+
+    def body(conn: socket.socket) -> None:
+        text = _completion("drip " * 2000)
+        conn.sendall(_headers(len(text)))
+        for i in range(0, len(text), 4):
+            conn.sendall(text[i:i + 4])
+            time.sleep(0.02)
+
+    config = _config(raw_server(body), timeout_s=1.5, deadline_s=3.0)
+    start = time.monotonic()
+    out = tune("tune llama3 8b on 8 h100, gbs 64, seq 2k", policy=LLMPolicy(config), budget={"max_rounds": 2})
+    assert time.monotonic() - start < 30
+    report = out.report
+    assert report.status == "ok" and report.best is not None
+    assert report.degraded and "fell back to the offline policy" in (report.degraded_reason or "")

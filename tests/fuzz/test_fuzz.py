@@ -107,7 +107,7 @@ cli_flags = st.lists(st.tuples(st.sampled_from(["--gpus", "--tp", "--pp", "--vpp
 # ------------------------------------------------------------------ tests
 
 
-@settings(max_examples=400)
+@settings(max_examples=1000)
 @given(requests)
 def test_requests_answer_or_ask_back(text: str) -> None:
     with bounded(5.0):
@@ -118,7 +118,7 @@ def test_requests_answer_or_ask_back(text: str) -> None:
     assert not non_finite(out.model_dump())
 
 
-@settings(max_examples=300)
+@settings(max_examples=600)
 @given(hf_configs)
 def test_hf_configs_are_validated_field_by_field(cfg: dict[str, Any]) -> None:
     with bounded():
@@ -161,7 +161,7 @@ def _sweep_text(draw: st.DrawFn) -> str:
     return draw(st.text(max_size=500))
 
 
-@settings(max_examples=40)
+@settings(max_examples=100)
 @given(st.data())
 def test_broken_sweep_files_are_reported_and_the_rest_loads(tmp_path_factory: pytest.TempPathFactory,
                                                             data: st.DataObject) -> None:
@@ -179,7 +179,7 @@ def test_broken_sweep_files_are_reported_and_the_rest_loads(tmp_path_factory: py
             assert not non_finite(run.measured.model_dump())
 
 
-@settings(max_examples=200)
+@settings(max_examples=400)
 @given(st.data())
 def test_tool_calls_never_raise_leak_or_go_non_finite(tmp_path_factory: pytest.TempPathFactory,
                                                       data: st.DataObject) -> None:
@@ -197,7 +197,7 @@ def test_tool_calls_never_raise_leak_or_go_non_finite(tmp_path_factory: pytest.T
         assert not non_finite(payload["result"])
 
 
-@settings(max_examples=60)
+@settings(max_examples=150)
 @given(st.sampled_from(["project", "memory"]), st.booleans(), cli_flags)
 def test_cli_flags_end_in_one_line_or_strict_json(command: str, as_json: bool,
                                                    flags: list[tuple[str, str]]) -> None:
