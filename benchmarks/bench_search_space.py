@@ -43,7 +43,8 @@ SEARCH_TARGET_S = 2.0
 WARM_TARGET_MS, COLD_TARGET_MS = 0.2, 1.0
 # Modules whose memo caches a cold run clears (catalog loaders are not among them: specs stay loaded).
 _CACHED_MODULES = ("projection.pipeline", "projection.pipeline_plan", "projection.pipeline_steady",
-                   "projection.engine", "projection.memory", "projection.layout", "projection.params", "projection.flops", "projection.activations", "projection.workload",
+                   "projection.engine", "projection.memory", "projection.layout", "projection.params", "projection.flops",
+                   "projection.activations", "projection.workload",
                    "projection.collectives", "projection.compute", "tools.search_core")
 
 
@@ -145,8 +146,8 @@ def bench_search(key: str, repeat: int, exact: bool) -> bool:
     print(f"    fast : {_fmt(fast_times)} -> {layouts / min(fast_times):,.0f} layouts/s wall, "
           f"{layouts / fast_cpu:,.0f}/CPU-s (target {SEARCH_TARGET_S:.0f} s: {'OK' if ok else 'over'})")
     screen_s, search_s, batched, scalar = screen_share(request)
-    print(f"    memory screen: {screen_s:.3f} s of {search_s:.3f} s wall ({screen_s / search_s:.0%}): {batched:,} layouts "
-          f"batch-screened, {scalar:,} full scalar memory results (survivors only)")
+    print(f"    memory screen: {screen_s:.3f} s of {search_s:.3f} s wall ({screen_s / search_s:.0%}): "
+          f"{batched:,} layouts batch-screened, {scalar:,} full scalar memory results (survivors only)")
     if not exact:
         return ok
     with fast_paths.disabled():

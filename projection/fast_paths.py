@@ -6,8 +6,9 @@ tests/tools/test_search_core_vector.py); the switch exists so that a benchmark c
     with fast_paths.disabled():
         ...  # the full pipeline simulation, no result memo, the scalar pruning bound
 
-Covered: :func:`projection.pipeline.simulate_pipeline` (steady-state extrapolation and its result memo)
-and :mod:`tools.search_core` (the vectorised throughput bound).
+Covered: :func:`projection.pipeline.simulate_pipeline` (steady-state extrapolation, its result memo, and
+the one-pass simulation of a shape's first run) and :mod:`tools.search_core` (the vectorised throughput
+bound and the batch memory screen of :mod:`projection.memory_batch`).
 """
 
 from __future__ import annotations

@@ -214,7 +214,8 @@ class MemoryBatcher:
         for pp, members in by_pp.items():
             m = len(members)
             ids: list[list[int]] = [[], [], [], [], []]   # states, activations, in flight, ZeRO-3 gather, LoRA
-            cols: list[tuple[float, ...]] = []   # nmb, vpp, embedding, loss, MoE buffer, workspace, fragmentation, usable
+            # per layout: nmb, vpp, embedding, loss, MoE buffer, workspace, fragmentation, usable capacity
+            cols: list[tuple[float, ...]] = []
             for i in members:
                 config, d = configs[i], dims[i]
                 ctx = activation_context(self.model, config)

@@ -322,7 +322,8 @@ def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> n
 
 def _op_keys(schedule: Schedule, pp: int, vpp: int, m: int, group: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per rank and op (pp, ops): kind, own done key, input done key (-1: none), input from another rank, duration key."""
+    """Per rank and op, (pp, ops) arrays: kind, own done key, input done key (-1: none), input from another
+    rank, duration key."""
     orders = _rank_arrays(schedule, pp, vpp, m, group)
     num_vs = pp * vpp
     vs_of = np.array([[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)

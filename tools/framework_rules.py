@@ -180,7 +180,7 @@ def _torchtitan(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> l
     if c.precision == "fp16":
         reasons.append(f"precision fp16: {TITAN} training.mixed_precision_param is bfloat16 or float32")
     if c.pp > 1 and c.schedule == "zero-bubble":
-        reasons.append(f"pp_schedule=zero-bubble with vpp=1: torch's zero-bubble schedules are multi-stage "
+        reasons.append("pp_schedule=zero-bubble with vpp=1: torch's zero-bubble schedules are multi-stage "
                        "(InterleavedZeroBubble, ZBVZeroBubble) and torchtitan needs >= 2 stages per rank for those "
                        "(torchtitan/distributed/pipeline_parallel.py _get_pipeline_metadata)")
     if c.pp > 1 and model.tie_embeddings:

@@ -23,6 +23,10 @@ the remaining variants: one whose throughput bound is below the k-th
 best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
 can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
 tests/tools/test_search_core.py checks both facts and that pruning changes no result.
+
+The memory screen reads batch peaks (:func:`screen_memories`, :mod:`projection.memory_batch`: numpy over
+the candidates, bit-for-bit the scalar model's); only leads that are projected get the full scalar
+memory result, checked equal to the batch peak.
 """
 
 from __future__ import annotations
@@ -349,13 +353,6 @@ class Evaluator:
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
                 bounds = bounds_from([*seen, *tally.outcomes], top_k)
                 since_refresh = 0
-
-    def static_headroom(self, memory: MemoryResult) -> float:
-        """Headroom bound of every recompute variant: only the terms recompute cannot change."""
-        return 1.0 - memory.static_peak_bytes / memory.capacity_bytes
-
-    def fits(self, memory: MemoryResult) -> bool:
-        return passes_screen(memory.peak_bytes, memory.capacity_bytes, self.min_headroom, memory.margins)
 
     def _screened_out(self, tally: Tally, headroom: float, index: int) -> None:
         tally.screened_out += 1
