@@ -44,6 +44,31 @@ EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 #   with its 1-byte scale per 32 elements: 2 + 2 x (1 + 1/32) B.
 # - nvfp4 (E4M3 scale per 16 FP4 elements + a per-tensor fp32): 2 + 2 x (0.5 + 1/16) B, plus the random
 #   Hadamard transform TE applies to the weight-gradient operands (one more bf16 read and write, 4 B).
+# Context parallelism in PyTorch's ring attention (torch.distributed.tensor.experimental.context_parallel, file
+# torch/distributed/tensor/experimental/_attention.py, the implementation torchtitan's CP uses): every ring step
+# after the first is a separate SDPA call whose partial output is merged outside the kernel, unfused and in
+# fp32 (_SDPAMerger: out.to(fp32), out - sigmoid(lse_b - lse) * (out - out_b), torch.cat in _partial_update),
+# and each step re-concatenates K and V (torch.cat) for the rotater.  The backward accumulates dQ, dK, dV in
+# fp32 buffers (grad += grad_, _partial_update's torch.cat) and concatenates dK, dV in fp32 for the all-to-all
+# send each step.  HBM bytes per element per ring step, counted from those lines (read + write):
+# - forward, per output element: fp32 upcast 6, merge arithmetic 32 (three element-wise passes on fp32)
+#   = 38 on a full-query step, 19 + 8 (the cat) on a half-query ("partial") step: 32 on average;
+# - forward, per K/V element: torch.cat 4;
+# - backward, per K/V element: torch.cat 4, fp32 accumulate 10 (+ the cat on half the steps: 11.5 on
+#   average), fp32 torch.cat for the send 8 = 23.5;
+# - backward, per query element: fp32 accumulate 11.5 (as dK/dV).
+# Megatron-core / Transformer Engine fuse the correction into their CP kernels, so only these frameworks pay.
+RING_SDPA_FRAMEWORKS = frozenset({"torchtitan"})
+RING_MERGE_FWD_BYTES_PER_OUT = 32.0
+RING_MERGE_FWD_BYTES_PER_KV = 4.0
+RING_MERGE_BWD_BYTES_PER_KV = 23.5
+RING_MERGE_BWD_BYTES_PER_Q = 11.5
+RING_MERGE_KERNELS_FWD = 8     # cat, upcast, sub, sigmoid, mul, sub, logsigmoid, cat (per ring step)
+RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad cat, zeros, chunks
+# torchtitan's Llama attention repeats K/V heads to the query heads before SDPA (torchtitan/models/llama/
+# model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
+# exchanges and merges K/V at the full head count, not the GQA one.
+REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
 CAST_BYTES_PER_ELEMENT = {"fp8": 4.0, "fp8-blockwise": 4.0 + 8.0 / 128 + 2.0, "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
                           "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 
@@ -102,6 +127,26 @@ def _attended_keys(seq_len: int, window: int) -> float:
     if window <= 0 or window >= seq_len:
         return seq_len / 2.0
     return window - window * window / (2.0 * seq_len)
+
+
+def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rates: DeviceRates
+                 ) -> tuple[float, float]:
+    """(forward, backward) seconds of the unfused ring-attention merge of PyTorch's context parallelism.
+
+    ``tokens`` local to the GPU (mbs * seq_len / cp), ``out_width`` = local query heads x value head dim,
+    ``kv_width`` = K/V heads held x head dim; ``cp - 1`` ring steps each move the bytes per element of
+    RING_MERGE_* at the achievable HBM bandwidth (memory bound, one kernel per element-wise op).
+    """
+    steps = cp - 1
+    if steps <= 0:
+        return 0.0, 0.0
+    out_elems = tokens * out_width
+    kv_elems = 2.0 * tokens * kv_width          # K and V
+    fwd = streaming_s(steps * (RING_MERGE_FWD_BYTES_PER_OUT * out_elems + RING_MERGE_FWD_BYTES_PER_KV * kv_elems),
+                      steps * RING_MERGE_KERNELS_FWD, rates)
+    bwd = streaming_s(steps * (RING_MERGE_BWD_BYTES_PER_Q * out_elems + RING_MERGE_BWD_BYTES_PER_KV * kv_elems),
+                      steps * RING_MERGE_KERNELS_BWD, rates)
+    return fwd, bwd
 
 
 def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, etp: int = 1) -> float:
@@ -165,6 +210,12 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     keys = _attended_keys(config.seq_len, window)
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
     attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
+    kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
+                else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
+    if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
+        merge_fwd, merge_bwd = ring_merge_s(config.mbs * seq_local, a_local * model.v_head_dim,
+                                            kv_heads * model.head_dim, dims.cp, rates)
+        attn_fwd, attn_bwd = attn_fwd + merge_fwd, attn_bwd + merge_bwd
     flops += attn_flops
 
     # MLP: dense, or router + shared experts + routed experts.
@@ -227,7 +278,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     tp_comm = 2.0 * all_reduce_s(ACT_BYTES * tokens * h, groups.tp, net) if t > 1 else 0.0
     cp_comm = 0.0
     if dims.cp > 1:
-        kv_bytes = ACT_BYTES * tokens * 2 * model.num_kv_heads * model.head_dim / t
+        kv_bytes = ACT_BYTES * tokens * 2 * kv_heads * model.head_dim
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
     # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).

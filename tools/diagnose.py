@@ -333,9 +333,14 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
     from tools.exports import export_launch_config
     from tools.search import SearchRequest, run_search
 
+    from tools.constraints import Constraints
+
+    # Same job at the same numerics: the comparison keeps the given precision recipe (a change of
+    # precision is the user's call, not a layout change).
     request = SearchRequest(model=spec.name, gpu=cluster.gpu, num_gpus=cluster.num_gpus,
                             gpus_per_node=cluster.gpus_per_node, gbs=config.gbs, seq_len=config.seq_len, top_k=1,
-                            framework=result.framework)
+                            framework=result.framework,
+                            constraints=Constraints.parse([f"precision={config.precision}"]))
     found = run_search(request, workers=1)
     result.searched = found.enumerated
     if not found.ranked:

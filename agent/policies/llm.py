@@ -42,6 +42,11 @@ from prompts.loader import render_prompt
 MAX_TURNS = 6
 
 
+EXPLANATION_MAX_CHARS = 4000
+"""Longest LLM explanation a report keeps (a few paragraphs); a longer reply is cut and the cut is noted, so a
+prompt-injected or runaway reply cannot flood the answer."""
+
+
 class LLMPolicy:
     """Proposals and explanations from an OpenAI-compatible endpoint (see the module docstring)."""
 
@@ -222,7 +227,12 @@ class LLMPolicy:
             return offline_explanation(facts)
         text = (reply.get("content") or "").strip()
         if not text:
+            self._status["notes"].append("the LLM returned no explanation; the offline explanation is shown")
             return offline_explanation(facts)
+        if len(text) > EXPLANATION_MAX_CHARS:
+            self._status["notes"].append(f"the LLM's explanation was cut to {EXPLANATION_MAX_CHARS:,} of "
+                                         f"{len(text):,} characters")
+            text = text[:EXPLANATION_MAX_CHARS].rstrip() + " [cut]"
         grounded, flagged = ground_numbers(text, facts)
         if flagged:
             self._status.setdefault("notes", []).append(
