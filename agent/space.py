@@ -40,7 +40,7 @@ from tools.constraints import Constraints
 from tools.framework_rules import framework_violations, launch_framework_of
 
 _DEFAULTS = TrainingConfig()
-_FIXED = ("moe_routing", "moe_capacity_factor", "finetune", "framework")
+_FIXED = ("moe_routing", "moe_capacity_factor", "framework")   # finetune: the job's own (Job.finetune)
 
 
 @dataclass(slots=True)
@@ -81,6 +81,8 @@ class Job:
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
                                  constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len)
         self.explicit: set[str] | None = None
+        self.finetune: str | None = get("finetune")
+        """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""
         self.launch_framework = launch_framework_of(get("framework"))
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
@@ -106,7 +108,8 @@ class Job:
 
     def check(self, raw: dict[str, Any]) -> Checked:
         """Validate a proposed config dict: types, legality, then the request's constraints."""
-        values = {"gbs": self.gbs, "seq_len": self.seq_len, **{k: v for k, v in raw.items() if v is not None}}
+        values = {"gbs": self.gbs, "seq_len": self.seq_len, "finetune": self.finetune,
+                  **{k: v for k, v in raw.items() if v is not None}}
         try:
             config = TrainingConfig(**values)
         except (ValidationError, TypeError) as err:
@@ -146,7 +149,7 @@ class Job:
         s, c = self.space, config
         if c.gbs != self.gbs or c.seq_len != self.seq_len:
             return False
-        if any(getattr(c, name) != getattr(_DEFAULTS, name) for name in _FIXED):
+        if c.finetune != self.finetune or any(getattr(c, name) != getattr(_DEFAULTS, name) for name in _FIXED):
             return False
         if c.cp not in cp_values(s) or c.tp not in tp_values(s, c.cp) or c.pp not in pp_values(s, c.tp, c.cp):
             return False

@@ -240,8 +240,11 @@ def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int,
 
 
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
-                         gbs: int, seq_len: int) -> Iterator[TrainingConfig]:
-    """Yield every legal layout of the job within ``constraints``, each once (see the module docstring)."""
+                         gbs: int, seq_len: int, finetune: str | None = None) -> Iterator[TrainingConfig]:
+    """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
+
+    ``finetune`` ('sft', 'lora' or None for pre-training) is part of the job, not a knob: every layout carries it.
+    """
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
                         seq_len=seq_len)
     precisions = precision_values(space)
@@ -249,7 +252,7 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
         recomputes[pp] = recompute_variants(space, pp)
     n = cluster.num_gpus
-    template = TrainingConfig(gbs=gbs, seq_len=seq_len)  # copies of it skip validation: legal by construction
+    template = TrainingConfig(gbs=gbs, seq_len=seq_len, finetune=finetune)  # copies skip validation: legal by construction
     seen: set[tuple[object, ...]] = set()
     for cp in cp_values(space):
         for tp in tp_values(space, cp):

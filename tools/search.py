@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -52,6 +52,8 @@ class SearchRequest(BaseModel):
         default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
                                   "are checked, screened and ranked; gbs and seq_len fill missing keys.")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+    finetune: Literal["sft", "lora"] | None = Field(
+        default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")
     framework: str | None = Field(default=None, description="Only layouts this framework can launch "
                                   "(megatron, megatron-bridge, primus, torchtitan, maxtext; tools/framework_rules.py).")
 
@@ -202,7 +204,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         groups = [[i] for i in range(len(configs))]
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
-                                            request.seq_len))
+                                            request.seq_len, request.finetune))
         groups = group_by_recompute(configs)
     if request.framework is not None:  # keep only what the framework can launch (tools/framework_rules.py)
         from tools.framework_rules import check_framework, framework_violations

@@ -47,6 +47,7 @@ def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, A
             gpus_per_node=request["gpus_per_node"], gbs=request["gbs"], seq_len=request["seq_len"],
             constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
             candidates=request.get("candidates"), profile_path=request.get("profile_path"),
+            finetune=None if request.get("candidates") else request.get("finetune"),
             # Only layouts the launch framework can run (measured candidates are ranked as they ran).
             framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))
