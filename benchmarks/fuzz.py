@@ -32,6 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tools.json_out import non_finite_paths, strict_loads
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -49,26 +51,8 @@ def _alarm(_signum: int, _frame: Any) -> None:
     raise Hang()
 
 
-def non_finite(value: Any, path: str = "") -> list[str]:
-    """Paths of NaN/infinite floats in a result (iterative)."""
-    found, stack = [], [(value, path)]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            found.append(where or "value")
-        elif isinstance(item, dict):
-            stack.extend((v, f"{where}.{k}") for k, v in item.items())
-        elif isinstance(item, list | tuple):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
-    return found
-
-
-def strict_json(text: str) -> Any:
-    """Parse JSON refusing NaN/Infinity."""
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} in JSON output")
-
-    return json.loads(text, parse_constant=refuse)
+non_finite = non_finite_paths       # tools/json_out.py: one definition for the tests, the fuzz script and the CLI
+strict_json = strict_loads
 
 
 # ---------------------------------------------------------------- generators

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import math
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from tools.json_out import non_finite_paths, strict_loads
 
 EXAMPLE_LIMIT_S = 10.0
 
@@ -32,24 +32,5 @@ def bounded(seconds: float = EXAMPLE_LIMIT_S) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def non_finite(value: Any) -> list[str]:
-    """Paths of NaN/infinite floats inside ``value``."""
-    found, stack = [], [(value, "")]
-    while stack:
-        item, where = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            found.append(where or "value")
-        elif isinstance(item, dict):
-            stack.extend((v, f"{where}.{k}") for k, v in item.items())
-        elif isinstance(item, list | tuple):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
-    return found
-
-
-def strict_json(text: str) -> Any:
-    """Parse JSON, refusing NaN and Infinity."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
-
-    return json.loads(text, parse_constant=refuse)
+non_finite = non_finite_paths       # tools/json_out.py: one definition for the tests, the fuzz script and the CLI
+strict_json = strict_loads
