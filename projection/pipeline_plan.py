@@ -309,14 +309,15 @@ def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> n
         total = m
         table_mb, table_c = np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
         w = np.minimum(pp - rank - 1, m)
-    order = np.zeros((pp, 2 * total, 3), dtype=np.int64)
     k = np.arange(total, dtype=np.int64)[None, :]
-    rows = np.broadcast_to(rank, (pp, total))
     forward_at = np.where(k < w, k, 2 * k - w)                      # F of table entry k
     backward_at = np.where(k < total - w, w + 2 * k + 1, total + k)  # B+W of table entry k
-    _place(order, rows, forward_at, _F, np.broadcast_to(table_mb, (pp, total)), np.broadcast_to(table_c, (pp, total)))
-    _place(order, rows, backward_at, _BW, np.broadcast_to(table_mb, (pp, total)),
-           np.broadcast_to(vpp - 1 - table_c, (pp, total)))
+    # the F ops then the B+W ops of every rank, written to their positions in one scatter
+    ops = np.empty((2 * total, 3), dtype=np.int64)
+    ops[:total, 0], ops[:total, 1], ops[:total, 2] = _F, table_mb, table_c
+    ops[total:, 0], ops[total:, 1], ops[total:, 2] = _BW, table_mb, vpp - 1 - table_c
+    order = np.empty((pp, 2 * total, 3), dtype=np.int64)
+    order[rank, np.concatenate([forward_at, backward_at], axis=1)] = ops
     return order
 
 
@@ -417,38 +418,42 @@ def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     (tests/projection/test_pipeline_direct.py).
     """
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    done: list[int | None] = [None] * (m * pp * vpp * 3)    # finish time of each done key
-    dep_lists, own_lists = dep_keys.tolist(), own_keys.tolist()
+    # finish time of each done key (None: not yet); the extra last slot, read by the key -1 of an
+    # op without input, holds 0 (such an op never crosses ranks, so it adds no latency)
+    done: list[int | None] = [None] * (m * pp * vpp * 3) + [0]
     extra = np.asarray([0, p2p], dtype=object)[crosses.astype(np.int64)].tolist()   # exact Python ints
     times = np.asarray(durations, dtype=object)[dur_keys].tolist()
-    n = kind.shape[1]
-    pos, last = [0] * pp, [0] * pp
-    placed = 0
+    # each rank resumes its own iterator over (input key, latency, time, own key); a blocked op waits in `held`
+    ops = [zip(d, x, t, o) for d, x, t, o in zip(dep_keys.tolist(), extra, times, own_keys.tolist())]
+    held: list[tuple[int, int, int, int] | None] = [None] * pp
+    last = [0] * pp
     waiting: dict[int, list[int]] = {}
     ready = list(range(pp - 1, -1, -1))
     while ready:
         r = ready.pop()
-        i, deps, owns, xs, ts, t = pos[r], dep_lists[r], own_lists[r], extra[r], times[r], last[r]
-        start = i
-        while i < n:
-            k = deps[i]
-            if k >= 0:
-                f = done[k]
-                if f is None:
-                    waiting.setdefault(k, []).append(r)
-                    break
-                f += xs[i]
-            else:
-                f = 0
-            t = (t if t > f else f) + ts[i]
-            own = owns[i]
+        t = last[r]
+        op = held[r]
+        if op is not None:                    # woken: its input is done now
+            held[r] = None
+            k, x, d, own = op
+            f = done[k] + x                   # type: ignore[operator]
+            t = (t if t > f else f) + d
             done[own] = t
             if own in waiting:
                 ready += waiting.pop(own)
-            i += 1
-        placed += i - start
-        pos[r], last[r] = i, t
-    assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+        for k, x, d, own in ops[r]:
+            f = done[k]
+            if f is None:
+                waiting.setdefault(k, []).append(r)
+                held[r] = (k, x, d, own)
+                break
+            f += x
+            t = (t if t > f else f) + d
+            done[own] = t
+            if own in waiting:
+                ready += waiting.pop(own)
+        last[r] = t
+    assert all(op is None for op in held), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     in_flight, pending_w = _peaks_arrays(kind)
     return max(last), in_flight, pending_w
 

@@ -19,6 +19,9 @@ def layout_text(config: dict[str, Any]) -> str:
               config.get("precision", "bf16"), f"rc={config.get('recompute', 'none')}"]
     if config.get("recompute_num_layers") is not None:
         parts[-1] += f"({config['recompute_num_layers']})"
+    modules = tuple(config.get("recompute_modules") or ())
+    if config.get("recompute") == "selective" and modules and modules != ("core_attn",):
+        parts[-1] += f"[{'+'.join(modules)}]"    # which modules re-run (the default, core_attn, is not spelt out)
     if config.get("sequence_parallel"):
         parts.append("SP")
     if config.get("zero", 0):
