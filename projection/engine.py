@@ -191,15 +191,25 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
             lo = chunk[0] if chunk else 0
             mid, hi = lo + full, lo + len(chunk)
             f = p_f[hi] - p_f[lo]
-            recompute_full = p_f[mid] - p_f[lo]
-            selective = p_sel[hi] - p_sel[mid]
-            bi = p_bi[hi] - p_bi[lo] + recompute_full + selective
             bw = p_bw[hi] - p_bw[lo]
-            tp_full, cp_full, ep_full = p_tp[mid] - p_tp[lo], p_cp[mid] - p_cp[lo], p_ep[mid] - p_ep[lo]
-            compute += p_comp[hi] - p_comp[lo] + (recompute_full - tp_full - cp_full - ep_full) + selective
-            tp_sum += p_tp[hi] - p_tp[lo] + 0.5 * tp_full  # a recomputed layer re-issues its forward comm
-            cp_sum += p_cp[hi] - p_cp[lo] + 0.5 * cp_full
-            ep_sum += p_ep[hi] - p_ep[lo] + 0.5 * ep_full
+            if full:
+                recompute_full = p_f[mid] - p_f[lo]
+                selective = p_sel[hi] - p_sel[mid]
+                bi = p_bi[hi] - p_bi[lo] + recompute_full + selective
+                tp_full, cp_full, ep_full = p_tp[mid] - p_tp[lo], p_cp[mid] - p_cp[lo], p_ep[mid] - p_ep[lo]
+                compute += p_comp[hi] - p_comp[lo] + (recompute_full - tp_full - cp_full - ep_full) + selective
+                tp_sum += p_tp[hi] - p_tp[lo] + 0.5 * tp_full  # a recomputed layer re-issues its forward comm
+                cp_sum += p_cp[hi] - p_cp[lo] + 0.5 * cp_full
+                ep_sum += p_ep[hi] - p_ep[lo] + 0.5 * ep_full
+            else:
+                # no full recompute: the terms above with every *_full term +0.0, dropped (a difference of
+                # these prefix sums, which start at +0.0, is never -0.0, so adding +0.0 changes no bit)
+                selective = p_sel[hi] - p_sel[lo]
+                bi = p_bi[hi] - p_bi[lo] + selective
+                compute += p_comp[hi] - p_comp[lo] + selective
+                tp_sum += p_tp[hi] - p_tp[lo]
+                cp_sum += p_cp[hi] - p_cp[lo]
+                ep_sum += p_ep[hi] - p_ep[lo]
             if rank == 0 and chunk_index == 0:
                 f, bi = f + embed[0], bi + embed[1]
                 compute += embed[0] + embed[1]
@@ -221,9 +231,13 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
 def _layer_params_per_gpu(model: ModelSpec, tp: int, ep: int, etp: int) -> tuple[float, float]:
     """(dense, expert) elements of all decoder layers one GPU of a full pipeline would hold."""
     dense = expert = 0.0
+    terms: dict[int, tuple[float, float]] = {}   # per distinct LayerParams; still added layer by layer, in order
     for p in layer_param_table(model):
-        dense += (p.attention + p.mlp + p.shared_experts) / tp + p.replicated
-        expert += p.experts / (ep * etp)
+        term = terms.get(id(p))
+        if term is None:
+            term = terms[id(p)] = ((p.attention + p.mlp + p.shared_experts) / tp + p.replicated, p.experts / (ep * etp))
+        dense += term[0]
+        expert += term[1]
     return dense, expert
 
 

@@ -26,12 +26,18 @@ FLOPS_FORMULAS: tuple[str, ...] = ("6nd", "megatron")
 def attention_flops_per_token(model: ModelSpec, seq_len: int, *, causal_halving: bool = True) -> float:
     """Forward attention-score FLOPs per token summed over layers (QK^T and PV)."""
     total = 0.0
+    windows = model.attention_windows
+    two_heads, width = 2.0 * model.num_attention_heads, model.head_dim + model.v_head_dim
+    terms: dict[int, float] = {}   # per distinct window: the same product, added layer by layer in order
     for layer in range(model.num_layers):
-        window = model.attention_windows[layer] if model.attention_windows else 0
-        keys = float(min(window, seq_len) if window else seq_len)
-        if causal_halving:
-            keys = keys / 2.0 if not window or window >= seq_len else window - window * window / (2.0 * seq_len)
-        total += 2.0 * model.num_attention_heads * keys * (model.head_dim + model.v_head_dim)
+        window = windows[layer] if windows else 0
+        term = terms.get(window)
+        if term is None:
+            keys = float(min(window, seq_len) if window else seq_len)
+            if causal_halving:
+                keys = keys / 2.0 if not window or window >= seq_len else window - window * window / (2.0 * seq_len)
+            term = terms[window] = two_heads * keys * width
+        total += term
     return total
 
 

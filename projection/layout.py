@@ -82,7 +82,8 @@ def chunk_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[tuple[int, .
     for count in counts:
         bounds.append(tuple(range(first, first + count)))
         first += count
-    return tuple(tuple(bounds[chunk * pp + rank] for chunk in range(vpp)) for rank in range(pp))
+    # rank r holds virtual stages r, pp + r, ..., (vpp - 1) * pp + r: the stride-pp slice from r
+    return tuple(tuple(bounds[rank::pp]) for rank in range(pp))
 
 
 def recomputed_layers(config: TrainingConfig, layers: tuple[int, ...], stage_layers: int, position: int) -> int:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import accumulate
 
 from projection.activations import (
     ActivationContext,
@@ -292,16 +293,16 @@ def _layer_tables_for(model: ModelSpec, ctx: ActivationContext) -> _LayerTables:
     by_kind: dict[tuple[bool, int], tuple[float, float]] = {}
     kept: list[float] = []
     rebuilt: list[float] = []
+    moe_layers, windows = model.moe_layers, model.attention_windows
     for layer in range(model.num_layers):
-        kind = (bool(model.moe_layers[layer]), model.attention_windows[layer] if model.attention_windows else 0)
-        if kind not in by_kind:
+        kind = (bool(moe_layers[layer]), windows[layer] if windows else 0)
+        pair = by_kind.get(kind)
+        if pair is None:
             keep = layer_activation_bytes(model, layer, ctx)
-            by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
-        kept.append(by_kind[kind][0])
-        rebuilt.append(by_kind[kind][1])
-    prefix = [0.0]
-    for value in kept:
-        prefix.append(prefix[-1] + value)
+            pair = by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
+        kept.append(pair[0])
+        rebuilt.append(pair[1])
+    prefix = list(accumulate(kept, initial=0.0))   # same additions, in the same order
     return _LayerTables(ctx=ctx, kept=tuple(kept), kept_prefix=tuple(prefix), rebuilt=tuple(rebuilt),
                         full_input=full_recompute_layer_bytes(model, ctx))
 
@@ -381,8 +382,9 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         # FP8 transpose of the running layer's frozen weights, made for its dgrad GEMMs (1 B per element).
         buffers += max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
                        + table[layer].experts / (dims.ep * dims.etp) for layer in layers)
-    buffers += moe_dispatch_buffer_bytes(model, config, dims, any(model.moe_layers[layer] for layer in layers),
-                                         scale_up_gpus)
+    # (a dense model has no dispatch buffer whatever its layers: skip the scan)
+    has_moe = model.is_moe and any(model.moe_layers[layer] for layer in layers)
+    buffers += moe_dispatch_buffer_bytes(model, config, dims, has_moe, scale_up_gpus)
     if traits.caching_allocator:
         workspace = profile.memory_overhead_gib * GIB
         allocator = profile.memory_fragmentation * (activations + buffers)

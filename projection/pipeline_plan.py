@@ -325,20 +325,24 @@ def _op_keys(schedule: Schedule, pp: int, vpp: int, m: int, group: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per rank and op, (pp, ops) arrays: kind, own done key, input done key (-1: none), input from another
     rank, duration key."""
-    orders = _rank_arrays(schedule, pp, vpp, m, group)
+    kind, mb, c = _rank_arrays(schedule, pp, vpp, m, group).transpose(2, 0, 1).copy()   # contiguous (pp, ops)
     num_vs = pp * vpp
-    vs_of = np.array([[_virtual_stage(schedule, pp, r, c) for c in range(vpp)] for r in range(pp)], dtype=np.int64)
+    rank = np.arange(pp, dtype=np.int64)[:, None]
+    # vs_of[r, c] == _virtual_stage(schedule, pp, r, c), in numpy
+    vs_of = np.arange(vpp, dtype=np.int64)[None, :] * pp + rank
+    if schedule == "zbv" and vpp > 1:
+        vs_of[:, 1] = 2 * pp - 1 - rank[:, 0]
     rank_of_vs = np.zeros(num_vs, dtype=np.int64)
     rank_of_vs[vs_of.ravel()] = np.repeat(np.arange(pp), vpp)
-    kind, mb, c = orders[:, :, 0], orders[:, :, 1], orders[:, :, 2]
-    rank = np.arange(pp, dtype=np.int64)[:, None]
     vs = vs_of[rank, c]
+    is_f, is_w = kind == _F, kind == _W
+    base = mb * num_vs
     # done slot: F=0, B or BW=1, W=2; input: F <- F(vs-1), W <- B(vs), B <- B(vs+1) or F(last vs)
-    own_keys = (mb * num_vs + vs) * 3 + np.where(kind == _W, 2, np.minimum(kind, 1))
+    own_keys = (base + vs) * 3 + np.where(is_w, 2, np.minimum(kind, 1))
     last_vs = vs == num_vs - 1
-    dep_vs = np.where(kind == _F, vs - 1, np.where((kind == _W) | last_vs, vs, vs + 1))
-    dep_slot = np.where((kind == _F) | ((kind != _W) & last_vs), 0, 1)
-    dep_keys = np.where((kind == _F) & (vs == 0), -1, (mb * num_vs + dep_vs) * 3 + dep_slot)
+    dep_vs = np.where(is_f, vs - 1, np.where(is_w | last_vs, vs, vs + 1))
+    dep_slot = np.where(is_f | (~is_w & last_vs), 0, 1)
+    dep_keys = np.where(is_f & (vs == 0), -1, (base + dep_vs) * 3 + dep_slot)
     crosses = (dep_keys >= 0) & (rank_of_vs[np.clip(dep_vs, 0, num_vs - 1)] != rank)
     dur_keys = (rank * vpp + c) * _NUM_KINDS + kind
     return kind, own_keys, dep_keys, crosses, dur_keys
@@ -424,10 +428,11 @@ def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     extra = np.asarray([0, p2p], dtype=object)[crosses.astype(np.int64)].tolist()   # exact Python ints
     times = np.asarray(durations, dtype=object)[dur_keys].tolist()
     # each rank resumes its own iterator over (input key, latency, time, own key); a blocked op waits in `held`
-    ops = [zip(d, x, t, o) for d, x, t, o in zip(dep_keys.tolist(), extra, times, own_keys.tolist())]
+    ops = [zip(d, x, t, o, strict=True)
+           for d, x, t, o in zip(dep_keys.tolist(), extra, times, own_keys.tolist(), strict=True)]
     held: list[tuple[int, int, int, int] | None] = [None] * pp
     last = [0] * pp
-    waiting: dict[int, list[int]] = {}
+    waiting: list[list[int] | None] = [None] * len(done)    # ranks blocked on each done key
     ready = list(range(pp - 1, -1, -1))
     while ready:
         r = ready.pop()
@@ -439,19 +444,27 @@ def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
             f = done[k] + x                   # type: ignore[operator]
             t = (t if t > f else f) + d
             done[own] = t
-            if own in waiting:
-                ready += waiting.pop(own)
+            woken = waiting[own]
+            if woken is not None:
+                waiting[own] = None
+                ready += woken
         for k, x, d, own in ops[r]:
             f = done[k]
             if f is None:
-                waiting.setdefault(k, []).append(r)
+                blocked = waiting[k]
+                if blocked is None:
+                    waiting[k] = [r]
+                else:
+                    blocked.append(r)
                 held[r] = (k, x, d, own)
                 break
             f += x
             t = (t if t > f else f) + d
             done[own] = t
-            if own in waiting:
-                ready += waiting.pop(own)
+            woken = waiting[own]
+            if woken is not None:
+                waiting[own] = None
+                ready += woken
         last[r] = t
     assert all(op is None for op in held), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     in_flight, pending_w = _peaks_arrays(kind)
@@ -476,10 +489,12 @@ def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], in
     depend on the order of additions, so the steady-state extrapolation below gives the
     same bits as the full simulation.
     """
-    ratios = [d.as_integer_ratio() for d in durations]
+    # stages mostly share their times: convert each distinct value once (0.0 and -0.0 both give 0)
+    ratios = {d: d.as_integer_ratio() for d in set(durations)}
     p2p_num, p2p_den = p2p_s.as_integer_ratio()
-    den = max(p2p_den, max(d for _, d in ratios))
-    return [n * (den // d) for n, d in ratios], p2p_num * (den // p2p_den), den
+    den = max(p2p_den, max(d for _, d in ratios.values()))
+    scaled = {value: n * (den // d) for value, (n, d) in ratios.items()}
+    return [scaled[d] for d in durations], p2p_num * (den // p2p_den), den
 
 
 def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:
