@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from projection.training_config import TrainingConfig
 from tools.exports.common import Job, LaunchConfig, comment_block
 
 # Precision -> Transformer Engine FP8 recipe (--fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise, custom).
@@ -86,6 +87,21 @@ def _moe_dests(job: Job) -> dict[str, Any]:
     return d
 
 
+def recompute_dests(c: TrainingConfig) -> dict[str, Any]:
+    """Megatron-core recompute settings of a layout (``recompute_granularity`` None = no recompute).
+
+    Full: block + N recomputes the first N layers of each stage; uniform + 1 recomputes every layer.
+    Megatron-LM and Megatron-Bridge (``model.`` overrides) share these TransformerConfig fields.
+    """
+    if c.recompute == "selective":
+        return {"recompute_granularity": "selective", "recompute_modules": list(c.recompute_modules)}
+    if c.recompute == "full":
+        return {"recompute_granularity": "full",
+                "recompute_method": "uniform" if c.recompute_num_layers is None else "block",
+                "recompute_num_layers": 1 if c.recompute_num_layers is None else c.recompute_num_layers}
+    return {"recompute_granularity": None}
+
+
 def parallel_dests(job: Job) -> dict[str, Any]:
     """Parallel sizes, batch, precision, recompute, optimizer sharding and overlap as Megatron-LM dests."""
     c, layers = job.config, job.model.num_layers
@@ -107,14 +123,8 @@ def parallel_dests(job: Job) -> dict[str, Any]:
     if c.precision in MEGATRON_FP8_RECIPE:
         d["fp8"] = "hybrid"
         d["fp8_recipe"] = MEGATRON_FP8_RECIPE[c.precision]
-    if c.recompute == "selective":
-        d["recompute_granularity"] = "selective"
-        d["recompute_modules"] = list(c.recompute_modules)
-    elif c.recompute == "full":
-        d["recompute_granularity"] = "full"
-        # block + N: the first N layers of each stage recompute; uniform + 1: every layer.
-        d["recompute_method"] = "uniform" if c.recompute_num_layers is None else "block"
-        d["recompute_num_layers"] = 1 if c.recompute_num_layers is None else c.recompute_num_layers
+    d.update({k: v for k, v in recompute_dests(c).items() if v is not None})
+    if c.recompute == "full":
         if c.vpp > 1 and c.recompute_num_layers is not None:
             job.warnings.append("Megatron applies --recompute-num-layers to each virtual chunk; the projection "
                                 "applies it to the whole stage")

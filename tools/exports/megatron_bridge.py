@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.exports.megatron import recompute_dests
 
 SOURCE = "Megatron-Bridge ConfigContainer overrides (model.* = megatron-core TransformerConfig fields)"
 # Precision -> Megatron-Bridge mixed-precision recipe name (mixed_precision.py).
@@ -50,15 +51,7 @@ def bridge_overrides(job: Job) -> dict[str, Any]:
     o["train.micro_batch_size"] = c.mbs
     o["train.global_batch_size"] = c.gbs
     o["mixed_precision"] = BRIDGE_PRECISION[c.precision]
-    if c.recompute == "selective":
-        o["model.recompute_granularity"] = "selective"
-        o["model.recompute_modules"] = list(c.recompute_modules)
-    elif c.recompute == "full":
-        o["model.recompute_granularity"] = "full"
-        o["model.recompute_method"] = "uniform" if c.recompute_num_layers is None else "block"
-        o["model.recompute_num_layers"] = 1 if c.recompute_num_layers is None else c.recompute_num_layers
-    else:
-        o["model.recompute_granularity"] = None
+    o.update({f"model.{k}": v for k, v in recompute_dests(c).items()})
     p = job.profile
     if c.zero == 3:
         o["dist.use_torch_fsdp2"] = True
