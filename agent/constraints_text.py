@@ -10,11 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from tools.constraints import ConstraintError, Constraints
+from projection.vocabulary import SEARCHED_FP8_RECIPES
+from tools.constraints import CHOICE_AXES as _CHOICE_AXES
+from tools.constraints import INT_AXES, ConstraintError, Constraints
 
-INT_AXES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_num_layers")
-CHOICE_AXES = ("precision", "recompute", "pp_schedule", "schedule")
-FP8_PRECISIONS = "fp8,fp8-blockwise,mxfp8"
+CHOICE_AXES = (*_CHOICE_AXES, "schedule")   # the constraint axes with choices, and the alias 'schedule'
+FP8_PRECISIONS = ",".join(SEARCHED_FP8_RECIPES)   # "fp8,fp8-blockwise,mxfp8" (projection/vocabulary.py)
 _ALIASES = {"schedule": "pp_schedule", "headroom": "min_headroom", "fp8": "allow_fp8"}
 _OPS = r"(<=|>=|!=|==|<|>|=)"
 _INT_RULE = re.compile(rf"\b({'|'.join(INT_AXES)})\s*{_OPS}\s*(\d+)\b", re.I)

@@ -66,7 +66,8 @@ def choose_index(model: str | dict[str, Any], gpu: str, num_gpus: int, gpus_per_
                           profile_path=profile_path)
     report = tune(request=request, policy=OfflinePolicy(), budget={"max_rounds": 2}, candidates_ran=ran).report
     if report.best is None:
-        return Pick(index=None, source=NO_PICK, reason=report.message or "the agent scored no candidate")
+        failed = "".join(f"; {f.tool} failed ({f.kind}): {f.message}" for f in report.tool_errors[:1])
+        return Pick(index=None, source=NO_PICK, reason=(report.message or "the agent scored no candidate") + failed)
     filled = [{"gbs": gbs, "seq_len": seq_len, **c} for c in candidates]
     index = _position(report.best.config, filled)
     if index is None:

@@ -28,7 +28,7 @@ from agent.report import TuneReport
 from agent.request import Clarification, TuneRequest, answer_clarification
 from agent.run import tune
 from agent.state import RunOptions
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed
 
 HELP = ("Ask for a layout ('tune llama3 8b on 8 h100'), then follow up: 'what if I only have 4?', 'use fp8', "
         "'set gbs to 512', 'seq 16k', 'why not TP 8?', 'why is #1 better than #3?', 'show memory of #2', "
@@ -162,19 +162,25 @@ class ChatTurns:
         alt = summary["ranked"][0]
         if alt["config"] == last.best.config:
             return f"The best layout already satisfies {', '.join(rules)}: {last.best.layout}."
-        out = Toolbox.for_request(last.request).explain(last.best.config, alt["config"])
+        try:
+            why = " " + Toolbox.for_request(last.request).explain(last.best.config, alt["config"]).summary
+        except ToolFailed:
+            why = ""
         slower = 1 - alt["tokens_per_sec_per_gpu"] / last.best.tokens_per_sec_per_gpu
         head = (f"The best layout with {', '.join(rules)} is {alt['layout']} at {alt['tokens_per_sec_per_gpu']:,.0f} "
                 f"tok/s/GPU, {slower:.1%} slower than {last.best.layout}.")
-        return head + (" " + out["result"]["summary"] if out.get("ok") else "")
+        return head + why
 
     def _memory(self, text: str, last: TuneReport) -> str:
         picked = _pick(last, text)
         if picked is None:
             return f"There are {len(last.top5)} ranked layouts; say e.g. 'show memory of #2'."
         index, row = picked
-        out = Toolbox.for_request(last.request or {}).on_layout("check_memory", row.config)
-        return memory_text(f"#{index}", out["result"]) if out.get("ok") else f"error: {out['error']['message']}"
+        try:
+            memory = Toolbox.for_request(last.request or {}).check_memory(row.config)
+        except ToolFailed as err:
+            return f"error: {err.failure.message}"
+        return memory_text(f"#{index}", memory.model_dump(mode="json"))
 
     def _back(self, history: list[dict[str, Any]], request: dict[str, Any] | None) -> Turn:
         """Return to the run before the current one (history is the session's record of tuned runs)."""
@@ -205,9 +211,11 @@ class ChatTurns:
         if picked is None:
             return f"There are {len(last.top5)} ranked layouts; say e.g. 'export #2 for primus'."
         index, row = picked
-        out = Toolbox.for_request(last.request or {}).on_layout("export_launch_config", row.config, framework=framework)
-        if not out.get("ok"):
-            return f"error: {out['error']['message']}"
+        try:
+            exported = Toolbox.for_request(last.request or {}).export_launch_config(row.config, framework)
+        except ToolFailed as err:
+            return f"error: {err.failure.message}"
+        out = {"result": exported.model_dump(mode="json")}
         warnings = "".join(f"\nwarning: {w}" for w in out["result"].get("warnings", []))
         target = re.search(r"\b(?:to|as|into|in)\s+([\w./~-]+\.(?:sh|ya?ml|toml|txt|json|args|cfg))\b", text)
         if target:
@@ -222,5 +230,7 @@ class ChatTurns:
         if any(not 1 <= n <= len(last.top5) for n in picks):
             return f"There are {len(last.top5)} ranked layouts."
         a, b = (last.top5[n - 1] for n in picks)
-        out = Toolbox.for_request(last.request or {}).explain(a.config, b.config)
-        return out["result"]["summary"] if out.get("ok") else f"error: {out['error']['message']}"
+        try:
+            return Toolbox.for_request(last.request or {}).explain(a.config, b.config).summary
+        except ToolFailed as err:
+            return f"error: {err.failure.message}"

@@ -22,7 +22,8 @@ from agent.request import Clarification, TuneRequest
 from agent.seeds import seed_proposals
 from agent.space import Job
 from agent.state import DEFAULT_BUDGET, RunOptions, State
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed
+from agent.trials import trial_score
 from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
@@ -34,10 +35,6 @@ if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (a
 
 MAX_BENCHMARKED = 5    # best + near-ties measured per round (each takes tens of seconds on a GPU)
 NO_GAIN = 1e-3          # a round gains when the best improves by more than 0.1%
-SCORE_KEYS = ("layout", "tokens_per_sec_per_gpu", "tokens_per_sec_per_gpu_low", "tokens_per_sec_per_gpu_high",
-              "mfu", "mfu_bf16", "gemm_precision", "model_tflops_per_gpu", "iteration_time_s", "peak_memory_gib",
-              "headroom_fraction", "verdict", "bottleneck", "breakdown_s")
-"""What a scored trial keeps of a tool's numbers (the interval ends fall back to the point estimate)."""
 
 
 def options_of(runtime: Runtime[RunOptions] | None) -> RunOptions:
@@ -53,28 +50,24 @@ def _spend(state: State, **spent: float) -> dict[str, float]:
     return usage
 
 
-def _status(policy: Policy) -> dict[str, Any]:
-    status = getattr(policy, "status", None)
-    return status() if callable(status) else {}
-
-
 def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
     """Read the request (typed dict, or text through the policy); a question back when it cannot."""
     result: TuneRequest | Clarification
+    degraded_reason: str | None = None
     if state.get("request"):
         try:
             result = TuneRequest.model_validate(state["request"])
         except ValidationError as err:
             result = Clarification(question=f"invalid request: {err.errors()[0]['msg']}")
     else:
-        result = policy.parse(state.get("text", ""))
-    status = _status(policy)
+        parsed = policy.read(state.get("text", ""), state=dict(state))
+        result, degraded_reason = parsed.result, parsed.degraded_reason
     start: dict[str, Any] = {"run_id": uuid.uuid4().hex, "budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})},
                              "round": 0, "pending": [],
                              "usage": {"proposals": 0, "tool_calls": 0, "benchmark_minutes": 0.0}, "ranking": [],
                              "best_history": [], "search": None, "stop_reason": None, "policy_done": False,
-                             "degraded": bool(status.get("degraded_reason")),
-                             "degraded_reason": status.get("degraded_reason"), "report": None}
+                             "degraded": bool(degraded_reason), "degraded_reason": degraded_reason,
+                             "conversation": [], "report": None}
     if isinstance(result, Clarification):
         return {**start, "clarification": result.model_dump()}
     if result.framework is None and not result.candidates:
@@ -92,30 +85,32 @@ def seed(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
     seeds = [{**s, "round": 0} for s in seed_proposals(job, tools)]
     emit("seed", count=len(seeds))
-    return {"pending": seeds, "usage": _spend(state, tool_calls=tools.calls)}
+    return {"pending": seeds, "usage": _spend(state, tool_calls=tools.calls), "tool_errors": tools.failures_dump()}
 
 
 def propose(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
     """Ask the policy for the next round of proposals (within the proposal budget)."""
     number = state.get("round", 0) + 1
     emit("round", round=number)
-    proposals = policy.propose({**state, "round": number})
-    status = _status(policy)
+    step = policy.propose({**state, "round": number})
+    proposals = list(step.proposals)
     pending = list(state.get("pending") or [])
     room = int(state["budget"]["max_proposals"] - state["usage"].get("proposals", 0)) - len(pending)
-    notes = list(status.get("notes") or [])
+    notes = list(step.notes)
     if len(proposals) > max(room, 0):
         notes.append(f"proposal budget: kept {max(room, 0)} of {len(proposals)} proposals in round {number}")
         proposals = proposals[:max(room, 0)]
     update: dict[str, Any] = {
         "round": number, "pending": pending + [{**p, "round": number} for p in proposals],
-        "usage": _spend(state, tool_calls=status.get("tool_calls", 0)), "policy_done": not proposals,
-        "notes": notes,
+        "usage": _spend(state, tool_calls=step.tool_calls), "policy_done": not proposals,
+        "notes": notes, "tool_errors": list(step.tool_errors),
     }
-    if "search" in status:
-        update["search"] = status["search"]
-    if status.get("degraded_reason") and not state.get("degraded"):
-        update["degraded"], update["degraded_reason"] = True, status["degraded_reason"]
+    if step.search is not None:
+        update["search"] = step.search
+    if step.conversation is not None:
+        update["conversation"] = step.conversation
+    if step.degraded_reason and not state.get("degraded"):
+        update["degraded"], update["degraded_reason"] = True, step.degraded_reason
     return update
 
 
@@ -162,6 +157,7 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     bench = _benchmark(state, runtime, tools, [*state.get("trials", []), *trials])
     update["notes"] += bench.pop("notes", [])
     update.update(bench)
+    update["tool_errors"] = tools.failures_dump()
     update["usage"] = _spend(state, tool_calls=tools.calls, benchmark_minutes=update.pop("_minutes", 0.0),
                              proposals=len(state.get("pending") or []))
     return update
@@ -172,36 +168,26 @@ def _score(job: Job, tools: Toolbox, config: dict[str, Any], *, ran: bool = Fals
 
     ``ran``: the layout was measured to run (an eval's candidate), so the memory verdict does not
     screen it out; a projected misfit is kept as ``memory_warning`` next to the score instead.
+    A tool that fails on a typed error makes an ``error`` trial (the failure is in the toolbox's
+    ``failures``, which evaluate puts in the state's ``tool_errors``); any other exception propagates.
     """
-    memory = tools.on_layout("check_memory", config)
-    if not memory.get("ok"):
-        return {"status": "error", "violations": [memory["error"]["message"]]}
-    m = memory["result"]
-    misfit = not passes_screen(m["peak_gib"], m["capacity_gib"], job.constraints.min_headroom)  # as the search
+    try:
+        m = tools.check_memory(config)
+    except ToolFailed as err:
+        return {"status": "error", "violations": [err.failure.message]}
+    misfit = not passes_screen(m.peak_gib, m.capacity_gib, job.constraints.min_headroom)  # as the search
     if misfit and not ran:
-        return {"status": "screened_out", "verdict": m["verdict"], "peak_memory_gib": m["peak_gib"],
-                "headroom_fraction": m["headroom_fraction"], "layout": m.get("layout", "")}
-    projected = tools.on_layout("project", config)
-    if not projected.get("ok"):
-        return {"status": "error", "violations": [projected["error"]["message"]]}
-    p = projected["result"]
+        return {"status": "screened_out", "verdict": m.verdict, "peak_memory_gib": m.peak_gib,
+                "headroom_fraction": m.headroom_fraction, "layout": m.layout}
+    try:
+        p = tools.project(config)
+    except ToolFailed as err:
+        return {"status": "error", "violations": [err.failure.message]}
     warning = None
-    if misfit or m["verdict"] != "fits":
-        warning = (f"projected {m['verdict']}: peak {m['peak_gib']:.1f} of {m['capacity_gib']:.1f} GiB"
+    if misfit or m.verdict != "fits":
+        warning = (f"projected {m.verdict}: peak {m.peak_gib:.1f} of {m.capacity_gib:.1f} GiB"
                    + ("; ranked anyway because it was measured to run" if misfit else ""))
-    return {"status": "scored", "scored_by": "project", **score_fields(p), "memory_warning": warning}
-
-
-def score_fields(p: dict[str, Any]) -> dict[str, Any]:
-    """The trial fields of a ``project`` tool result (a search candidate has the same keys, flat)."""
-    mem = p.get("memory") or {}
-    out = {k: p.get(k) for k in SCORE_KEYS if k in p}
-    if mem:
-        out.update(peak_memory_gib=mem["peak_gib"], headroom_fraction=mem["headroom_fraction"],
-                   verdict=mem["verdict"])
-    for key in ("tokens_per_sec_per_gpu_low", "tokens_per_sec_per_gpu_high"):
-        out.setdefault(key, p.get("tokens_per_sec_per_gpu"))
-    return out
+    return {"status": "scored", "scored_by": "project", **trial_score(p), "memory_warning": warning}
 
 
 def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trials: list[dict[str, Any]]
@@ -224,8 +210,10 @@ def _benchmark(state: State, runtime: Runtime[RunOptions], tools: Toolbox, trial
     top = [t for t in wanted[:max(options.benchmark_top, MAX_BENCHMARKED)] if t["id"] not in done]
     results, start = [], time.perf_counter()
     for t in top:
-        out = tools.on_layout("run_benchmark", t["config"])
-        body = out.get("result") or {"available": False, "message": out.get("error", {}).get("message", "")}
+        try:
+            body = tools.run_benchmark(t["config"]).model_dump(mode="json")
+        except ToolFailed as err:
+            body = {"available": False, "message": err.failure.message}
         results.append({"trial": t["id"], **body})
         if not body.get("available"):
             break

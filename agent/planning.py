@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed
 from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
 from tools.constraints import Constraints
@@ -113,18 +113,19 @@ def _smallest_count(best: dict[str, Any], request: dict[str, Any], tokens: float
             continue
         tools = Toolbox(model=request["model"], gpu=request["gpu"], num_gpus=count,
                         gpus_per_node=request["gpus_per_node"], profile_path=request.get("profile_path"))
-        out = tools.on_layout("project", {**config, "mbs": mbs})
+        try:
+            p = tools.project({**config, "mbs": mbs})
+        except ToolFailed:   # a probe: this count cannot take the winner's shape (not a run error)
+            tried += 1
+            continue
         tried += 1
-        if not out.get("ok"):
+        if not passes_screen(p.memory.peak_gib, p.memory.capacity_gib, min_headroom):
             continue
-        p = out["result"]
-        if not passes_screen(p["memory"]["peak_gib"], p["memory"]["capacity_gib"], min_headroom):
-            continue
-        slow = p.get("tokens_per_sec_per_gpu_low") or p["tokens_per_sec_per_gpu"]
+        slow = p.tokens_per_sec_per_gpu_low or p.tokens_per_sec_per_gpu
         if slow * count >= needed:
-            return {"min_gpus": count, "min_gpus_layout": p["layout"],
-                    "min_gpus_days_band": [tokens / ((p.get("tokens_per_sec_per_gpu_high") or
-                                                      p["tokens_per_sec_per_gpu"]) * count) / 86400,
+            return {"min_gpus": count, "min_gpus_layout": p.layout,
+                    "min_gpus_days_band": [tokens / ((p.tokens_per_sec_per_gpu_high or
+                                                      p.tokens_per_sec_per_gpu) * count) / 86400,
                                            tokens / (slow * count) / 86400],
                     "min_gpus_note": (f"smallest count with the winner's model-parallel shape whose slow end of the "
                                       f"80% interval meets {deadline_s / 86400:g} days ({tried} counts projected)")}

@@ -15,12 +15,14 @@ from agent.grounding import stated_constraints, stated_number
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
 from projection.memory import GIB
+from tools.schemas import LegalAxesOutput
 
 HISTORY_ROWS = 30
 
 
-def job_text(job: Job, axes: dict[str, Any]) -> str:
-    """The job for the proposal prompt: model shape, GPU, cluster, batch, constraints and legal axes."""
+def job_text(job: Job, axes: LegalAxesOutput | None) -> str:
+    """The job for the proposal prompt: model shape, GPU, cluster, batch, constraints and legal axes (when the
+    legal_axes tool answered)."""
     m, h, c = job.model, job.hardware, job.cluster
     moe = f", {m.num_experts} experts (top-{m.top_k})" if m.is_moe else " (dense)"
     lines = [
@@ -31,8 +33,8 @@ def job_text(job: Job, axes: dict[str, Any]) -> str:
         f"- global batch {job.gbs} sequences of {job.seq_len} tokens",
         f"- constraints: {', '.join(job.constraints.describe()) or 'none'}",
     ]
-    if axes.get("ok"):
-        r = axes["result"]
+    if axes is not None:
+        r = axes.model_dump()
         legal = ", ".join(f"{k} {r[k]}" for k in ("tp", "pp", "cp", "ep", "mbs", "precision", "zero", "pp_schedule"))
         lines.append(f"- legal values per axis (each alone): {legal}")
         lines += [f"- rule: {note}" for note in r.get("notes", [])]

@@ -6,7 +6,7 @@ from typing import Any
 
 from agent.decide import mfu_text
 from agent.planning import plan_lines
-from agent.report import TuneReport
+from agent.report import TuneReport, tool_error_lines
 
 
 def report_text(report: TuneReport, *, previous: TuneReport | None = None) -> str:
@@ -20,6 +20,7 @@ def report_text(report: TuneReport, *, previous: TuneReport | None = None) -> st
     lines = [head]
     if report.degraded:
         lines.append(f"(degraded: {report.degraded_reason})")
+    lines += tool_error_lines(report)
     if report.best is None:
         lines.append(f"No layout fits: {report.message}")
         return "\n".join(lines)

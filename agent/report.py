@@ -9,17 +9,19 @@ explanation and never decides the layout.  "Why the winner wins" quotes the ``ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from agent.decide import benchmark_choice, decision_text, mfu_labels, near_ties
 from agent.nodes import options_of, ordered
 from agent.planning import job_plan
 from agent.policies import Policy
 from agent.state import RunOptions, State
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed, ToolFailure
 from tools.framework_rules import launch_framework_of
+from tools.layout_score import LayoutScore, score_of
+from tools.schemas import TuneStatus
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -27,27 +29,15 @@ if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (a
 REPORT_SCHEMA_VERSION = 1
 
 
-class RankedLayout(BaseModel):
-    """One scored layout of the report."""
+class RankedLayout(LayoutScore):
+    """One scored layout of the report: its :class:`tools.layout_score.LayoutScore` and the report's fields."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    rank: int
-    layout: str
-    config: dict[str, Any]
-    tokens_per_sec_per_gpu: float
-    mfu: float
-    iteration_time_s: float | None = None
-    peak_memory_gib: float
-    headroom_fraction: float
-    verdict: str
-    bottleneck: str
+    rank: int = Field(description="1 = best.")
+    config: dict[str, Any] = Field(description="The layout in sweep-format keys, as the agent checked it.")
     source: str = Field(description="Who proposed it: search, seed, candidates, offline or llm.")
     scored_by: str = Field(description="The tool that scored it: search or project.")
     reason: str = ""
     trial: int = Field(description="Trial id in the history.")
-    tokens_per_sec_per_gpu_low: float | None = Field(default=None, description="80% interval, low end.")
-    tokens_per_sec_per_gpu_high: float | None = Field(default=None, description="80% interval, high end.")
     mfu_gemm: float | None = Field(default=None, description="Model-FLOP utilisation against the peak of the GEMM "
                                                               "precision used (gemm_precision), 0..1.")
     gemm_precision: str | None = Field(default=None, description="The GEMM precision mfu_gemm is measured against.")
@@ -64,7 +54,7 @@ class TuneReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = REPORT_SCHEMA_VERSION
-    status: Literal["ok", "no_fit", "clarification"]
+    status: TuneStatus
     request: dict[str, Any] | None = None
     assumptions: list[str] = Field(default_factory=list, description="Defaults assumed and how names were read.")
     best: RankedLayout | None = None
@@ -92,6 +82,26 @@ class TuneReport(BaseModel):
                                                                    "GPU-hours of --tokens, smallest count for "
                                                                    "--deadline (agent/planning.py).")
     notes: list[str] = Field(default_factory=list)
+    tool_errors: list[ToolFailure] = Field(default_factory=list,
+                                           description="Tool calls that failed on a typed error (bad input, an "
+                                                       "illegal layout), in order; present only when one did.")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_tool_errors(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A run without tool failures dumps as before (no ``tool_errors`` key)."""
+        out = handler(self)
+        if not out.get("tool_errors"):
+            out.pop("tool_errors", None)
+        return out
+
+
+def tool_error_lines(report: TuneReport) -> list[str]:
+    """The text report's line about failed tool calls (none when every call succeeded)."""
+    if not report.tool_errors:
+        return []
+    first = report.tool_errors[0]
+    more = f" (+{len(report.tool_errors) - 1} more)" if len(report.tool_errors) > 1 else ""
+    return [f"tool errors: {len(report.tool_errors)}; {first.tool} ({first.kind}): {first.message}{more}"]
 
 
 def ranked_layout(rank: int, trial: dict[str, Any], gpu: str) -> RankedLayout:
@@ -100,23 +110,18 @@ def ranked_layout(rank: int, trial: dict[str, Any], gpu: str) -> RankedLayout:
     mfu = mfu_labels(gpu, config.get("precision", "bf16"), trial["mfu"])
     modules = list(config.get("recompute_modules") or ["core_attn"]) if config.get("recompute") == "selective" else []
     return RankedLayout(
-        rank=rank, layout=trial["layout"], config=config,
-        tokens_per_sec_per_gpu=trial["tokens_per_sec_per_gpu"],
-        mfu=trial["mfu"], iteration_time_s=trial.get("iteration_time_s"), peak_memory_gib=trial["peak_memory_gib"],
-        headroom_fraction=trial["headroom_fraction"], verdict=trial["verdict"], bottleneck=trial["bottleneck"],
-        source=trial["source"], scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""),
-        trial=trial["id"], tokens_per_sec_per_gpu_low=trial.get("tokens_per_sec_per_gpu_low"),
-        tokens_per_sec_per_gpu_high=trial.get("tokens_per_sec_per_gpu_high"), recompute_modules=modules,
-        memory_warning=trial.get("memory_warning"), **mfu)
+        **score_of(trial).model_dump(), rank=rank, config=config, source=trial["source"],
+        scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""), trial=trial["id"],
+        recompute_modules=modules, memory_warning=trial.get("memory_warning"), **mfu)
 
 
 def _why(tools: Toolbox, best: dict[str, Any], other: dict[str, Any], label: str
          ) -> tuple[str | None, list[dict[str, Any]]]:
-    out = tools.explain(best["config"], other["config"])
-    if not out.get("ok"):
+    try:
+        out = tools.explain(best["config"], other["config"])
+    except ToolFailed:   # recorded in tools.failures: the report lists it under tool_errors
         return None, []
-    result = out["result"]
-    return f"vs {label}: {result['summary']}", result.get("time_terms_s", [])[:3]
+    return f"vs {label}: {out.summary}", [t.model_dump(mode="json") for t in out.time_terms_s[:3]]
 
 
 def _facts(state: State, best_first: list[dict[str, Any]], tools: Toolbox) -> dict[str, Any]:
@@ -164,7 +169,7 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     clarification = state.get("clarification")
     if clarification:
         out = TuneReport(status="clarification", clarification=clarification, message=clarification["question"],
-                         **base)
+                         tool_errors=[ToolFailure.model_validate(e) for e in state.get("tool_errors", [])], **base)
         return {"report": out.model_dump(mode="json")}
     request = state["request"]
     base["notes"] = [n for n in base["notes"] if n not in request.get("notes", [])]
@@ -179,16 +184,18 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
         base["notes"].append("offline: no benchmark ran; measured mode on the near-tied layouts would settle it")
     facts = _facts(state, best_first, tools)
     facts["decision"], facts["near_ties"] = decision, ties
-    explanation = policy.explain({**state, "facts": facts})
-    status = getattr(policy, "status", lambda: {})()
-    if status.get("degraded_reason") and not base["degraded"]:
-        base["degraded"], base["degraded_reason"] = True, status["degraded_reason"]
-    base["notes"] += [n for n in status.get("notes", []) if n not in base["notes"]]
+    explained = policy.explain({**state, "facts": facts})
+    explanation = explained.text
+    if explained.degraded_reason and not base["degraded"]:
+        base["degraded"], base["degraded_reason"] = True, explained.degraded_reason
+    base["notes"] += [n for n in explained.notes if n not in base["notes"]]
     launch = None
     if best_first:
         framework = launch_framework_of(request.get("framework")) or options_of(runtime).framework
-        exported = tools.on_layout("export_launch_config", best_first[0]["config"], framework=framework)
-        launch = exported["result"] if exported.get("ok") else {"error": exported["error"]["message"]}
+        try:
+            launch = tools.export_launch_config(best_first[0]["config"], framework).model_dump(mode="json")
+        except ToolFailed as err:
+            launch = {"error": err.failure.message}
     search = {k: v for k, v in (state.get("search") or {}).items() if k != "ranked"} or None
     message = None if best_first else ((state.get("search") or {}).get("message")
                                     or "no scored layout fits in memory within the constraints")
@@ -204,5 +211,11 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
         trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,
-        benchmarks=list(state.get("benchmarks", [])), **base)
-    return {"report": out.model_dump(mode="json")}
+        benchmarks=list(state.get("benchmarks", [])), tool_errors=_tool_errors(state, tools), **base)
+    return {"report": out.model_dump(mode="json"), "tool_errors": tools.failures_dump()}
+
+
+def _tool_errors(state: State, tools: Toolbox) -> list[ToolFailure]:
+    """The run's typed tool failures (the state's and the report node's own), each said once, in order."""
+    failures = [ToolFailure.model_validate(e) for e in state.get("tool_errors", [])] + list(tools.failures)
+    return list(dict.fromkeys(failures))

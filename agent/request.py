@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
 from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN
+from projection.vocabulary import FINETUNES, PRECISIONS
 
 DEFAULT_GBS_FLOOR = 256
 DEFAULT_GPUS_PER_NODE = 8
@@ -91,7 +92,7 @@ class TuneRequest(BaseModel):
     candidates: list[dict[str, Any]] | None = Field(
         default=None, description="Restrict the agent to these layouts (sweep-format config dicts).")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
-    finetune: str | None = Field(default=None, pattern="^(sft|lora)$",
+    finetune: str | None = Field(default=None, pattern=f"^({'|'.join(FINETUNES)})$",
                                  description="'lora' (frozen base weights) or 'sft'; None = pretraining.")
     framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
                                                             "torchtitan, primus, deepspeed, jax); None = not said.")
@@ -314,8 +315,8 @@ def _check_precision(rules: list[str], wanted: str | None, hardware: Any) -> tup
     note = ""
     if wanted is not None and not any(axis_of(r) == "precision" for r in rules):
         if wanted == "mxfp4":
-            return rules, ("MXFP4 training is not modelled (precisions: bf16, fp16, fp8, fp8-blockwise, mxfp8, "
-                           "nvfp4); say which of those to use."), ""
+            return rules, (f"MXFP4 training is not modelled (precisions: {', '.join(PRECISIONS)}); "
+                           "say which of those to use."), ""
         rules = merge_constraints(rules, [f"precision={wanted}"])
         note = f"'{wanted}' read as precision={wanted}"
     if hardware is None:

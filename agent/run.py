@@ -28,7 +28,7 @@ def tune(text: str | None = None, *, request: TuneRequest | dict[str, Any] | Non
     ``candidates_ran``: the request's explicit candidates were measured to run (an eval), so each is
     scored whatever its projected memory (a misfit is reported as a warning next to the layout).
     """
-    from agent.graph import build_graph, recursion_limit   # here: importing langgraph takes ~1 s
+    from agent.graph import build_graph, recursion_limit  # here: importing langgraph takes ~1 s
 
     if policy is None:
         from agent.policies.offline import OfflinePolicy

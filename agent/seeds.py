@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from agent.space import Job
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
+from projection.vocabulary import RECOMPUTES
 from tools.candidates import (
     cp_values,
     expert_options,
@@ -59,11 +60,12 @@ def baseline(job: Job, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
         config = _in_space(job, _recipe(job, tp, pp, cp))
         if config is None:
             continue
-        memory = tools.on_layout("check_memory", job.plain(config))
-        if not memory.get("ok"):
+        try:
+            memory = tools.check_memory(job.plain(config))
+        except ToolFailed:   # recorded in tools.failures (the seed node puts it in the state's tool_errors)
             continue
-        headroom = memory["result"]["headroom_fraction"]
-        if passes_screen(memory["result"]["peak_gib"], memory["result"]["capacity_gib"], job.constraints.min_headroom):
+        headroom = memory.headroom_fraction
+        if passes_screen(memory.peak_gib, memory.capacity_gib, job.constraints.min_headroom):
             return config, (f"recipe baseline: smallest model-parallel size that fits (tp*pp*cp = {tp * pp * cp}), "
                             f"bf16, selective recompute, mbs 1, ZeRO 1")
         if roomiest is None or headroom > roomiest[0]:
@@ -76,7 +78,7 @@ def baseline(job: Job, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
 def _moves(job: Job, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
     """Single-axis changes of ``c`` with their reasons, in the seed planner's order."""
     base = c.model_dump(exclude_none=True, exclude={"dp"})
-    for recompute in ("none", "selective", "full"):
+    for recompute in RECOMPUTES:
         if recompute != c.recompute:
             yield {**base, "recompute": recompute, "recompute_num_layers": None}, f"recompute sweep: {recompute}"
     if c.recompute == "selective":

@@ -16,31 +16,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from projection.hardware import HardwareSpec, load_hardware
+from projection.hardware import HardwareSpec
+from projection.job import resolve_job
 from projection.legality import layout_violations
-from projection.model_spec import ModelSpec, load_model
+from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
-from tools.candidates import (
-    DEFAULT_MODULES,
-    SearchSpace,
-    cp_values,
-    dispatchers,
-    expert_options,
-    fsdp_sizes,
-    mbs_values,
-    pipeline_options,
-    pp_values,
-    precision_values,
-    recompute_variants,
-    schedule_fits,
-    tp_values,
-    zero_values,
-)
+from tools.candidates import SearchSpace, in_space
 from tools.constraints import Constraints
 from tools.framework_rules import framework_violations, launch_framework_of
-
-_DEFAULTS = TrainingConfig()
-_FIXED = ("moe_routing", "moe_capacity_factor", "framework")   # finetune: the job's own (Job.finetune)
 
 
 @dataclass(slots=True)
@@ -55,7 +38,7 @@ class Checked:
 def plain(config: TrainingConfig, num_gpus: int) -> dict[str, Any]:
     """The config as sweep-format keys with derived dp and the schedule in effect (as the search reports it)."""
     data = config.model_dump(mode="json", exclude_none=True)
-    data["dp"] = config.dp or num_gpus // (config.tp * config.pp * config.cp)
+    data["dp"] = config.data_parallel(num_gpus)
     data["pp_schedule"] = config.schedule
     return data
 
@@ -63,7 +46,7 @@ def plain(config: TrainingConfig, num_gpus: int) -> dict[str, Any]:
 def canonical(config: TrainingConfig, num_gpus: int) -> str:
     """A key equal for equal layouts (every field, dp derived, schedule resolved)."""
     data = config.model_dump(mode="json")
-    data["dp"] = config.dp or num_gpus // (config.tp * config.pp * config.cp)
+    data["dp"] = config.data_parallel(num_gpus)
     data["pp_schedule"] = config.schedule
     return json.dumps(data, sort_keys=True)
 
@@ -73,9 +56,10 @@ class Job:
 
     def __init__(self, request: Any) -> None:
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
-        self.model: ModelSpec = load_model(get("model"))
-        self.hardware: HardwareSpec = load_hardware(get("gpu"))
-        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"))
+        resolved = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"))
+        self.model: ModelSpec = resolved.model
+        self.hardware: HardwareSpec = resolved.hardware
+        self.cluster: Cluster = resolved.cluster
         self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
         self.constraints = Constraints.parse(get("constraints") or [])
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
@@ -133,7 +117,7 @@ class Job:
         """The constraints a legal layout breaks (as :func:`tools.search._within` reads them)."""
         values = config.model_dump()
         values["pp_schedule"] = config.schedule
-        values["dp"] = config.dp or self.num_gpus // (config.tp * config.pp * config.cp)
+        values["dp"] = config.data_parallel(self.num_gpus)
         active = self.constraints.active()
         broken = [f"{axis}={values[axis]} breaks the constraint {rule}"
                   for axis, rule in zip(active, self.constraints.describe(), strict=False)
@@ -146,24 +130,4 @@ class Job:
         """Whether the search enumerates this layout for the request (or it is an explicit candidate)."""
         if self.explicit is not None:
             return self.key(config) in self.explicit
-        s, c = self.space, config
-        if c.gbs != self.gbs or c.seq_len != self.seq_len:
-            return False
-        if c.finetune != self.finetune or any(getattr(c, name) != getattr(_DEFAULTS, name) for name in _FIXED):
-            return False
-        if c.cp not in cp_values(s) or c.tp not in tp_values(s, c.cp) or c.pp not in pp_values(s, c.tp, c.cp):
-            return False
-        dp = self.num_gpus // (c.tp * c.cp * c.pp)
-        if self.gbs % dp or not self.constraints.allows("dp", dp) or c.dp not in (None, dp):
-            return False
-        if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(s, c.tp, c.cp, dp):
-            return False
-        if (c.vpp, c.schedule) not in pipeline_options(s, c.pp) or c.mbs not in mbs_values(s, dp):
-            return False
-        if not schedule_fits(c.schedule, c.pp, self.gbs // (c.mbs * dp)):
-            return False
-        modules = tuple(c.recompute_modules) if c.recompute == "selective" else DEFAULT_MODULES
-        return (c.zero in zero_values(s, c.tp, c.pp) and c.precision in precision_values(s)
-                and c.fsdp_size in fsdp_sizes(s, c.tp, c.cp, dp, c.zero)
-                and c.moe_dispatcher in dispatchers(s, c.ep, c.etp)
-                and (c.recompute, c.recompute_num_layers, modules) in recompute_variants(s, c.pp))
+        return in_space(self.space, config, self.finetune)

@@ -3,7 +3,12 @@
 Everything in the state is plain data (dicts, lists, strings, numbers), so a checkpointer can
 store it without custom serialisers.  A *proposal* is ``{"config": {...}, "reason": str,
 "source": "seed" | "search" | "offline" | "llm", "search_rank": int | None}``; a *trial* is a
-proposal after evaluation (see :func:`agent.nodes.evaluate`).
+proposal after evaluation (see :func:`agent.nodes.evaluate`); a scored trial carries its
+:class:`tools.layout_score.LayoutScore` flat (the keys of :data:`tools.layout_score.SCORE_FIELDS`).
+
+What a policy must remember between calls lives here too, written by node return values only:
+its notes (``notes``), a fallback it took (``degraded``/``degraded_reason``), the search it ran
+(``search``) and the LLM's conversation (``conversation``), so a checkpoint holds the whole run.
 """
 
 from __future__ import annotations
@@ -65,6 +70,10 @@ class State(InputState, total=False):
     degraded_reason: str | None
     notes: Annotated[list[str], operator.add]
     """Things the report should say (defaults assumed, budget cut-offs, benchmark availability)."""
+    tool_errors: Annotated[list[dict[str, Any]], operator.add]
+    """Tool calls that failed on a typed error (:class:`agent.toolbox.ToolFailure` dumps), in order."""
+    conversation: list[dict[str, Any]]
+    """The LLM policy's chat messages so far (replaced by each propose; empty for the offline policy)."""
     benchmarks: Annotated[list[dict[str, Any]], operator.add]
     """run_benchmark results for top layouts (only when allowed)."""
     report: dict[str, Any] | None

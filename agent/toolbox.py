@@ -1,39 +1,90 @@
-"""The agent's door to the tool registry: job arguments, the layout field name, and a call counter.
+"""The agent's door to the tools: typed in-process calls for one job, typed failures, and a call counter.
 
-Every tool the agent uses goes through :func:`tools.registry.call_tool` (validated, never raises).
-The layout argument is named by the tool's input model (``layout`` today, ``config`` in older
-registries), so this module asks the model instead of hard-coding the name.
+The agent calls the tool functions of :mod:`tools.functions` directly, with their pydantic input
+and output models (not through the JSON wrapper :func:`tools.registry.call_tool`).  The project's
+typed errors (:class:`projection.errors.ProjtuneError` and its kinds, and input validation) become
+a :class:`ToolFailure`: recorded on the toolbox (a node returns them into the graph state's
+``tool_errors``; the report lists them) and raised as :class:`ToolFailed` for the caller to handle.
+Any other exception is an engine bug and propagates: a run never turns it into a quiet trial.
+
+:meth:`Toolbox.call_from_model` is the LLM's path: the model chooses the tool and its arguments,
+so a typed error comes back as the structured error body the model reads (and is recorded too).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
-from tools.registry import TOOLS_BY_NAME, call_tool
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from projection.errors import IllegalLayoutError, ModelSpecError, ProjtuneError, UnknownNameError
+from tools import functions as f
+from tools import schemas as s
+from tools.constraints import ConstraintError
+from tools.launch_config import LaunchConfig
+from tools.registry import TOOLS_BY_NAME, error_of
+
+Out = TypeVar("Out", bound=BaseModel)
+FailureKind = Literal["invalid_input", "unknown_name", "illegal_layout", "constraint", "model_spec", "rejected"]
+TYPED_ERRORS: tuple[type[Exception], ...] = (ProjtuneError, ValidationError)
+"""What a tool raises on bad input (a ToolFailure); anything else is an engine failure and propagates."""
 
 
-def layout_field(tool: str) -> str:
-    """The name of a tool's single-layout argument ('layout' or 'config')."""
-    fields = TOOLS_BY_NAME[tool].input_model.model_fields
-    return "layout" if "layout" in fields else "config"
+class ToolFailure(BaseModel):
+    """One tool call that failed on a typed error: which tool, what kind of error, and its message."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool: str = Field(description="The tool that failed, e.g. 'check_memory'.")
+    kind: FailureKind = Field(description="invalid_input (input validation), unknown_name, illegal_layout, "
+                                          "constraint, model_spec, or rejected (another ProjtuneError).")
+    message: str = Field(description="The error line the tool gave (what was wrong, what is allowed).")
+    field: str | None = Field(default=None, description="The input field at fault, dotted, when known.")
 
 
-def accepts(tool: str, argument: str) -> bool:
-    """Whether a tool's input model has an argument."""
-    return tool in TOOLS_BY_NAME and argument in TOOLS_BY_NAME[tool].input_model.model_fields
+class ToolFailed(Exception):
+    """A tool call failed on a typed error; ``failure`` says how."""
+
+    def __init__(self, failure: ToolFailure) -> None:
+        super().__init__(f"{failure.tool}: {failure.message}")
+        self.failure = failure
+
+
+def failure_kind(err: Exception) -> FailureKind:
+    """The :data:`FailureKind` of a typed tool error."""
+    if isinstance(err, ValidationError):
+        return "invalid_input"
+    if isinstance(err, UnknownNameError):
+        return "unknown_name"
+    if isinstance(err, IllegalLayoutError):
+        return "illegal_layout"
+    if isinstance(err, ConstraintError):
+        return "constraint"
+    if isinstance(err, ModelSpecError):
+        return "model_spec"
+    return "rejected"
+
+
+def failure_of(tool: str, input_model: type[BaseModel], err: ProjtuneError | ValidationError
+               ) -> tuple[ToolFailure, dict[str, Any]]:
+    """The ToolFailure of a typed error, and the structured error body (what the registry would answer)."""
+    body = error_of(input_model, err)
+    return ToolFailure(tool=tool, kind=failure_kind(err), message=body["message"], field=body.get("field")), body
 
 
 @dataclass(slots=True)
 class Toolbox:
-    """Calls tools for one job (model, GPU, cluster, profile) and counts the calls."""
+    """Calls tools for one job (model, GPU, cluster, profile); counts the calls and keeps the typed failures."""
 
-    model: str
+    model: str | dict[str, Any]
     gpu: str
     num_gpus: int
     gpus_per_node: int
     profile_path: str | None = None
     calls: int = 0
+    failures: list[ToolFailure] = field(default_factory=list)
 
     @classmethod
     def for_request(cls, request: Any) -> Toolbox:
@@ -42,36 +93,75 @@ class Toolbox:
         return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
                    profile_path=get("profile_path"))
 
-    def job(self, tool: str) -> dict[str, Any]:
-        """The job arguments every layout tool takes."""
+    def job(self, input_model: type[BaseModel]) -> dict[str, Any]:
+        """The job arguments every layout tool takes (the profile where the tool's input has one)."""
         args: dict[str, Any] = {"model": self.model, "gpu": self.gpu, "num_gpus": self.num_gpus,
                                 "gpus_per_node": self.gpus_per_node}
-        if self.profile_path and accepts(tool, "profile_path"):
+        if self.profile_path and "profile_path" in input_model.model_fields:
             args["profile_path"] = self.profile_path
         return args
 
-    def call(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
-        """Call a tool with the job arguments filled in (the caller's win); count the call.
+    def failures_dump(self) -> list[dict[str, Any]]:
+        """The failures as plain data, for the graph state's ``tool_errors``."""
+        return [x.model_dump() for x in self.failures]
 
-        ``tool`` is positional-only, so an argument named ``tool`` (or ``self``) is just an argument.
-        """
+    def _run(self, tool: str, function: Callable[[Any], Out], input_model: type[BaseModel], arguments: dict[str, Any]
+             ) -> Out:
+        """Validate, call; a typed error is recorded and raised as ToolFailed, anything else propagates."""
         self.calls += 1
-        return call_tool(tool, {**self.job(tool), **arguments})
+        try:
+            return function(input_model.model_validate(arguments))
+        except TYPED_ERRORS as err:
+            failure, _ = failure_of(tool, input_model, err)   # type: ignore[arg-type]
+            self.failures.append(failure)
+            raise ToolFailed(failure) from err
+
+    def _on_job(self, tool: str, function: Callable[[Any], Out], input_model: type[BaseModel], **arguments: Any
+                ) -> Out:
+        return self._run(tool, function, input_model, {**self.job(input_model), **arguments})
+
+    def legal_axes(self, seq_len: int) -> s.LegalAxesOutput:
+        """The legal values of each axis for the job (:func:`tools.functions.legal_axes`)."""
+        return self._on_job("legal_axes", f.legal_axes, s.LegalAxesInput, seq_len=seq_len)
+
+    def check_memory(self, layout: dict[str, Any]) -> s.MemoryOutput:
+        """One layout's memory and verdict (:func:`tools.functions.check_memory`)."""
+        return self._on_job("check_memory", f.check_memory, s.LayoutInput, layout=layout)
+
+    def project(self, layout: dict[str, Any]) -> s.ProjectOutput:
+        """One layout's projection (:func:`tools.functions.project`); ``.score()`` is its LayoutScore."""
+        return self._on_job("project", f.project, s.ProjectInput, layout=layout)
+
+    def explain(self, a: dict[str, Any], b: dict[str, Any]) -> s.ExplainOutput:
+        """Why layout ``a`` beats ``b`` (or the reverse), term by term (:func:`tools.functions.explain`)."""
+        return self._on_job("explain", f.explain, s.ExplainInput, a=a, b=b)
+
+    def export_launch_config(self, layout: dict[str, Any], framework: str) -> LaunchConfig:
+        """One layout as a launch config of ``framework`` (:func:`tools.functions.export_launch_config`)."""
+        return self._on_job("export_launch_config", f.export_launch_config, s.ExportInput, layout=layout,
+                            framework=framework)
+
+    def run_benchmark(self, layout: dict[str, Any]) -> s.BenchmarkOutput:
+        """Measure one layout on the local GPU, or say why not (:func:`tools.functions.run_benchmark`)."""
+        return self._on_job("run_benchmark", f.run_benchmark, s.BenchmarkInput, layout=layout)
 
     def call_from_model(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Call a tool with arguments an LLM chose: the job's model, GPU and cluster win, and no file is named.
+        """Call a tool with arguments an LLM chose; the answer is the JSON the model reads.
 
-        The LLM cannot change the job, nor make the tool read a file (``profile_path`` dropped; the
-        request's own profile is used), and it gets a structured error rather than an exception.
+        The job's model, GPU and cluster win, and no file is named (``profile_path`` dropped; the
+        request's own profile is used).  A typed error (bad arguments included) comes back as
+        ``{"ok": false, "tool", "error"}`` and is recorded in :attr:`failures`; an engine failure raises.
         """
         self.calls += 1
+        spec = TOOLS_BY_NAME.get(tool)
+        if spec is None:
+            return {"ok": False, "tool": tool, "error": {"field": "name", "message": f"unknown tool '{tool}'",
+                                                         "allowed": sorted(TOOLS_BY_NAME)}}
         chosen = {k: v for k, v in arguments.items() if k != "profile_path"} if isinstance(arguments, dict) else {}
-        return call_tool(tool, {**chosen, **self.job(tool)})
-
-    def on_layout(self, tool: str, config: dict[str, Any], **arguments: Any) -> dict[str, Any]:
-        """Call a single-layout tool (check_memory, project, export_launch_config, run_benchmark)."""
-        return self.call(tool, **{layout_field(tool): config}, **arguments)
-
-    def explain(self, a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        """Why layout ``a`` beats ``b`` (or the reverse), term by term."""
-        return self.call("explain", a=a, b=b)
+        try:
+            out = spec.function(spec.input_model.model_validate({**chosen, **self.job(spec.input_model)}))
+        except TYPED_ERRORS as err:
+            failure, body = failure_of(tool, spec.input_model, err)   # type: ignore[arg-type]
+            self.failures.append(failure)
+            return {"ok": False, "tool": tool, "error": body}
+        return {"ok": True, "tool": tool, "result": out.model_dump(mode="json")}

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 from projection.collectives import NetworkParams
 from projection.compute import DeviceRates, device_rates, gemm_fwd_bwd_s, streaming_s
-from projection.device_profile import DeviceProfile, default_profile
+from projection.device_profile import DeviceProfile
 from projection.engine import ADAM_BYTES_PER_PARAM, _comm_groups, _layer_costs, network_for
-from projection.framework_profile import FrameworkProfile, framework_profile
-from projection.hardware import HardwareSpec, load_hardware
+from projection.framework_profile import FrameworkProfile
+from projection.hardware import HardwareSpec
+from projection.job import job_on
 from projection.layout import ParallelDims, parallel_dims
 from projection.model_spec import ModelSpec
 from projection.params import layer_params
@@ -118,9 +119,8 @@ def analytic_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, 
                     hardware: HardwareSpec | None = None, profile: DeviceProfile | None = None,
                     framework: FrameworkProfile | None = None) -> AnalyticLayout:
     """Per-kind engine costs of a layout (the layout is assumed legal), with the engine's defaults."""
-    hardware = hardware or load_hardware(cluster.gpu)
-    profile = profile or default_profile(hardware)
-    framework = framework or framework_profile(config.framework)
+    job = job_on(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
+    hardware, profile, framework = job.hardware, job.profile, job.framework
     dims = parallel_dims(config, cluster)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency)
     net = network_params(hardware, cluster, profile)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from projection.errors import IllegalLayoutError, ProjtuneError
 from projection.hardware import load_hardware
+from projection.job import hardware_of
 from projection.layout import parallel_dims
 from projection.legality import divisors, layout_violations
 from projection.model_spec import ModelSpec
@@ -94,7 +95,7 @@ def reduce_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, lo
     """
     if not 1 <= local_gpus <= MAX_LOCAL_GPUS:
         raise ProjtuneError(f"local_gpus={local_gpus} must be in 1..{MAX_LOCAL_GPUS} (one host)")
-    hardware = load_hardware(cluster.gpu)
+    hardware = hardware_of(cluster)
     reasons = layout_violations(model, hardware, cluster, config)
     if reasons:
         raise IllegalLayoutError(reasons)

@@ -38,7 +38,8 @@ from projection.engine import Projection, project
 from projection.errors import ProjtuneError
 from projection.flops import FlopsFormula
 from projection.framework_profile import FrameworkProfile
-from projection.hardware import HardwareSpec, load_hardware
+from projection.hardware import HardwareSpec
+from projection.job import hardware_of
 from projection.layout import effective_schedule
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
@@ -220,7 +221,7 @@ def restore_layer_costs(measurement: Measurement, model: ModelSpec, cluster: Clu
     """
     red = measurement.reduction
     target = analytic_layout(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
-    bench_hw = load_hardware(red.bench_cluster.gpu)
+    bench_hw = hardware_of(red.bench_cluster)
     if bench_profile is None and bench_hw.id == target.hardware.id:
         bench_profile = target.profile
     # Both sides take the target's framework multipliers: they (nearly) cancel in every ratio, and an
@@ -267,7 +268,7 @@ def project_measured(measurement: Measurement, model: ModelSpec, cluster: Cluste
         ProjtuneError: the measurement is of another model or lacks a layer kind of the target.
         IllegalLayoutError: the target layout is illegal (when ``check``).
     """
-    hardware = hardware or load_hardware(cluster.gpu)
+    hardware = hardware_of(cluster, hardware)
     warnings = _check(measurement, model, config, hardware)
     costs, bench, target = restore_layer_costs(measurement, model, cluster, config, hardware=hardware,
                                                profile=profile, framework=framework, tp_scaling=tp_scaling,

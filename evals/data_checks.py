@@ -32,6 +32,7 @@ from projection.device_profile import default_profile
 from projection.errors import ProjtuneError
 from projection.layout import ParallelDims, parallel_dims
 from projection.memory import GIB, project_memory
+from projection.memory_verdict import passes_screen
 
 # Dense (no sparsity) peak TFLOP/s per GPU by number format, from the vendors' datasheets
 # (NVIDIA A100/H100/H200/HGX B200/B300/GB200/GB300 NVL72, AMD Instinct MI300X/MI325X/
@@ -287,7 +288,7 @@ def _memory_fix(specs: RunSpecs, dims: ParallelDims) -> str:
     for change in changes:
         config = specs.config.model_copy(update=change)
         memory = project_memory(specs.model, specs.hardware, config, dims, default_profile(specs.hardware))
-        if memory.peak_bytes <= memory.capacity_bytes:
+        if passes_screen(memory.peak_bytes, memory.capacity_bytes, 0.0, memory.margins):  # the screen, no headroom
             what = " and ".join(f"{k} {v}" for k, v in change.items())
             return f"with {what} it needs {memory.peak_bytes / GIB:.0f} GiB, so the record probably lacks that"
     return "neither zero 1 nor full recompute makes it fit: the record lacks something else (offload, a layout key)"

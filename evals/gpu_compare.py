@@ -32,10 +32,10 @@ from bench.device_results import load_results, measurements, provenance, runtime
 from bench.measurement import Measurement, write_measurement
 from bench.restore import project_measured
 from evals.gpu_plan import DATA_DIR, DEV_FILES, PLAN_FILE, SLICE_KEYS, TRANSFER_GPUS
-from projection.device_profile import DeviceProfile, default_profile
+from projection.device_profile import DeviceProfile
 from projection.engine import project
 from projection.errors import ProjtuneError
-from projection.hardware import load_hardware
+from projection.job import resolve_device
 
 EFFICIENCIES = ("gemm_efficiency", "low_precision_gemm_efficiency", "attention_efficiency", "moe_efficiency",
                 "memory_efficiency", "kernel_overhead_s")
@@ -186,8 +186,7 @@ def compare(results_path: Path, *, plan_path: Path = PLAN_FILE, data_dir: Path =
     info = runtime_of(results)
     representative = bool(results.get("representative"))
     label = "GPU measurement" if representative else PLUMBING
-    hardware = load_hardware(info.hardware_id or plan.get("local_gpu", "h200"))
-    shipped = default_profile(hardware)
+    hardware, shipped = resolve_device(info.hardware_id or plan.get("local_gpu", "h200"))
     points = sweep_points(results)
     fitted = (device_profile(points, hardware, shipped, device_name=info.device_name, representative=representative)
               if points else shipped)
@@ -206,8 +205,7 @@ def compare(results_path: Path, *, plan_path: Path = PLAN_FILE, data_dir: Path =
     rows = _run_rows(local_runs, pairs, {"shipped": shipped, "fitted": fitted}, transfer=False, fitted_bench=fitted)
     transfer_rows = []
     for gpu in TRANSFER_GPUS:
-        target = load_hardware(gpu)
-        target_shipped = default_profile(target)
+        target, target_shipped = resolve_device(gpu)
         transfer_rows += _run_rows(_dev_runs(data_dir, target.id), pairs,
                                    {"target_shipped": target_shipped,
                                     "target_transferred": transferred_profile(target_shipped, fitted, shipped)},

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from evals.sweep_models import GPU_IDS, SweepFile, unknown_name_message
+from projection.vocabulary import RECOMPUTES
 
 _MIB_PER_GIB = 1024
 _WARMUP_LINES = 2           # skip at least this many logged iterations ...
@@ -341,7 +342,7 @@ def _titan_config(text: str) -> dict[str, Any]:
     elif training.get("mixed_precision_param") in ("bfloat16", "float16"):
         config["precision"] = "bf16" if training["mixed_precision_param"] == "bfloat16" else "fp16"
     mode = args.get("activation_checkpoint", {}).get("mode")
-    if mode in ("none", "selective", "full"):
+    if mode in RECOMPUTES:   # torchtitan's activation_checkpoint modes that are also sweep-format names
         config["recompute"] = mode
     if config.get("pp", 1) > 1 and par.get("pipeline_parallel_schedule") in _TITAN_SCHEDULES:
         config["pp_schedule"] = _TITAN_SCHEDULES[par["pipeline_parallel_schedule"]]

@@ -17,9 +17,10 @@ from projection.device_profile import DeviceProfile, default_profile
 from projection.engine import Projection, project
 from projection.errors import ProjtuneError
 from projection.flops import model_flops_per_step
-from projection.hardware import HardwareSpec, load_hardware
+from projection.hardware import HardwareSpec
+from projection.job import resolve_job
 from projection.memory import GIB
-from projection.model_spec import ModelSpec, load_model
+from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
 THROUGHPUT_METRICS = ("iteration_time_s", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "mfu")
@@ -56,17 +57,15 @@ def run_specs(sweep: LoadedSweep, run: LoadedRun, *, fill: dict[str, Any] | None
     Raises:
         ProjtuneError: unknown model/GPU, a bad model field, or a config the engine cannot take.
     """
-    model = load_model(sweep.sweep.model)
-    hardware = load_hardware(sweep.sweep.cluster.gpu)
     spec = sweep.sweep.cluster
-    cluster = Cluster(gpu=hardware.id, num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node,
+    job = resolve_job(sweep.sweep.model, spec.gpu, spec.num_gpus, gpus_per_node=spec.gpus_per_node,
                       nic_gbps=spec.nic_gbps, nics_per_node=spec.nics_per_node)
     values = {**(fill or {}), **run.config}
     try:
         config = TrainingConfig(**values)
     except ValueError as err:
         raise ProjtuneError(f"config not projectable: {err}") from err
-    return RunSpecs(model=model, hardware=hardware, cluster=cluster, config=config)
+    return RunSpecs(model=job.model, hardware=job.hardware, cluster=job.cluster, config=config)
 
 
 def projected_metrics(sweep: LoadedSweep, specs: RunSpecs, projection: Projection) -> dict[str, float]:

@@ -8,9 +8,13 @@ messages and per-run resilience live in `evals/sweep_file.py`.
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic.fields import FieldInfo
+
+from projection.training_config import TrainingConfig
 
 GPU_IDS: tuple[str, ...] = (
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
@@ -25,14 +29,6 @@ PRIMARY_METRICS: tuple[str, ...] = (
 
 REQUIRED_RUN_KEYS: tuple[str, ...] = ("mbs", "gbs", "seq_len")
 """Config keys without which a run is incomplete (spec: *Incomplete runs*)."""
-
-Precision = Literal["bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
-Recompute = Literal["none", "selective", "full"]
-PipelineSchedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
-Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed", "jax", "primus"]
-MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
-MoeRouting = Literal["balanced", "dropless", "token-drop"]
-Finetune = Literal["sft", "lora"]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -53,44 +49,55 @@ def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | lis
     return f"unknown {kind} '{name}' (allowed: {', '.join(choices)}{hint})"
 
 
-class ConfigKeys(BaseModel):
-    """Layout keys of a run (spec: *Config keys*); every key optional, unknown keys rejected."""
+SWEEP_FIELD_OVERRIDES: dict[str, tuple[Any, dict[str, Any], str]] = {
+    "recompute_modules": (
+        list[str], {},
+        "YAML gives a list, which the strict file model does not coerce to TrainingConfig's tuple; module names "
+        "are checked when the run is projected (TrainingConfig), with the allowed list",
+    ),
+    "recompute_num_layers": (
+        int, {"ge": 1},
+        "a file that recomputes 0 layers means recompute: none and must say so (TrainingConfig allows 0 as the "
+        "engine's no-layer case)",
+    ),
+}
+"""Sweep-file keys whose type or bound differs from TrainingConfig's, with the reason: (type, bounds, why)."""
 
-    model_config = _STRICT
+_BOUND_KINDS = (annotated_types.Ge, annotated_types.Gt, annotated_types.Le, annotated_types.Lt)
 
-    tp: int | None = Field(None, ge=1, description="Tensor parallel size (default 1).")
-    pp: int | None = Field(None, ge=1, description="Pipeline parallel size (default 1).")
-    cp: int | None = Field(None, ge=1, description="Context parallel size (default 1).")
-    ep: int | None = Field(None, ge=1, description="Expert parallel size (default 1).")
-    vpp: int | None = Field(None, ge=1, description="Virtual pipeline chunks per pipeline rank.")
-    dp: int | None = Field(
-        None, ge=1, description="Data parallel size; must equal num_gpus / (tp*pp*cp) if given."
-    )
-    etp: int | None = Field(None, ge=1, description="Expert tensor parallel size (MoE).")
-    mbs: int | None = Field(None, ge=1, description="Micro-batch size, sequences.")
-    gbs: int | None = Field(None, ge=1, description="Global batch size, sequences.")
-    seq_len: int | None = Field(None, ge=1, description="Sequence length, tokens.")
-    precision: Precision | None = Field(None, description="Training precision (default bf16).")
-    recompute: Recompute | None = Field(None, description="Activation recomputation.")
-    recompute_num_layers: int | None = Field(
-        None, ge=1, description="With full recompute: layers per pipeline stage that recompute."
-    )
-    recompute_modules: list[str] | None = Field(
-        None, description="With selective recompute: modules, e.g. [core_attn]."
-    )
-    sequence_parallel: bool | None = Field(None, description="Megatron sequence parallelism.")
-    zero: int | None = Field(
-        None, ge=0, le=3, description="0 DDP, 1 optimizer, 2 + gradients, 3 + parameters sharded."
-    )
-    fsdp_size: int | None = Field(None, ge=1, description="Sharding group size (HSDP) with zero 3.")
-    pp_schedule: PipelineSchedule | None = Field(None, description="Pipeline schedule.")
-    framework: Framework | None = Field(None, description="Training framework.")
-    moe_dispatcher: MoeDispatcher | None = Field(None, description="MoE token dispatcher.")
-    moe_routing: MoeRouting | None = Field(None, description="MoE routing mode.")
-    moe_capacity_factor: float | None = Field(
-        None, gt=0, le=64, description="With token-drop: expert capacity / balanced share of tokens."
-    )
-    finetune: Finetune | None = Field(None, description="Fine-tuning mode; none = pre-training.")
+
+def _optional(annotation: Any) -> Any:
+    """``annotation | None`` (unchanged when it already admits None)."""
+    return annotation if type(None) in get_args(annotation) else annotation | None
+
+
+def _bounds(info: FieldInfo) -> dict[str, Any]:
+    """The numeric bounds of a field as ``Field`` keyword arguments (ge, gt, le, lt)."""
+    out: dict[str, Any] = {}
+    for item in info.metadata:
+        if isinstance(item, _BOUND_KINDS):
+            name = type(item).__name__.lower()
+            out[name] = getattr(item, name)
+    return out
+
+
+def _config_key_fields() -> dict[str, Any]:
+    """Every TrainingConfig field as an optional, default-free sweep key with the same type and bounds."""
+    fields: dict[str, Any] = {}
+    for name, info in TrainingConfig.model_fields.items():
+        annotation, bounds = info.annotation, _bounds(info)
+        if name in SWEEP_FIELD_OVERRIDES:
+            annotation, bounds, _ = SWEEP_FIELD_OVERRIDES[name]
+        fields[name] = (_optional(annotation), Field(None, description=info.description or name, **bounds))
+    return fields
+
+
+ConfigKeys = create_model(
+    "ConfigKeys", __config__=_STRICT, __doc__=(
+        "Layout keys of a run (spec: *Config keys*): TrainingConfig's fields, every one optional (no defaults "
+        "filled in), unknown keys rejected, values not coerced; SWEEP_FIELD_OVERRIDES lists the differences."),
+    __module__=__name__, **_config_key_fields(),
+)
 
 
 CONFIG_KEYS: tuple[str, ...] = tuple(ConfigKeys.model_fields)

@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
-Fabric = Literal["nvswitch", "xgmi-mesh"]
+from projection.hardware import Fabric
 
 # Peer counts up to this are charged one latency step per peer in an all-to-all; beyond
 # it the per-peer steps grow as log2 because NCCL/RCCL post all peer sends in one group

@@ -17,11 +17,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.errors import ProjtuneError, UnknownNameError
+from projection.vocabulary import Precision
 
 Vendor = Literal["nvidia", "amd"]
 Family = Literal["ampere", "hopper", "blackwell", "blackwell-ultra", "cdna3", "cdna4"]
 Fabric = Literal["nvswitch", "xgmi-mesh"]
-Precision = Literal["bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
 GemmDtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 
 # Unit conversions: decimal prefixes for rates (datasheets quote TFLOP/s, TB/s, GB/s, Gbit/s

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
-from projection.training_config import PRECISIONS, Cluster, TrainingConfig
+from projection.training_config import Cluster, TrainingConfig
+from projection.vocabulary import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES, ZERO_LEVELS
 
 # Bounded work (issue 13): the pipeline simulator is linear in micro-batches x pp x vpp (a few
 # us and ~1.5 KB per op on one core where no steady-state shortcut applies: ZB-V, GPipe), so
@@ -24,6 +25,11 @@ from projection.training_config import PRECISIONS, Cluster, TrainingConfig
 MAX_MICROBATCHES = 16_384
 MAX_PIPELINE_OPS = 131_072
 MAX_ZBV_OPS = 32_768   # ZB-V's greedy order builder costs ~4x per op and has no steady-state shortcut
+# Axis ranges considered by legal_axes and the search (tools/candidates.py): CP up to 64 ranks, micro-batches
+# powers of two up to 16.  Modelling choices that bound the space, not framework limits.
+MAX_CP = 64
+MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
+MAX_MBS = MICRO_BATCH_SIZES[-1]
 
 
 def derived_dp(config: TrainingConfig, cluster: Cluster) -> int:
@@ -69,11 +75,8 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
     if c.sequence_parallel and c.tp > 1 and (c.seq_len // c.cp) % c.tp:
         reasons.append(f"seq_len/cp = {c.seq_len // c.cp} not divisible by tp={c.tp} (sequence parallel)")
     microbatches = c.gbs // (c.mbs * dp) if dp else 0
-    if dp and c.schedule == "interleaved" and c.pp > 1 and microbatches % c.pp:
-        reasons.append(f"interleaved schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} "
-                       f"to be a multiple of pp={c.pp} (Megatron-LM microbatch groups)")
-    elif dp and c.schedule in ("zbv", "zero-bubble") and c.pp > 1 and microbatches < c.pp:
-        reasons.append(f"{c.schedule} schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} >= pp={c.pp}")
+    if dp and (why := schedule_microbatch_violation(c.schedule, c.pp, microbatches)):
+        reasons.append(why)
     if dp and microbatches > MAX_MICROBATCHES:
         reasons.append(f"micro-batches per step gbs/(mbs*dp) = {microbatches} exceeds {MAX_MICROBATCHES} "
                        "(bounded work; raise mbs or lower gbs)")
@@ -99,6 +102,22 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         elif dp and (dp * c.cp) % c.fsdp_size:
             reasons.append(f"fsdp_size={c.fsdp_size} does not divide dp*cp = {dp * c.cp}")
     return reasons
+
+
+def schedule_microbatch_violation(schedule: str, pp: int, microbatches: int) -> str | None:
+    """Why ``microbatches`` per step do not suit the schedule on ``pp`` stages, or None.
+
+    Interleaved 1F1B needs a multiple of pp (Megatron-LM's microbatch groups); the zero-bubble
+    schedules need at least pp.  The one copy of the rule: legality and the search read it.
+    """
+    if pp <= 1:
+        return None
+    if schedule == "interleaved" and microbatches % pp:
+        return (f"interleaved schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} "
+                f"to be a multiple of pp={pp} (Megatron-LM microbatch groups)")
+    if schedule in ("zbv", "zero-bubble") and microbatches < pp:
+        return f"{schedule} schedule needs micro-batches per step gbs/(mbs*dp) = {microbatches} >= pp={pp}"
+    return None
 
 
 def _schedule_violations(c: TrainingConfig) -> list[str]:
@@ -138,26 +157,40 @@ class LegalAxes:
     pp_schedule: tuple[str, ...]
 
 
+def even_split(num_layers: int, stages: int) -> bool:
+    """Whether ``stages`` pipeline stages (or model chunks, pp*vpp) get equal layers, or equal after counting
+    embedding and loss as one layer each."""
+    return num_layers % stages == 0 or (stages > 1 and (num_layers + 2) % stages == 0)
+
+
 def even_pp_splits(num_layers: int, max_pp: int) -> list[int]:
     """PP degrees whose stages get equal layers, or equal after counting embedding and loss as one layer each."""
-    return [p for p in range(1, max_pp + 1) if num_layers % p == 0 or (p > 1 and (num_layers + 2) % p == 0)]
+    return [p for p in range(1, max_pp + 1) if even_split(num_layers, p)]
+
+
+def tp_degrees(model: ModelSpec, gpus_per_node: int) -> list[int]:
+    """TP degrees the model allows on its own: divide the attention heads (and KV heads unless MLA), fit a node."""
+    return [t for t in divisors(model.num_attention_heads)
+            if t <= gpus_per_node and (model.uses_mla or model.num_kv_heads % t == 0)]
+
+
+def cp_degrees(num_gpus: int, seq_len: int) -> list[int]:
+    """CP degrees up to MAX_CP that divide the GPU count and split seq_len in 2*cp (load-balanced causal CP)."""
+    return [c for c in divisors(num_gpus) if c <= MAX_CP and seq_len % (2 * c) == 0]
 
 
 def legal_axes(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, *, seq_len: int = 4096,
-               max_mbs: int = 16) -> LegalAxes:
+               max_mbs: int = MAX_MBS) -> LegalAxes:
     """Return the legal values of each parallel/batch/precision axis for this model and cluster."""
     n = cluster.num_gpus
-    tp = [d for d in divisors(model.num_attention_heads)
-          if d <= cluster.gpus_per_node and n % d == 0
-          and (model.uses_mla or model.num_kv_heads % d == 0)]
+    tp = [d for d in tp_degrees(model, cluster.gpus_per_node) if n % d == 0]
     pp = [p for p in even_pp_splits(model.num_layers, min(model.num_layers, n)) if n % p == 0]
     vpp = [v for v in range(1, 17) if any(p * v <= model.num_layers and p > 1 for p in pp)] or [1]
-    cp = [c for c in divisors(n) if c <= 64 and seq_len % (2 * c) == 0] if seq_len > 1 else [1]
+    cp = cp_degrees(n, seq_len) if seq_len > 1 else [1]
     ep = [e for e in divisors(model.num_experts) if n % e == 0] if model.is_moe else [1]
-    mbs = [m for m in (1, 2, 4, 8, 16) if m <= max_mbs]
+    mbs = [m for m in MICRO_BATCH_SIZES if m <= max_mbs]
     precision = [p for p in PRECISIONS if p in hardware.supported_precisions]
     return LegalAxes(
         tp=tuple(tp), pp=tuple(pp), vpp=tuple(vpp), cp=tuple(cp), ep=tuple(ep), mbs=tuple(mbs),
-        precision=tuple(precision), recompute=("none", "selective", "full"), zero=(0, 1, 2, 3),
-        pp_schedule=("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"),
+        precision=tuple(precision), recompute=RECOMPUTES, zero=ZERO_LEVELS, pp_schedule=PIPELINE_SCHEDULES,
     )

@@ -47,7 +47,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import accumulate
+from itertools import accumulate, chain, repeat
+from operator import itemgetter
 
 from projection.activations import (
     ActivationContext,
@@ -291,19 +292,17 @@ def _layer_tables_for(model: ModelSpec, ctx: ActivationContext) -> _LayerTables:
     """Tables of one (model, activation context): shared by every layout that differs elsewhere."""
     no_recompute = replace(ctx, recompute_modules=frozenset(), op_sac=False)
     by_kind: dict[tuple[bool, int], tuple[float, float]] = {}
-    kept: list[float] = []
-    rebuilt: list[float] = []
     moe_layers, windows = model.moe_layers, model.attention_windows
-    for layer in range(model.num_layers):
-        kind = (bool(moe_layers[layer]), windows[layer] if windows else 0)
-        pair = by_kind.get(kind)
-        if pair is None:
+    n = model.num_layers
+    kinds = list(zip(map(bool, moe_layers[:n]), windows[:n] if windows else repeat(0, n), strict=True))
+    for layer, kind in enumerate(kinds):      # the first layer of each kind computes its bytes
+        if kind not in by_kind:
             keep = layer_activation_bytes(model, layer, ctx)
-            pair = by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
-        kept.append(pair[0])
-        rebuilt.append(pair[1])
-    prefix = list(accumulate(kept, initial=0.0))   # same additions, in the same order
-    return _LayerTables(ctx=ctx, kept=tuple(kept), kept_prefix=tuple(prefix), rebuilt=tuple(rebuilt),
+            by_kind[kind] = (keep, layer_activation_bytes(model, layer, no_recompute) - keep)
+    pairs = list(map(by_kind.__getitem__, kinds))
+    kept = tuple(map(itemgetter(0), pairs))
+    prefix = tuple(accumulate(kept, initial=0.0))   # same additions, in the same order
+    return _LayerTables(ctx=ctx, kept=kept, kept_prefix=prefix, rebuilt=tuple(map(itemgetter(1), pairs)),
                         full_input=full_recompute_layer_bytes(model, ctx))
 
 
@@ -336,7 +335,10 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Pa
 
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
                  rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8) -> StageMemory:
-    """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain)."""
+    """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain).
+
+    The readable one-rank form; :func:`project_memory` runs its every-rank twin :func:`_stage_memories`.
+    """
     tables = tables or _layer_tables(model, config)
     traits = memory_traits(config.framework)
     ctx = tables.ctx
@@ -397,6 +399,97 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     )
 
 
+def _stage_memories(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
+                    tables: _LayerTables, scale_up_gpus: int) -> tuple[StageMemory, ...]:
+    """:func:`stage_memory` of every rank, bit for bit, in one pass (the two must change together:
+    tests/projection/test_memory_every_rank.py compares every field on random layouts).
+
+    What every rank shares (traits, shards, schedule, the embedding and loss bytes, the dispatch buffer of
+    an MoE stage) is computed once and the per-rank arithmetic is inlined, in the same order of IEEE
+    operations as :func:`stage_memory`; ranks holding the same sequence of layer kinds share their
+    parameter counts and states (:func:`stage_params` sums them layer by layer: equal sequences, equal sums).
+    """
+    traits = memory_traits(config.framework)
+    ctx = tables.ctx
+    pp, vpp, m = dims.pp, dims.vpp, dims.num_microbatches
+    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp)
+    schedule = effective_schedule(config)
+    peak_in_flight_closed_form(schedule, pp, vpp, m, 0)            # validates the shape once (raises like stage_memory)
+    param_table = layer_param_table(model)
+    prefix, full_input = tables.kept_prefix, tables.full_input
+    recompute = config.recompute
+    rebuilt_table = tables.kept if recompute == "full" else tables.rebuilt
+    dense_shard, expert_shard = _shards(config, dims)
+    zero3, lora_fp8 = config.zero >= 3, config.finetune == "lora" and config.is_low_precision
+    moe_layers, is_moe = model.moe_layers, model.is_moe
+    dispatch = {has: moe_dispatch_buffer_bytes(model, config, dims, has, scale_up_gpus) for has in (False, True)}
+    workspace = profile.memory_overhead_gib * GIB if traits.caching_allocator else 0.0
+    fragmentation = profile.memory_fragmentation
+    embed_bytes = embedding_activation_bytes(model, ctx)
+    loss_bytes = traits.loss_bytes_per_logit or framework_profile(config.framework).loss_bytes_per_logit
+    loss_buffer = output_activation_bytes(model, ctx, loss_bytes)   # logits and their gradient (last rank)
+    group = None if schedule != "interleaved" else pp
+    states_by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
+    stages: list[StageMemory] = []
+    for rank, chunks in enumerate(chunks_by_rank):
+        layers = tuple(chain.from_iterable(chunks))     # = _stage_layers(...): every layer of the rank, in order
+        first, last = rank == 0, rank == pp - 1
+        kinds = (first, last, *map(id, map(param_table.__getitem__, layers)))
+        states = states_by_kinds.get(kinds)
+        if states is None:
+            params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, pp, first, last)
+            states = states_by_kinds[kinds] = _states(params, config, dims, traits)
+        weights, grads, optimizer, fp8 = states
+        stage_layer_count = len(layers)
+        total_chunk_bytes = 0.0
+        position = 0
+        for chunk in chunks:
+            if not chunk:
+                continue
+            # recomputed_layers is 0 without full recompute: skip the call
+            full = recomputed_layers(config, chunk, stage_layer_count, position) if recompute == "full" else 0
+            total_chunk_bytes += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * full_input
+            position += len(chunk)
+        in_flight = _in_flight(schedule, pp, vpp, m, rank, group)
+        activations = in_flight * total_chunk_bytes / len(chunks)
+        if first:
+            activations += min(in_flight, m) * embed_bytes / vpp
+        buffers = 0.0
+        if last:
+            buffers += loss_buffer
+        if recompute != "none" and layers:
+            buffers += max(rebuilt_table[layer] for layer in layers)
+        if zero3 and layers:
+            buffers += 2 * BF16_BYTES * max(
+                (param_table[layer].attention + param_table[layer].mlp + param_table[layer].shared_experts) / dims.tp
+                * (1 - 1 / dense_shard) + param_table[layer].experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard)
+                for layer in layers)
+        if lora_fp8 and layers:
+            buffers += max((param_table[layer].attention + param_table[layer].mlp + param_table[layer].shared_experts)
+                           / dims.tp + param_table[layer].experts / (dims.ep * dims.etp) for layer in layers)
+        buffers += dispatch[is_moe and any(moe_layers[layer] for layer in layers)]
+        allocator = fragmentation * (activations + buffers) if traits.caching_allocator else 0.0
+        stages.append(StageMemory(
+            rank=rank, layers=stage_layer_count, weights_bytes=weights, gradients_bytes=grads,
+            optimizer_bytes=optimizer, fp8_copies_bytes=fp8, activations_bytes=activations, transient_bytes=buffers,
+            workspace_bytes=workspace, allocator_bytes=allocator, microbatches_in_flight=in_flight / vpp,
+        ))
+    return tuple(stages)
+
+
+def _in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int, group: int | None) -> int:
+    """:func:`projection.pipeline.peak_in_flight_closed_form` without its argument checks (done once per layout)."""
+    if schedule in ("1f1b", "zero-bubble"):
+        return min(pp - rank, m)
+    if schedule == "gpipe":
+        return m
+    if schedule == "zbv":
+        return min(m + 1 + rank, 2 * m, 2 * pp)
+    total = m * vpp
+    num_warmup = (pp - rank - 1) * 2 + (vpp - 1) * (group or pp)
+    return total if num_warmup >= total else num_warmup + 1
+
+
 def usable_capacity_bytes(hardware: HardwareSpec, config: TrainingConfig) -> float:
     """HBM the framework's allocator can hand out (all of it for PyTorch, the BFC share for XLA)."""
     return hardware.hbm_capacity_bytes * memory_traits(config.framework).usable_fraction
@@ -410,9 +503,7 @@ def memory_verdict(peak_bytes: float, capacity_bytes: float, margins: MemoryMarg
 def project_memory(model: ModelSpec, hardware: HardwareSpec, config: TrainingConfig, dims: ParallelDims,
                    profile: DeviceProfile, margins: MemoryMargins = SHIPPED_MARGINS) -> MemoryResult:
     """Memory of every pipeline rank (all ``pp`` of them); the verdict uses the heaviest."""
-    tables = _layer_tables(model, config)
-    stages = tuple(stage_memory(model, config, dims, profile, rank, tables, scale_up_gpus=hardware.scale_up_domain_gpus)
-                   for rank in range(dims.pp))
+    stages = _stage_memories(model, config, dims, profile, _layer_tables(model, config), hardware.scale_up_domain_gpus)
     usable = usable_capacity_bytes(hardware, config)
     peak = max(s.total_bytes for s in stages)
     return MemoryResult(stages=stages, capacity_bytes=usable, verdict=verdict(peak, usable, margins),

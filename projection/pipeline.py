@@ -62,6 +62,16 @@ class StageTimes:
             if not (min(values) >= 0.0 and math.isfinite(sum(values))):
                 raise ValueError(f"{name} must be finite and >= 0, got {values}")
 
+    @classmethod
+    def trusted(cls, *, forward_s: tuple[float, ...], backward_input_s: tuple[float, ...],
+                backward_weight_s: tuple[float, ...]) -> StageTimes:
+        """Build without the per-instance checks: for a caller that checked every value (finite, >= 0) in bulk."""
+        stage = object.__new__(cls)
+        object.__setattr__(stage, "forward_s", forward_s)
+        object.__setattr__(stage, "backward_input_s", backward_input_s)
+        object.__setattr__(stage, "backward_weight_s", backward_weight_s)
+        return stage
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PipelineResult:

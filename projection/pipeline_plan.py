@@ -18,15 +18,16 @@ greedy and the graph compiler share one op encoding.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Literal
 
 import numpy as np
 
-Schedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
-SCHEDULES: tuple[Schedule, ...] = ("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe")
+from projection.vocabulary import PIPELINE_SCHEDULES, PipelineSchedule
+
+Schedule = PipelineSchedule                      # the closed set lives in projection/vocabulary.py
+SCHEDULES: tuple[Schedule, ...] = PIPELINE_SCHEDULES
 
 # Op kinds. BW is B and W run back to back (every schedule but the zero-bubble ones).
 _F, _B, _W, _BW = 0, 1, 2, 3
@@ -411,6 +412,129 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     )
 
 
+def _one_f_one_b_table(schedule: Schedule, pp: int, vpp: int, m: int, group: int
+                       ) -> tuple[np.ndarray, np.ndarray, int, list[int]]:
+    """(microbatch, chunk) of each forward-table entry, the table's length and each rank's warm-up forwards.
+
+    The forward order of :func:`_order_interleaved` (:func:`_interleaved_table`) and :func:`_order_1f1b`
+    (chunk 0 only), as :func:`_rank_arrays` builds it.
+    """
+    if schedule == "interleaved":
+        full, per = m // group, group * vpp
+        e = np.arange(full * per, dtype=np.int64)
+        table_mb, table_c = (e // per) * group + e % group, (e % per) // group
+        rest = m - full * group
+        if rest:
+            e = np.arange(rest * vpp, dtype=np.int64)
+            table_mb = np.concatenate([table_mb, full * group + e % rest])
+            table_c = np.concatenate([table_c, e // rest])
+        total = m * vpp
+        return table_mb, table_c, total, [min((pp - r - 1) * 2 + (vpp - 1) * group, total) for r in range(pp)]
+    return np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64), m, [min(pp - r - 1, m) for r in range(pp)]
+
+
+def _one_f_one_b_rank(done: list[int | None], ends: list[int], r: int, keys_f: list[int], keys_b: list[int],
+                      times_f: Sequence[int], times_b: Sequence[int], warmup: int, p2p: int) -> Iterator[int]:
+    """Run rank r of 1f1b / interleaved: its warm-up forwards, then F and B+W pairs, then the cool-down B+W.
+
+    Yields the done key it waits for whenever its next input is not done (and resumes when it is);
+    stores its end in ``ends[r]``.  Keys (see :func:`_direct_one_f_one_b`): its F of table entry e is
+    ``keys_f[e] + 3r`` and reads the key 3 below, its B+W ``keys_b[e] + 3r`` and reads the key 3 above.
+    """
+    t = 0
+    off = 3 * r
+    total = len(keys_f)
+    for e in range(warmup):
+        key = keys_f[e] + off
+        f = done[key - 3]
+        while f is None:
+            yield key - 3
+            f = done[key - 3]
+        t = (t if t > f else f) + times_f[e]
+        done[key] = t + p2p
+    for e in range(total - warmup):
+        key = keys_f[warmup + e] + off
+        f = done[key - 3]
+        while f is None:
+            yield key - 3
+            f = done[key - 3]
+        t = (t if t > f else f) + times_f[warmup + e]
+        done[key] = t + p2p
+        key = keys_b[e] + off
+        f = done[key + 3]
+        while f is None:
+            yield key + 3
+            f = done[key + 3]
+        t = (t if t > f else f) + times_b[e]
+        done[key] = t + p2p
+    for e in range(total - warmup, total):
+        key = keys_b[e] + off
+        f = done[key + 3]
+        while f is None:
+            yield key + 3
+            f = done[key + 3]
+        t = (t if t > f else f) + times_b[e]
+        done[key] = t + p2p
+    ends[r] = t
+
+
+def _picker(indices: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
+    """``seq -> tuple(seq[i] for i in indices)``, in C (itemgetter returns a bare item for one index)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda seq: (seq[only],)
+    return itemgetter(*indices)
+
+
+def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int
+                        ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+    """:func:`_simulate_direct` of 1f1b and interleaved, without per-op arrays: each rank runs as a generator.
+
+    Done keys (mb*(pp*vpp + 2) + vs + 1)*3 + slot (F 0, B+W 1) pad each microbatch with a virtual stage
+    -1 and pp*vpp that are never written and hold 0: then every F reads the key 3 below its own (the F
+    one virtual stage before, or nothing on stage 0) and every B+W the key 3 above (the B one stage
+    after, or on the last stage nothing: its input is its own F on the same rank, earlier).  With
+    pp > 1 every other input is on the next or previous rank, so a blocked rank is resumed after one
+    of its two neighbours ran.  Peaks: w warm-up forwards, then one F and one B+W per step, so
+    min(w + 1, table length) in flight; no W waits.
+    """
+    table_mb, table_c, total, warmups = _one_f_one_b_table(schedule, pp, vpp, m, group)
+    back_c = vpp - 1 - table_c
+    stride = pp * vpp + 2
+    keys_f = ((table_mb * stride + table_c * pp + 1) * 3).tolist()
+    keys_b = ((table_mb * stride + back_c * pp + 1) * 3 + 1).tolist()
+    done: list[int | None] = [None] * (m * stride * 3)
+    for mb in range(m):                    # the padding stages: F and B slots of vs -1 and pp*vpp
+        low, high = mb * stride * 3, (mb * stride + stride - 1) * 3
+        done[low] = done[low + 1] = done[high] = done[high + 1] = 0
+    ends = [0] * pp
+    latency = p2p if pp > 1 else 0         # pp = 1: every input on the same rank
+    pick_f, pick_b = _picker(table_c.tolist()), _picker(back_c.tolist())   # a rank's chunk times -> per entry
+    runs = []
+    for r in range(pp):
+        row = durations[r * vpp * _NUM_KINDS:(r + 1) * vpp * _NUM_KINDS]
+        runs.append(_one_f_one_b_rank(done, ends, r, keys_f, keys_b, pick_f(row[_F::_NUM_KINDS]),
+                                      pick_b(row[_BW::_NUM_KINDS]), warmups[r], latency))
+    waits: list[int | None] = [None] * pp        # the key a rank waits for
+    finished = [False] * pp
+    # the next rank is pushed last, so it runs first: it takes the forwards just made (fewer resumes)
+    neighbours = [((r - 1) % pp, (r + 1) % pp) for r in range(pp)]
+    ready = list(range(pp - 1, -1, -1))
+    while ready:
+        r = ready.pop()
+        k = waits[r]
+        if finished[r] or (k is not None and done[k] is None):
+            continue
+        waits[r] = next(runs[r], None)
+        finished[r] = waits[r] is None
+        for other in neighbours[r]:
+            k = waits[other]
+            if k is not None and done[k] is not None:
+                ready.append(other)
+    assert all(finished), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+    return max(ends), tuple(min(w + 1, total) for w in warmups), (0,) * pp
+
+
 def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int
                      ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Return (makespan, peak in flight, peak pending W) in one drain that times each op as it is placed.
@@ -419,55 +543,53 @@ def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     max(its rank's previous op, its input + p2p when that ran on another rank) + its time, on the
     same exact integers), without building a plan: cheaper for a shape seen once (a cold
     projection); a shape seen again compiles its plan, which later runs reuse.  Same results
-    (tests/projection/test_pipeline_direct.py).
+    (tests/projection/test_pipeline_direct.py).  Two rewrites of that recurrence, both exact: an input
+    on the same rank ran earlier on it, so it never ends after the rank's previous op and is dropped
+    (read as the key -1); every other input is on another rank, so each op stores its end + p2p, the
+    time its output reaches a reader.
     """
+    if schedule in ("1f1b", "interleaved"):
+        return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p)
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    # finish time of each done key (None: not yet); the extra last slot, read by the key -1 of an
-    # op without input, holds 0 (such an op never crosses ranks, so it adds no latency)
+    dep_keys = np.where(crosses, dep_keys, -1)
+    in_flight, pending_w = _peaks_arrays(kind)
+    # when each done key's output reaches another rank (its end + p2p; None: not done yet); the extra
+    # last slot, read by the key -1 (no input from another rank), holds 0
     done: list[int | None] = [None] * (m * pp * vpp * 3) + [0]
-    extra = np.asarray([0, p2p], dtype=object)[crosses.astype(np.int64)].tolist()   # exact Python ints
-    times = np.asarray(durations, dtype=object)[dur_keys].tolist()
-    # each rank resumes its own iterator over (input key, latency, time, own key); a blocked op waits in `held`
-    ops = [zip(d, x, t, o, strict=True)
-           for d, x, t, o in zip(dep_keys.tolist(), extra, times, own_keys.tolist(), strict=True)]
-    held: list[tuple[int, int, int, int] | None] = [None] * pp
+    times = np.asarray(durations, dtype=object)[dur_keys].tolist()       # exact Python ints
+    # each rank resumes its own iterator over (input key, time, own key); a blocked op waits in `held`
+    ops = [zip(d, t, o, strict=True) for d, t, o in zip(dep_keys.tolist(), times, own_keys.tolist(), strict=True)]
+    held: list[tuple[int, int, int] | None] = [None] * pp
     last = [0] * pp
-    waiting: list[list[int] | None] = [None] * len(done)    # ranks blocked on each done key
+    # the rank blocked on each done key, -1: none (a key is the input of at most one op on another rank)
+    waiting = [-1] * len(done)
     ready = list(range(pp - 1, -1, -1))
+    wake = ready.append
     while ready:
         r = ready.pop()
         t = last[r]
         op = held[r]
         if op is not None:                    # woken: its input is done now
-            held[r] = None
-            k, x, d, own = op
-            f = done[k] + x                   # type: ignore[operator]
-            t = (t if t > f else f) + d
-            done[own] = t
-            woken = waiting[own]
-            if woken is not None:
-                waiting[own] = None
-                ready += woken
-        for k, x, d, own in ops[r]:
+            k, d, own = op
+            f = done[k]
+            t = (t if t > f else f) + d       # type: ignore[operator]
+            done[own] = t + p2p
+            if waiting[own] >= 0:
+                wake(waiting[own])
+        for k, d, own in ops[r]:
             f = done[k]
             if f is None:
-                blocked = waiting[k]
-                if blocked is None:
-                    waiting[k] = [r]
-                else:
-                    blocked.append(r)
-                held[r] = (k, x, d, own)
+                waiting[k] = r
+                held[r] = (k, d, own)
                 break
-            f += x
             t = (t if t > f else f) + d
-            done[own] = t
-            woken = waiting[own]
-            if woken is not None:
-                waiting[own] = None
-                ready += woken
+            done[own] = t + p2p
+            if waiting[own] >= 0:
+                wake(waiting[own])
+        else:
+            held[r] = None
         last[r] = t
     assert all(op is None for op in held), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    in_flight, pending_w = _peaks_arrays(kind)
     return max(last), in_flight, pending_w
 
 
@@ -494,7 +616,7 @@ def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], in
     p2p_num, p2p_den = p2p_s.as_integer_ratio()
     den = max(p2p_den, max(d for _, d in ratios.values()))
     scaled = {value: n * (den // d) for value, (n, d) in ratios.items()}
-    return [scaled[d] for d in durations], p2p_num * (den // p2p_den), den
+    return list(map(scaled.__getitem__, durations)), p2p_num * (den // p2p_den), den
 
 
 def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:

@@ -7,17 +7,27 @@ model or the cluster (divisibility, memory) live in :mod:`projection.legality`.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Precision = Literal["bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4"]
-Recompute = Literal["none", "selective", "full"]
-PipelineSchedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
-Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed", "jax", "primus"]
+from projection.vocabulary import (
+    DEFAULT_RECOMPUTE_MODULES,
+    LOW_PRECISIONS,
+    PRECISIONS,
+    RECOMPUTE_MODULES,
+    Finetune,
+    Framework,
+    MoeDispatcher,
+    MoeRouting,
+    PipelineSchedule,
+    Precision,
+    Recompute,
+)
 
-PRECISIONS: tuple[str, ...] = ("bf16", "fp16", "fp8", "fp8-blockwise", "mxfp8", "nvfp4")
-LOW_PRECISIONS: frozenset[str] = frozenset({"fp8", "fp8-blockwise", "mxfp8", "nvfp4"})
+__all__ = [  # the vocabulary names are re-exported: callers import them from here or projection.vocabulary
+    "FIELD_EFFECTS", "JOB", "LOW_PRECISIONS", "MAX_DEGREE", "MAX_GBS", "MAX_GPUS", "MAX_GPUS_PER_NODE", "MAX_SEQ_LEN",
+    "MICROBATCH_WORK", "PRECISIONS", "RECOMPUTE_KNOB", "RECOMPUTE_MODULES", "STATIC_MEMORY", "Cluster", "Framework",
+    "PipelineSchedule", "Precision", "Recompute", "TrainingConfig", "fields_with", "fields_without",
+]
 # Upper bounds on accepted inputs (issue 13, "bounded work"): with them one projection takes
 # <= 1 s and << 1 GiB on one CPU core (benchmarks/fuzz.py checks the worst cases).  They sit
 # well above any published job: the largest single training jobs run on ~100k GPUs (xAI
@@ -30,9 +40,6 @@ MAX_GPUS_PER_NODE = 576
 MAX_GBS = 1_048_576
 MAX_SEQ_LEN = 4_194_304
 MAX_DEGREE = MAX_GPUS        # any single parallel degree or micro-batch size
-RECOMPUTE_MODULES: tuple[str, ...] = (
-    "core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj",
-)
 
 
 class TrainingConfig(BaseModel):
@@ -60,7 +67,7 @@ class TrainingConfig(BaseModel):
         default=None, ge=0, description="With full recompute: layers per pipeline stage that recompute; None = all."
     )
     recompute_modules: tuple[str, ...] = Field(
-        default=("core_attn",), description=f"With selective recompute: modules from {RECOMPUTE_MODULES}."
+        default=DEFAULT_RECOMPUTE_MODULES, description=f"With selective recompute: modules from {RECOMPUTE_MODULES}."
     )
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params sharded.")
@@ -70,8 +77,8 @@ class TrainingConfig(BaseModel):
         default=None, description="None = 'interleaved' if vpp > 1 else '1f1b'."
     )
     framework: Framework | None = None
-    moe_dispatcher: Literal["alltoall", "allgather", "deepep"] = "alltoall"
-    moe_routing: Literal["balanced", "dropless", "token-drop"] = "dropless"
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    moe_routing: MoeRouting = "dropless"
     moe_capacity_factor: float | None = Field(
         default=None, gt=0, le=64,
         description=(
@@ -80,7 +87,7 @@ class TrainingConfig(BaseModel):
             "full padded capacity. None = dropless."
         ),
     )
-    finetune: Literal["sft", "lora"] | None = None
+    finetune: Finetune | None = None
 
     @model_validator(mode="after")
     def _check_modules(self) -> TrainingConfig:
@@ -98,10 +105,70 @@ class TrainingConfig(BaseModel):
             return self.pp_schedule
         return "interleaved" if self.vpp > 1 else "1f1b"
 
+    def data_parallel(self, num_gpus: int) -> int:
+        """The data-parallel degree on ``num_gpus``: ``dp`` when given, else num_gpus // (tp*pp*cp) (floor division;
+        :func:`projection.legality.layout_violations` says when it does not divide)."""
+        return self.dp or num_gpus // (self.tp * self.pp * self.cp)
+
     @property
     def is_low_precision(self) -> bool:
         """Whether GEMMs run in an 8- or 4-bit recipe."""
         return self.precision in LOW_PRECISIONS
+
+
+STATIC_MEMORY = "static_memory"
+"""Weights, gradients, optimizer states, FP8 copies, workspace or the usable capacity depend on the field
+(:attr:`projection.memory.StageMemory.static_bytes`, :func:`projection.memory.usable_capacity_bytes`)."""
+MICROBATCH_WORK = "microbatch_work"
+"""The per-micro-batch stage times (projection/engine.py ``_stage_times``, projection/workload.py) read it."""
+RECOMPUTE_KNOB = "recompute"
+"""The field says what is recomputed: layouts differing only in these form a recompute group (tools/search_core.py)."""
+JOB = "job"
+"""Set by the job, not by its layout: a search carries the job's value on every candidate (tools/candidates.py)."""
+
+FIELD_EFFECTS: dict[str, frozenset[str]] = {
+    # Static-memory fields first: their order is the order of the sharding key (tools/search_core.py), which
+    # also orders the search's work between tasks.
+    "tp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "pp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "vpp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "cp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "ep": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "etp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "dp": frozenset({STATIC_MEMORY}),
+    "zero": frozenset({STATIC_MEMORY}),
+    "fsdp_size": frozenset({STATIC_MEMORY}),
+    "precision": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "finetune": frozenset({STATIC_MEMORY, MICROBATCH_WORK, JOB}),
+    "framework": frozenset({STATIC_MEMORY, MICROBATCH_WORK, JOB}),
+    "mbs": frozenset({MICROBATCH_WORK}),
+    "gbs": frozenset({JOB}),
+    "seq_len": frozenset({MICROBATCH_WORK, JOB}),
+    "recompute": frozenset({RECOMPUTE_KNOB, MICROBATCH_WORK}),
+    "recompute_num_layers": frozenset({RECOMPUTE_KNOB, MICROBATCH_WORK}),
+    "recompute_modules": frozenset({RECOMPUTE_KNOB, MICROBATCH_WORK}),
+    "sequence_parallel": frozenset({MICROBATCH_WORK}),
+    "pp_schedule": frozenset({MICROBATCH_WORK}),
+    "moe_dispatcher": frozenset({MICROBATCH_WORK}),
+    "moe_routing": frozenset({MICROBATCH_WORK, JOB}),
+    "moe_capacity_factor": frozenset({MICROBATCH_WORK, JOB}),
+}
+"""What each TrainingConfig field affects, declared once; the search's grouping and cache keys derive from it.
+
+Every field must be classified (tests/projection/test_vocabulary.py): a field left out would silently drop
+from the keys and merge layouts that differ in it.  Static memory was read off projection/memory.py
+(``_states``, ``_shards``, ``stage_params``, ``memory_traits(framework)``); the fields the stage times do not
+read (dp, gbs, zero, fsdp_size) off projection/engine.py ``_stage_times``."""
+
+
+def fields_with(effect: str) -> tuple[str, ...]:
+    """TrainingConfig fields that have ``effect``, in :data:`FIELD_EFFECTS` order."""
+    return tuple(name for name, effects in FIELD_EFFECTS.items() if effect in effects)
+
+
+def fields_without(effect: str) -> tuple[str, ...]:
+    """TrainingConfig fields that lack ``effect``, in :data:`FIELD_EFFECTS` order."""
+    return tuple(name for name, effects in FIELD_EFFECTS.items() if effect not in effects)
 
 
 class Cluster(BaseModel):

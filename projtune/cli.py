@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from projtune.commands import project_cmd
+from projtune.commands import agent_cmd, bench_cmd, diagnose_cmd, eval_cmd, project_cmd, search_cmd
 
 app = typer.Typer(
     name="projtune",
@@ -17,21 +17,8 @@ app.command("project")(project_cmd.project_command)
 app.command("memory")(project_cmd.memory_command)
 
 
-def _register_optional() -> None:
-    """Register command groups that live in their own modules (each may be absent while in development)."""
-    import importlib
-
-    for module_name in ("catalog_cmd", "eval_cmd", "search_cmd", "agent_cmd", "bench_cmd", "diagnose_cmd"):
-        try:
-            module = importlib.import_module(f"projtune.commands.{module_name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"projtune.commands.{module_name}":
-                raise
-            continue
-        module.register(app)
-
-
-_register_optional()
+for _commands in (eval_cmd, search_cmd, agent_cmd, bench_cmd, diagnose_cmd):
+    _commands.register(app)
 
 
 def main() -> None:

@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 
 from projection.errors import ProjtuneError
-from projection.hardware import HardwareSpec, load_hardware
-from projection.model_spec import ModelSpec, load_model
+from projection.hardware import HardwareSpec
+from projection.job import resolve_job
+from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
 CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node")
@@ -47,9 +48,9 @@ def build_layout(values: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec, Clust
         raise ProjtuneError("no GPU given: use --gpu ID (see `projtune hardware`) or a layout file")
     if "num_gpus" not in values:
         raise ProjtuneError("no GPU count given: use --gpus N or a layout file")
-    model = load_model(values.pop("model"))
-    hardware = load_hardware(str(values["gpu"]))
-    cluster = Cluster(**{k: values.pop(k) for k in CLUSTER_KEYS if k in values} | {"gpu": hardware.id})
+    given = {k: values.pop(k) for k in CLUSTER_KEYS if k in values}
+    job = resolve_job(values.pop("model"), str(given.pop("gpu")), given.pop("num_gpus"), **given)
+    model, hardware, cluster = job.model, job.hardware, job.cluster
     if isinstance(values.get("recompute_modules"), str):
         values["recompute_modules"] = tuple(m for m in values["recompute_modules"].split(",") if m)
     config = TrainingConfig(**values)

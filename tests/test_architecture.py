@@ -80,6 +80,70 @@ def test_no_importlib_discovery_between_project_packages() -> None:
                         and node.func.attr == "import_module" and node.args
                         and isinstance(node.args[0], ast.Constant | ast.JoinedStr)):
                     text = ast.unparse(node.args[0])
-                    if any(text.strip("'\"f").startswith(p) for p in LAYERS if p != "projtune"):
+                    if any(text.strip("'\"f").startswith(p) for p in LAYERS):
                         offenders.append(f"{path.relative_to(ROOT)}: {text}")
     assert offenders == [], offenders
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> project modules it imports (any import statement, inside functions and TYPE_CHECKING too).
+
+    ``from package import name`` counts as an import of ``package.name`` when that is a module.
+    """
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for package in LAYERS for p in sorted((ROOT / package).rglob("*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets: set[str] = set()
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = module.split(".")
+                    base = parts[: len(parts) - node.level + (1 if is_package else 0)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                targets.add(source)
+                targets.update(f"{source}.{alias.name}" for alias in node.names)
+        graph[module] = {t for t in targets if t in modules and t != module
+                         and not module.startswith(t + ".") and not (is_package and t.startswith(module + "."))}
+    return graph
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No two project modules import each other, directly or through others (package __init__ re-exports aside)."""
+    graph = _module_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:          # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    assert cycles == [], f"module import cycles: {cycles}"

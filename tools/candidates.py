@@ -36,24 +36,36 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from projection.hardware import HardwareSpec
-from projection.legality import divisors, even_pp_splits
+from projection.legality import (
+    MICRO_BATCH_SIZES,
+    cp_degrees,
+    divisors,
+    even_pp_splits,
+    even_split,
+    schedule_microbatch_violation,
+    tp_degrees,
+)
 from projection.model_spec import ModelSpec
-from projection.training_config import Cluster, TrainingConfig
+from projection.training_config import JOB, Cluster, TrainingConfig, fields_with
+from projection.vocabulary import (
+    DEFAULT_RECOMPUTE_MODULES,
+    PRECISIONS,
+    RECOMPUTE_LEVEL,
+    RECOMPUTES,
+    SEARCHED_FP8_RECIPES,
+)
 from tools.constraints import Constraints
 
 CP_MIN_SEQ_LEN = 16384            # CP is searched from this sequence length on (or when constrained)
-MAX_CP = 64                       # largest CP degree considered (as projection.legality.legal_axes)
-MAX_MBS = 16                      # largest micro-batch considered (as projection.legality.legal_axes)
-FP8_RECIPES = ("fp8", "fp8-blockwise", "mxfp8")
+FP8_RECIPES = SEARCHED_FP8_RECIPES
 FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
-DEFAULT_MODULES: tuple[str, ...] = ("core_attn",)
+DEFAULT_MODULES: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 TIE_TOLERANCE = 1e-3              # throughputs within 0.1% are a tie (below the engine's resolution)
-# Simpler recipe first among equally fast ones: 16-bit, then per-tensor FP8 (one scale per tensor), then
-# recipes with more scale factors to compute and apply (128x128 blocks, 32-element MX blocks, NVFP4 16-element
-# blocks plus a per-tensor scale); NVIDIA Transformer Engine docs, "Using FP8 with Transformer Engine".
 T = TypeVar("T")
-_RECIPE_ORDER = {"bf16": 0, "fp16": 1, "fp8": 2, "fp8-blockwise": 3, "mxfp8": 4, "nvfp4": 5}
-_RECOMPUTE_LEVEL = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
+# Simpler recipe first among equally fast ones: PRECISIONS lists them simplest first (projection/vocabulary.py).
+_RECIPE_ORDER = {precision: rank for rank, precision in enumerate(PRECISIONS)}
+_RECOMPUTE_LEVEL = RECOMPUTE_LEVEL
+_JOB_FIELDS = fields_with(JOB)      # the job's own fields, which every layout of a search carries
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,10 +86,8 @@ def _ok(space: SearchSpace, axis: str, value: int | str) -> bool:
 
 def tp_values(space: SearchSpace, cp: int) -> list[int]:
     """TP degrees: divide heads (and KV heads unless MLA), fit a node, divide the local sequence for SP."""
-    m, n = space.model, space.cluster.num_gpus
-    return [t for t in divisors(m.num_attention_heads)
-            if t <= space.cluster.gpus_per_node and n % (t * cp) == 0
-            and (m.uses_mla or m.num_kv_heads % t == 0)
+    n = space.cluster.num_gpus
+    return [t for t in tp_degrees(space.model, space.cluster.gpus_per_node) if n % (t * cp) == 0
             and (t == 1 or (space.seq_len // cp) % t == 0) and _ok(space, "tp", t)]
 
 
@@ -86,8 +96,7 @@ def cp_values(space: SearchSpace) -> list[int]:
     searched = space.seq_len >= CP_MIN_SEQ_LEN or space.constraints.cp is not None
     if not searched:
         return [1] if _ok(space, "cp", 1) else []
-    return [c for c in divisors(space.cluster.num_gpus)
-            if c <= MAX_CP and space.seq_len % (2 * c) == 0 and _ok(space, "cp", c)]
+    return [c for c in cp_degrees(space.cluster.num_gpus, space.seq_len) if _ok(space, "cp", c)]
 
 
 def pp_values(space: SearchSpace, tp: int, cp: int) -> list[int]:
@@ -106,19 +115,15 @@ def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str]]:
     if pp > 1:
         options.append((1, "zero-bubble"))
         for v in range(2, (layers + 2) // pp + 1):
-            if layers % (pp * v) == 0 or (layers + 2) % (pp * v) == 0:
+            if even_split(layers, pp * v):
                 options.append((v, "interleaved"))
     return [(v, s) for v, s in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
 
 
 def schedule_fits(schedule: str, pp: int, num_microbatches: int) -> bool:
-    """Micro-batch rules of the schedules (projection.legality): interleaved needs a multiple of pp
-    (Megatron's microbatch groups), zero-bubble at least pp."""
-    if schedule == "interleaved":
-        return num_microbatches % pp == 0
-    if schedule in ("zero-bubble", "zbv"):
-        return num_microbatches >= pp
-    return True
+    """Micro-batch rules of the schedules: interleaved needs a multiple of pp (Megatron's microbatch groups),
+    zero-bubble at least pp (:func:`projection.legality.schedule_microbatch_violation`, their one copy)."""
+    return schedule_microbatch_violation(schedule, pp, num_microbatches) is None
 
 
 def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[int, int]]:
@@ -133,12 +138,14 @@ def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[
 
 
 def mbs_values(space: SearchSpace, dp: int) -> list[int]:
-    """Micro-batch sizes: powers of two up to MAX_MBS with gbs divisible by mbs*dp."""
-    values, mbs = [], 1
-    while mbs <= MAX_MBS and space.gbs % (mbs * dp) == 0:
+    """Micro-batch sizes: powers of two up to MAX_MBS (legality.MICRO_BATCH_SIZES), up to the first whose mbs*dp
+    does not divide gbs."""
+    values = []
+    for mbs in MICRO_BATCH_SIZES:
+        if space.gbs % (mbs * dp):
+            break
         if _ok(space, "mbs", mbs):
             values.append(mbs)
-        mbs *= 2
     return values
 
 
@@ -162,7 +169,7 @@ def recompute_options(space: SearchSpace, pp: int) -> list[tuple[str, int | None
     """(recompute, recompute_num_layers): none, selective, full on all layers, full on half a stage."""
     stage_layers = -(-space.model.num_layers // pp)
     half = stage_layers // 2
-    options: list[tuple[str, int | None]] = [("none", None), ("selective", None), ("full", None)]
+    options: list[tuple[str, int | None]] = [(recompute, None) for recompute in RECOMPUTES]
     if 1 <= half < stage_layers:
         options.append(("full", half))
     rnl_rule = space.constraints.rule("recompute_num_layers")
@@ -239,6 +246,40 @@ def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int,
                     yield fsdp, dispatcher, precision, recompute, rnl, modules
 
 
+def job_template(space: SearchSpace, finetune: str | None) -> TrainingConfig:
+    """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning; defaults for the rest) that every
+    layout of the search carries."""
+    return TrainingConfig(gbs=space.gbs, seq_len=space.seq_len, finetune=finetune)
+
+
+def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = None) -> bool:
+    """Whether :func:`enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
+    schedule implied, and recompute modules are ignored unless recompute is selective).
+
+    The membership form of the enumeration: the same axis functions, in the same nesting.
+    """
+    c, n = config, space.cluster.num_gpus
+    template = job_template(space, finetune)
+    if any(getattr(c, name) != getattr(template, name) for name in _JOB_FIELDS):
+        return False
+    if c.cp not in cp_values(space) or c.tp not in tp_values(space, c.cp) or c.pp not in pp_values(space, c.tp, c.cp):
+        return False
+    dp = n // (c.tp * c.cp * c.pp)
+    if space.gbs % dp or not _ok(space, "dp", dp) or c.dp not in (None, dp):
+        return False
+    if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(space, c.tp, c.cp, dp):
+        return False
+    if (c.vpp, c.schedule) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp):
+        return False
+    if not schedule_fits(c.schedule, c.pp, space.gbs // (c.mbs * dp)):
+        return False
+    modules = tuple(c.recompute_modules) if c.recompute == "selective" else DEFAULT_MODULES
+    return (c.zero in zero_values(space, c.tp, c.pp) and c.precision in precision_values(space)
+            and c.fsdp_size in fsdp_sizes(space, c.tp, c.cp, dp, c.zero)
+            and c.moe_dispatcher in dispatchers(space, c.ep, c.etp)
+            and (c.recompute, c.recompute_num_layers, modules) in recompute_variants(space, c.pp))
+
+
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
                          gbs: int, seq_len: int, finetune: str | None = None) -> Iterator[TrainingConfig]:
     """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
@@ -252,7 +293,7 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
         recomputes[pp] = recompute_variants(space, pp)
     n = cluster.num_gpus
-    template = TrainingConfig(gbs=gbs, seq_len=seq_len, finetune=finetune)  # copies skip validation: legal by construction
+    template = job_template(space, finetune)   # copies skip validation: legal by construction
     seen: set[tuple[object, ...]] = set()
     for cp in cp_values(space):
         for tp in tp_values(space, cp):

@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from projection.errors import ProjtuneError
-from projection.training_config import PRECISIONS
+from projection.vocabulary import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
 
 INT_AXES: tuple[str, ...] = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_num_layers")
 CHOICE_AXES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
-    "recompute": ("none", "selective", "full"),
-    "pp_schedule": ("1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"),
+    "recompute": RECOMPUTES,
+    "pp_schedule": PIPELINE_SCHEDULES,
 }
 AXES: tuple[str, ...] = (*INT_AXES, *CHOICE_AXES)
 _ALIASES = {
@@ -169,7 +169,7 @@ class Constraints(BaseModel):
     recompute_num_layers: AxisValue = _axis_field(
         "With full recompute: layers per stage that recompute (all layers counts as the stage size)." + _RULE_HELP)
     precision: AxisValue = _axis_field(f"Precision recipe, one or a list of {', '.join(PRECISIONS)}.")
-    recompute: AxisValue = _axis_field("Activation recompute: none, selective, full (one or a list).")
+    recompute: AxisValue = _axis_field(f"Activation recompute: {', '.join(RECOMPUTES)} (one or a list).")
     pp_schedule: AxisValue = _axis_field("Pipeline schedule: 1f1b, interleaved, zero-bubble (one or a list).")
     min_headroom: float = Field(default=0.10, ge=0.0, lt=1.0,
                                 description="Least free HBM fraction a layout must leave; default 0.10 = the "

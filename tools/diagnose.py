@@ -273,7 +273,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
             illegal layout.
     """
     from projection.errors import IllegalLayoutError
-    from projection.hardware import load_hardware
+    from projection.job import resolve_job
     from tools.framework_rules import framework_violations
     from tools.launch_import import import_launch_config, megatron_args
 
@@ -311,8 +311,8 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
         model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
         keys = import_launch_config(text, framework, num_layers=load_model(model_id).num_layers)
     model_id, gpu_id, count = _job(header, model, gpu, num_gpus, guessed, name)
-    spec, hardware = load_model(model_id), load_hardware(gpu_id)
-    cluster = Cluster(gpu=hardware.id, num_gpus=count, gpus_per_node=gpus_per_node)
+    job = resolve_job(model_id, gpu_id, count, gpus_per_node=gpus_per_node)
+    spec, hardware, cluster = job.model, job.hardware, job.cluster
     keys.pop("dp", None)
     config = _config(keys, name)
     reasons = layout_violations(spec, hardware, cluster, config)

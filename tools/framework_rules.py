@@ -43,8 +43,9 @@ import difflib
 from projection.errors import ProjtuneError
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
+from projection.vocabulary import LAUNCH_FRAMEWORKS
 
-FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-bridge", "primus", "torchtitan", "maxtext")
+FRAMEWORKS: tuple[str, ...] = LAUNCH_FRAMEWORKS   # the launch frameworks (projection/vocabulary.py)
 MEGATRON_FAMILY = frozenset({"megatron", "megatron-bridge", "primus"})
 
 MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
@@ -110,7 +111,7 @@ def check_framework(name: str) -> str:
 
 def dp_of(config: TrainingConfig, cluster: Cluster) -> int:
     """Data-parallel degree: given, or num_gpus / (tp*pp*cp)."""
-    return config.dp or cluster.num_gpus // (config.tp * config.pp * config.cp)
+    return config.data_parallel(cluster.num_gpus)
 
 
 def _megatron(framework: str, model: ModelSpec, config: TrainingConfig) -> list[str]:

@@ -11,34 +11,30 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from projection.device_profile import DeviceProfile, default_profile, load_profile
 from projection.engine import Projection
 from projection.engine import project as project_layout
 from projection.errors import IllegalLayoutError
-from projection.hardware import HardwareSpec, load_hardware
+from projection.hardware import HardwareSpec
 from projection.hardware import list_hardware as catalog_hardware
+from projection.job import profile_for, resolve_job
 from projection.layout import parallel_dims
 from projection.legality import layout_violations
 from projection.legality import legal_axes as engine_legal_axes
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.params import active_params, total_params
-from projection.summary import config_dict, memory_dict, projection_dict
+from projection.summary import memory_dict, projection_dict
 from projection.training_config import Cluster, TrainingConfig
 from tools import schemas as s
 from tools.launch_config import LaunchConfig
 from tools.launch_config import export_launch_config as export_layout
+from tools.layout_score import projected_layout
 from tools.search import SearchRequest, SearchResult, run_search
 
 
 def _job(inp: s.JobInput) -> tuple[ModelSpec, HardwareSpec, Cluster]:
-    model = load_model(inp.model)
-    hardware = load_hardware(inp.gpu)
-    return model, hardware, Cluster(gpu=hardware.id, num_gpus=inp.num_gpus, gpus_per_node=inp.gpus_per_node)
-
-
-def _profile(hardware: HardwareSpec, path: str | None) -> DeviceProfile:
-    return load_profile(path) if path else default_profile(hardware)
+    job = resolve_job(inp.model, inp.gpu, inp.num_gpus, gpus_per_node=inp.gpus_per_node)
+    return job.model, job.hardware, job.cluster
 
 
 def _layout(config: dict[str, Any]) -> str:
@@ -133,14 +129,14 @@ def check_memory(inp: s.LayoutInput) -> s.MemoryOutput:
     model, hardware, cluster = _job(inp)
     _checked(model, hardware, cluster, inp.layout)
     dims = parallel_dims(inp.layout, cluster)
-    memory = project_memory(model, hardware, inp.layout, dims, _profile(hardware, inp.profile_path))
+    memory = project_memory(model, hardware, inp.layout, dims, profile_for(hardware, inp.profile_path))
     return _memory_output(memory, _layout(inp.layout.model_dump(exclude_none=True) | {"dp": dims.dp}))
 
 
 def _project(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, config: TrainingConfig,
              profile_path: str | None, flops_formula: str = "6nd") -> Projection:
     _checked(model, hardware, cluster, config)
-    return project_layout(model, cluster, config, hardware=hardware, profile=_profile(hardware, profile_path),
+    return project_layout(model, cluster, config, hardware=hardware, profile=profile_for(hardware, profile_path),
                           flops_formula=flops_formula, check=False)  # type: ignore[arg-type]
 
 
@@ -171,17 +167,8 @@ def search(inp: SearchRequest) -> SearchResult:
 
 
 def _row(index: int, p: Projection, fastest: float) -> s.CompareRow:
-    config = config_dict(p)
-    return s.CompareRow(
-        index=index, layout=_layout(config), config=config, tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu,
-        relative_throughput=p.tokens_per_s_per_gpu / fastest if fastest else 0.0, mfu=p.mfu,
-        iteration_time_s=p.iteration_time_s, peak_memory_gib=p.memory.peak_bytes / GIB,
-        headroom_fraction=p.memory.headroom_fraction, verdict=p.memory.verdict, bottleneck=p.breakdown.bottleneck,
-        tokens_per_sec_per_gpu_low=p.tokens_per_sec_per_gpu_low,
-        tokens_per_sec_per_gpu_high=p.tokens_per_sec_per_gpu_high, iteration_time_s_low=p.iteration_time_s_low,
-        iteration_time_s_high=p.iteration_time_s_high,
-        breakdown_s=p.breakdown.as_dict(),
-    )
+    return s.CompareRow(**projected_layout(p), index=index,
+                        relative_throughput=p.tokens_per_s_per_gpu / fastest if fastest else 0.0)
 
 
 def compare(inp: s.CompareInput) -> s.CompareOutput:

@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 
 from projection.errors import ProjtuneError
+from projection.vocabulary import IMPORT_FRAMEWORKS
 from tools.launch_config import MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITAN_SCHEDULE
 
-IMPORT_FRAMEWORKS = ("megatron", "primus", "torchtitan")
 # Flags whose dest is not the flag name (megatron/training/arguments.py): flag -> (dest, value it sets).
 _FLAG_DESTS = {"fp8_format": ("fp8", None), "disable_bias_linear": ("add_bias_linear", False),
                "no_gradient_accumulation_fusion": ("gradient_accumulation_fusion", False)}

@@ -177,6 +177,12 @@ def _domain_error(err: ProjtuneError) -> dict[str, Any]:
     return error(getattr(err, "field", None), str(err))
 
 
+def error_of(input_model: type[BaseModel], err: ProjtuneError | ValidationError) -> dict[str, Any]:
+    """The structured error body ``call_tool`` answers for a typed tool error (for in-process callers that call
+    the tool functions directly, e.g. :mod:`agent.toolbox`)."""
+    return _validation_error(input_model, err) if isinstance(err, ValidationError) else _domain_error(err)
+
+
 DEFAULT_DEADLINE_S = 120.0
 # Tools whose work the input limits do not bound to about a second (a search over every legal
 # layout, the whole tuning agent, GPU benchmarks): with a deadline they run in a killable child.

@@ -12,8 +12,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.flops import FlopsFormula
+from projection.hardware import Vendor
+from projection.memory_verdict import Verdict
 from projection.training_config import TrainingConfig
+from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.launch_config import LaunchConfig
+from tools.layout_score import LayoutScore, ProjectedLayout
 
 _FORBID = ConfigDict(extra="forbid")
 ModelRef = str | dict[str, Any]
@@ -60,7 +65,7 @@ class ListHardwareInput(BaseModel):
     """Filter for list_hardware."""
 
     model_config = _FORBID
-    vendor: Literal["nvidia", "amd"] | None = Field(default=None, description="Only this vendor's GPUs.")
+    vendor: Vendor | None = Field(default=None, description="Only this vendor's GPUs.")
 
 
 class HardwareInfo(BaseModel):
@@ -151,7 +156,7 @@ class MemoryOutput(BaseModel):
 
     model_config = _FORBID
     layout: str = ""
-    verdict: Literal["fits", "at risk", "out of memory"] = Field(
+    verdict: Verdict = Field(
         description="fits / at risk / out of memory: the peak against the framework's usable memory with the "
                     "calibrated margins of projection/memory_verdict.py.")
     peak_gib: float
@@ -164,7 +169,7 @@ class MemoryOutput(BaseModel):
 class ProjectInput(LayoutInput):
     """One layout to project."""
 
-    flops_formula: Literal["6nd", "megatron"] = Field(default="6nd", description="Model FLOP formula for MFU.")
+    flops_formula: FlopsFormula = Field(default="6nd", description="Model FLOP formula for MFU.")
 
 
 class ProjectOutput(BaseModel):
@@ -191,6 +196,15 @@ class ProjectOutput(BaseModel):
     bottleneck: str
     memory: MemoryOutput
 
+    def score(self) -> LayoutScore:
+        """This projection as the one scored-layout shape (:class:`tools.layout_score.LayoutScore`)."""
+        return LayoutScore(layout=self.layout, tokens_per_sec_per_gpu=self.tokens_per_sec_per_gpu,
+                           tokens_per_sec_per_gpu_low=self.tokens_per_sec_per_gpu_low,
+                           tokens_per_sec_per_gpu_high=self.tokens_per_sec_per_gpu_high, mfu=self.mfu,
+                           iteration_time_s=self.iteration_time_s, peak_memory_gib=self.memory.peak_gib,
+                           headroom_fraction=self.memory.headroom_fraction, verdict=self.memory.verdict,
+                           bottleneck=self.bottleneck)
+
 
 class CompareInput(JobInput):
     """Two or more layouts of the same job."""
@@ -199,26 +213,11 @@ class CompareInput(JobInput):
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
 
 
-class CompareRow(BaseModel):
-    """One layout's numbers in a comparison."""
+class CompareRow(ProjectedLayout):
+    """One layout's numbers in a comparison (a :class:`tools.layout_score.LayoutScore`, frozen)."""
 
-    model_config = _FORBID
     index: int = Field(description="Position in the input list.")
-    layout: str
-    config: dict[str, Any]
-    tokens_per_sec_per_gpu: float
     relative_throughput: float = Field(description="Throughput / the fastest layout's.")
-    mfu: float
-    iteration_time_s: float
-    tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
-    tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
-    iteration_time_s_low: float = Field(description="80% interval on iteration time, low end, seconds.")
-    iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
-    peak_memory_gib: float
-    headroom_fraction: float
-    verdict: str
-    bottleneck: str
-    breakdown_s: dict[str, float]
 
 
 class CompareOutput(BaseModel):
@@ -264,7 +263,7 @@ class ExplainOutput(BaseModel):
 class ExportInput(LayoutInput):
     """A layout and the framework to write it for."""
 
-    framework: Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"] = Field(
+    framework: LaunchFramework = Field(
         default="megatron", description="megatron (command-line args), megatron-bridge (dotted overrides), primus "
                                         "(YAML overlay), torchtitan (TOML + 0.3.0 command line), maxtext (YAML).")
 
@@ -301,7 +300,7 @@ class TuneInput(BaseModel):
     seq_len: int | None = Field(default=None, ge=1, description="Sequence length, tokens.")
     constraints: list[str] = Field(default_factory=list, description="Axis rules: 'tp<=8', 'precision=bf16', ...")
     top_k: int = Field(default=5, ge=1, le=50, description="Layouts to rank.")
-    framework: Literal["megatron", "primus", "torchtitan"] = Field(default="megatron",
+    framework: ImportFramework = Field(default="megatron",
                                                                    description="Launch config format of the answer.")
     tokens: str | None = Field(default=None, description="Token budget to plan for (e.g. '15T'): days, GPU-hours.")
     deadline: str | None = Field(default=None, description="Deadline to plan for (e.g. '30d'): smallest GPU count "
@@ -309,11 +308,15 @@ class TuneInput(BaseModel):
     max_rounds: int = Field(default=3, ge=1, le=20, description="Most proposal rounds of the agent.")
 
 
+TuneStatus = Literal["ok", "no_fit", "clarification"]
+"""How a tuning run ended: a layout, nothing fits, or a question back (agent/report.py TuneReport reads it)."""
+
+
 class TuneOutput(BaseModel):
     """The tuning agent's answer: status, a one-line summary, and the full TuneReport."""
 
     model_config = _FORBID
-    status: Literal["ok", "no_fit", "clarification"]
+    status: TuneStatus
     summary: str = Field(description="One line: the best layout and its projected throughput, or the question back.")
     report: dict[str, Any] = Field(description="agent.report.TuneReport as JSON: best, top layouts with 80% "
                                                "intervals and labelled MFU, near-ties, decision, plan, assumptions, "

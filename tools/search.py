@@ -12,72 +12,31 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from projection.device_profile import DeviceProfile, default_profile, load_profile
 from projection.engine import Projection, project
-from projection.hardware import HardwareSpec, load_hardware
+from projection.job import Job, resolve_job
 from projection.legality import layout_violations
-from projection.memory import GIB, MemoryResult
+from projection.memory import MemoryResult
 from projection.memory_verdict import passes_screen
-from projection.model_spec import ModelSpec, load_model
-from projection.summary import config_dict
-from projection.training_config import Cluster, TrainingConfig
+from projection.training_config import TrainingConfig
 from tools import search_core
 from tools.candidates import break_ties, enumerate_candidates
 from tools.constraints import Constraints
+from tools.layout_score import ProjectedLayout, projected_layout
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
+from tools.search_explain import explain_empty
+from tools.search_request import SearchRequest
 
 Progress = Callable[[int, int], None]
 
 
-class SearchRequest(BaseModel):
-    """A layout search: which model on which GPUs, the batch, constraints, and how many results."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str | dict[str, Any] = Field(
-        description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config.json fields.")
-    gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
-    num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
-    gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
-    seq_len: int = Field(ge=1, description="Sequence length, tokens.")
-    constraints: Constraints = Field(default_factory=Constraints,
-                                     description="Pins/bounds per axis, min_headroom, allow_fp8.")
-    top_k: int = Field(default=5, ge=1, le=100, description="How many ranked layouts to return.")
-    candidates: list[dict[str, Any]] | None = Field(
-        default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
-                                  "are checked, screened and ranked; gbs and seq_len fill missing keys.")
-    profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
-    finetune: Literal["sft", "lora"] | None = Field(
-        default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")
-    framework: str | None = Field(default=None, description="Only layouts this framework can launch "
-                                  "(megatron, megatron-bridge, primus, torchtitan, maxtext; tools/framework_rules.py).")
-
-
-class Candidate(BaseModel):
-    """One ranked layout with its projected numbers."""
-
-    model_config = ConfigDict(extra="forbid")
+class Candidate(ProjectedLayout):
+    """One ranked layout with its projected numbers (a :class:`tools.layout_score.LayoutScore`, frozen)."""
 
     rank: int = Field(description="1 = best.")
-    config: dict[str, Any] = Field(description="Sweep-format config keys, with derived dp and pp_schedule.")
-    layout: str = Field(description="One-line layout, e.g. 'TP2 PP4 DP8 mbs1 gbs256 s8192 bf16 rc=none'.")
-    tokens_per_sec_per_gpu: float
-    mfu: float = Field(description="Model FLOP utilisation, 0..1.")
-    iteration_time_s: float
-    tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
-    tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
-    iteration_time_s_low: float = Field(description="80% interval on iteration time, low end, seconds.")
-    iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
-    peak_memory_gib: float
-    headroom_fraction: float = Field(description="1 - peak / HBM capacity.")
-    verdict: str = Field(description="fits / at risk / out of memory.")
-    bottleneck: str = Field(description="Largest non-compute step-time term when above 15% of the step, else compute.")
-    breakdown_s: dict[str, float] = Field(default_factory=dict, description="Step-time terms, seconds.")
     reason: str = Field(default="", description="Why it ranks here, in numbers.")
 
 
@@ -98,27 +57,21 @@ class SearchResult(BaseModel):
                                            description="Explicit candidates that are illegal, with reasons.")
     elapsed_s: float
     message: str | None = Field(default=None, description="Why nothing was found, or notes on the result.")
+    complete: bool = Field(default=True, description="False when the search stopped at its deadline: the counts "
+                                                     "and the layouts cover only the layouts searched so far.")
 
 
-class _Job:
-    """The resolved specs of a request (loaded once per search)."""
+def resolve_request(request: SearchRequest) -> Job:
+    """The resolved specs of a request, loaded once per search (:func:`projection.job.resolve_job`).
 
-    def __init__(self, request: SearchRequest) -> None:
-        self.model: ModelSpec = load_model(request.model)
-        self.hardware: HardwareSpec = load_hardware(request.gpu)
-        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=request.num_gpus, gpus_per_node=request.gpus_per_node)
-        self.profile: DeviceProfile = (load_profile(request.profile_path) if request.profile_path
-                                       else default_profile(self.hardware))
-
-    def resized(self, num_gpus: int) -> _Job:
-        """The same job on another number of GPUs."""
-        copy = object.__new__(_Job)
-        copy.__dict__.update(self.__dict__)
-        copy.cluster = self.cluster.model_copy(update={"num_gpus": num_gpus})
-        return copy
+    ``request.framework`` is the launch framework (a filter, :mod:`tools.framework_rules`), not a
+    framework profile: the engine takes each layout's own (megatron for the searched ones).
+    """
+    return resolve_job(request.model, request.gpu, request.num_gpus, gpus_per_node=request.gpus_per_node,
+                       profile_path=request.profile_path)
 
 
-def screen_memory(job: _Job, config: TrainingConfig) -> MemoryResult:
+def screen_memory(job: Job, config: TrainingConfig) -> MemoryResult:
     """The memory of one layout on the job's cluster (the cheap screen; :func:`tools.search_core.screen_memory`)."""
     return search_core.screen_memory(job, config)
 
@@ -128,7 +81,7 @@ def passes(memory: MemoryResult, min_headroom: float) -> bool:
     return passes_screen(memory.peak_bytes, memory.capacity_bytes, min_headroom, memory.margins)
 
 
-def _explicit(request: SearchRequest, job: _Job) -> tuple[list[TrainingConfig], list[dict[str, Any]]]:
+def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], list[dict[str, Any]]]:
     configs: list[TrainingConfig] = []
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
@@ -149,20 +102,9 @@ def _explicit(request: SearchRequest, job: _Job) -> tuple[list[TrainingConfig], 
     return configs, rejected
 
 
-def candidate(p: Projection, rank: int) -> Candidate:
+def candidate(p: Projection, rank: int, reason: str = "") -> Candidate:
     """The ranked view of one projection."""
-    from tools.formatting import layout_text
-
-    config = config_dict(p)
-    return Candidate(
-        rank=rank, config=config, layout=layout_text(config), tokens_per_sec_per_gpu=p.tokens_per_s_per_gpu,
-        mfu=p.mfu, iteration_time_s=p.iteration_time_s, peak_memory_gib=p.memory.peak_bytes / GIB,
-        headroom_fraction=p.memory.headroom_fraction, verdict=p.memory.verdict, bottleneck=p.breakdown.bottleneck,
-        tokens_per_sec_per_gpu_low=p.tokens_per_sec_per_gpu_low,
-        tokens_per_sec_per_gpu_high=p.tokens_per_sec_per_gpu_high, iteration_time_s_low=p.iteration_time_s_low,
-        iteration_time_s_high=p.iteration_time_s_high,
-        breakdown_s=p.breakdown.as_dict(),
-    )
+    return Candidate(**projected_layout(p), rank=rank, reason=reason)
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -182,18 +124,20 @@ def _reason(c: Candidate, best: Candidate | None) -> str:
     return f"{slower:.1%} slower than #1 ({head}); differs from #1 in {_differences(c.config, best.config)}"
 
 
-def run_search(request: SearchRequest, progress: Progress | None = None, *, workers: int | None = None
-               ) -> SearchResult:
+def run_search(request: SearchRequest, progress: Progress | None = None, *, workers: int | None = None,
+               deadline_s: float | None = None) -> SearchResult:
     """Search the legal layouts of a job (or rank an explicit candidate set) and rank them.
 
     ``progress(done, total)`` is called as candidates are visited.  ``workers`` is the number of
     processes (None: 2 for large searches when forking is safe, see :mod:`tools.search_core`).
+    ``deadline_s``: wall seconds from the call after which the search stops and returns what it has
+    found, with ``complete=False`` and a message saying how many layouts it searched (None: no limit).
 
     Raises:
         ProjtuneError: unknown model or GPU, or an unreadable profile.
     """
     start = time.perf_counter()
-    job = _Job(request)
+    job = resolve_request(request)
     constraints = request.constraints
     rejected: list[dict[str, Any]] = []
     if request.candidates is not None:
@@ -214,16 +158,20 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         groups = group_by_recompute(configs) if request.candidates is None else [[i] for i in range(len(configs))]
     total = len(configs)
     count = workers if workers is not None else default_workers(total)
-    evaluator = Evaluator(job, configs, groups, constraints.min_headroom, keep_projections=count <= 1)
+    deadline = None if deadline_s is None else start + deadline_s
+    evaluator = Evaluator(job, configs, groups, constraints.min_headroom, keep_projections=count <= 1,
+                          deadline=deadline)
     tally = evaluate(evaluator, request.top_k, None if progress is None else lambda done: progress(done, total),
                      count)
     if progress is not None:
-        progress(total, total)
+        progress(total if tally.complete else tally.visited, total)
     ranked, pareto = _finish(job, configs, tally, request.top_k)
     message = None
-    if not ranked:
-        from tools.search_explain import explain_empty
-
+    if not tally.complete:
+        message = (f"partial result: stopped at the {deadline_s:g} s deadline after searching {tally.visited:,} of "
+                   f"{total:,} layouts ({len(tally.outcomes):,} projected); the best layout may be among the "
+                   f"{total - tally.visited:,} not searched (allow more time or narrow the space with constraints)")
+    elif not ranked:
         roomiest = None if tally.roomiest is None else (tally.roomiest[0], configs[tally.roomiest[1]])
         message = explain_empty(request, job, enumerated=total + len(rejected), roomiest=roomiest)
     elif rejected:
@@ -231,11 +179,11 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     return SearchResult(
         request=request, ranked=ranked, enumerated=total + len(rejected), screened_out=tally.screened_out,
         projected=len(tally.outcomes), pruned=tally.pruned, pareto=pareto, rejected=rejected,
-        elapsed_s=time.perf_counter() - start, message=message,
+        elapsed_s=time.perf_counter() - start, message=message, complete=tally.complete,
     )
 
 
-def _finish(job: _Job, configs: list[TrainingConfig], tally: Tally, top_k: int
+def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int
             ) -> tuple[list[Candidate], list[Candidate]]:
     """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran)."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
@@ -250,8 +198,7 @@ def _finish(job: _Job, configs: list[TrainingConfig], tally: Tally, top_k: int
         return tally.projections[index]
 
     ranked = [candidate(projection(o.index), i + 1) for i, o in enumerate(best)]
-    for c in ranked:
-        c.reason = _reason(c, None if c.rank == 1 else ranked[0])
+    ranked = [c.model_copy(update={"reason": _reason(c, None if c.rank == 1 else ranked[0])}) for c in ranked]
     return ranked, [candidate(projection(o.index), 0) for o in front]
 
 

@@ -36,8 +36,10 @@ import gc
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -48,9 +50,17 @@ from projection.layout import parallel_dims
 from projection.memory import MemoryResult, project_memory
 from projection.memory_batch import MemoryBatcher, PeakBatch
 from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
-from projection.training_config import TrainingConfig
+from projection.training_config import (
+    MICROBATCH_WORK,
+    RECOMPUTE_KNOB,
+    STATIC_MEMORY,
+    TrainingConfig,
+    fields_with,
+    fields_without,
+)
+from projection.vocabulary import RECOMPUTE_LEVEL
 
-RECOMPUTE_ORDER = {("none", False): 0, ("selective", False): 1, ("full", True): 2, ("full", False): 3}
+RECOMPUTE_ORDER = RECOMPUTE_LEVEL   # none < selective < full on part of a stage < full (projection/vocabulary.py)
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
 IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this search included) to add a worker
@@ -59,8 +69,19 @@ _REFRESH_EVERY = 32              # projections between refreshes of the top-k / 
 # FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
 # Empty since issue 11: the recipes' casts move different bytes (projection/workload.py CAST_BYTES_PER_ELEMENT).
 ENGINE_ALIKE_PRECISIONS: frozenset[str] = frozenset()
-# TrainingConfig fields the per-micro-batch stage times do not read (projection/engine.py _stage_times, workload).
-_WORK_FREE_FIELDS = frozenset({"dp", "gbs", "zero", "fsdp_size"})
+# The keys below derive from the field classification next to the model (projection/training_config.py
+# FIELD_EFFECTS), so a new config field cannot silently drop out of them.
+# What a recompute group shares: every field but the recompute knobs (the schedule in effect, not pp_schedule).
+_GROUP_FIELDS = fields_without(RECOMPUTE_KNOB)
+# What the static memory of a layout depends on (weights, gradients, optimizer, FP8 copies, workspace, capacity).
+_SHARDING_FIELDS = fields_with(STATIC_MEMORY)
+# What the per-micro-batch stage times read (projection/engine.py _stage_times, workload): not dp, gbs, ZeRO, FSDP.
+_WORK_FIELDS = fields_with(MICROBATCH_WORK)
+# attrgetter builds each key as one C-level tuple (the keys are read for every candidate)
+_group_values = attrgetter(*("schedule" if name == "pp_schedule" else name for name in _GROUP_FIELDS))
+_sharding_values = attrgetter(*_SHARDING_FIELDS)
+_work_values = attrgetter(*_WORK_FIELDS)
+_PRECISION_AT = _SHARDING_FIELDS.index("precision")
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
@@ -97,6 +118,7 @@ class Tally:
     leads: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # group -> (position, tps, bound)
     pending: list[Lead] = field(default_factory=list)                          # phase-1 leads to project
     projections: dict[int, Projection] = field(default_factory=dict)         # serial runs keep them
+    complete: bool = True                                                      # False: stopped at the deadline
 
     def merge(self, other: Tally) -> None:
         """Add another tally (from a worker) into this one."""
@@ -149,9 +171,7 @@ def group_by_recompute(configs: Sequence[TrainingConfig]) -> list[list[int]]:
     """
     groups: dict[tuple[Any, ...], list[int]] = {}
     for i, c in enumerate(configs):
-        key = (c.tp, c.pp, c.vpp, c.cp, c.ep, c.etp, c.dp, c.mbs, c.gbs, c.seq_len, c.zero, c.precision, c.schedule,
-               c.fsdp_size, c.moe_dispatcher, c.moe_routing, c.sequence_parallel, c.finetune)
-        groups.setdefault(key, []).append(i)
+        groups.setdefault(group_key(c), []).append(i)
     ordered: list[list[int]] = []
     for members in groups.values():
         # selective variants chain by module count (candidates.recompute_module_sets: each set extends the last)
@@ -161,6 +181,11 @@ def group_by_recompute(configs: Sequence[TrainingConfig]) -> list[list[int]]:
             continue
         ordered.append([i for _, i in sorted(zip(levels, members, strict=True))])
     return ordered
+
+
+def group_key(config: TrainingConfig) -> tuple[Any, ...]:
+    """What the members of a recompute group share: every field but the recompute knobs, schedule resolved."""
+    return _group_values(config)
 
 
 def _level(config: TrainingConfig) -> tuple[int, int] | None:
@@ -190,13 +215,18 @@ def screen_memories(job: Any, configs: Sequence[TrainingConfig], batcher: Memory
     return batcher.peaks(configs, [parallel_dims(c, job.cluster) for c in configs])
 
 
+class DeadlineReached(Exception):
+    """The search ran past its deadline (:attr:`Evaluator.deadline`); the caller reports a partial result."""
+
+
 class Evaluator:
     """Screens and projects candidates of one job (the state a worker process inherits)."""
 
     def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
-                 keep_projections: bool) -> None:
+                 keep_projections: bool, deadline: float | None = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
         self.min_headroom, self.keep = min_headroom, keep_projections
+        self.deadline = deadline     # time.perf_counter() value past which a search stops (None: never)
         self.capacity = job.hardware.hbm_capacity_bytes
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
         self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
@@ -209,9 +239,10 @@ class Evaluator:
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
         """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
-        precision = "fp8" if config.precision in ENGINE_ALIKE_PRECISIONS else config.precision
-        return (config.tp, config.pp, config.vpp, config.cp, config.ep, config.etp, config.dp, config.zero,
-                config.fsdp_size, precision)
+        key = _sharding_values(config)
+        if config.precision in ENGINE_ALIKE_PRECISIONS:
+            key = (*key[:_PRECISION_AT], "fp8", *key[_PRECISION_AT + 1:])
+        return key
 
     def canonical(self, index: int) -> TrainingConfig:
         """The candidate as the engine sees it: FP8 recipes it models alike share one evaluation."""
@@ -266,6 +297,11 @@ class Evaluator:
             return None if peak != peak else self.survivor_memory(index, peak)
         return self._memory_cache.get(self.canonical(index))
 
+    def check_deadline(self) -> None:
+        """Raise :class:`DeadlineReached` once the deadline has passed."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            raise DeadlineReached
+
     def passes(self, peak: float, capacity: float) -> bool:
         """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses)."""
         return passes_screen(peak, capacity, self.min_headroom, SHIPPED_MARGINS)
@@ -317,7 +353,7 @@ class Evaluator:
     @staticmethod
     def work_key(config: TrainingConfig) -> tuple[Any, ...]:
         """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size."""
-        return tuple(value for name, value in config if name not in _WORK_FREE_FIELDS)
+        return _work_values(config)
 
     def _busiest_work(self, index: int) -> float:
         """The busiest pipeline rank's F+B+W time of one micro-batch, s (the engine's stage times)."""
@@ -332,12 +368,14 @@ class Evaluator:
         return work
 
     def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally,
-                      known: Sequence[Outcome] = ()) -> None:
+                      known: Sequence[Outcome] = (), done: Mapping[int, Outcome] | None = None) -> None:
         """Project group leads from the highest throughput bound down; skip those that cannot matter.
 
         A lead whose bound is dominated by what is already projected (top-k and Pareto front)
         is counted as pruned; its bound still bounds its group's other variants in phase 2.
         Bounds are refreshed every few projections (stale bounds prune less, never wrongly).
+        ``done``: outcomes already projected (by workers, by candidate index), reused instead of
+        projecting again; the decisions, hence the counts, are those of this serial order.
         """
         seen = list(known)
         bounds = bounds_from(seen, top_k)
@@ -347,8 +385,14 @@ class Evaluator:
                 tally.pruned += 1
                 tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
                 continue
-            p = self.project(lead.index, tally, self.lead_memory(lead.index))
-            tally.leads[lead.group] = (lead.position, p.tokens_per_s_per_gpu, lead.static_headroom)
+            self.check_deadline()
+            reused = None if done is None else done.get(lead.index)
+            if reused is not None:
+                tally.outcomes.append(reused)
+                tps = reused.tokens_per_s_per_gpu
+            else:
+                tps = self.project(lead.index, tally, self.lead_memory(lead.index)).tokens_per_s_per_gpu
+            tally.leads[lead.group] = (lead.position, tps, lead.static_headroom)
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
                 bounds = bounds_from([*seen, *tally.outcomes], top_k)
@@ -507,15 +551,23 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     moved to the collector's permanent generation (``gc.freeze``) for its duration, so the full
     collections a search triggers do not rescan them (~0.1 s of a 1 s search) and forked workers do
     not touch, and so copy, their pages.
+    With a deadline (:attr:`Evaluator.deadline`) the search stops at the first check past it (between
+    chunks of groups and before each lead's projection) and returns what it has, marked
+    ``complete=False``: the candidates visited so far, the projections done so far.
     """
     gc.freeze()
+    partial = Tally()
     try:
-        return _evaluate(evaluator, top_k, progress, workers)
+        return _evaluate(evaluator, top_k, progress, workers, partial)
+    except DeadlineReached:
+        partial.complete = False
+        return partial
     finally:
         gc.unfreeze()
 
 
-def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int) -> Tally:
+def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int,
+              total: Tally) -> Tally:
     global _WORKER
     # groups of one sharding go to the same task, so each worker's static-misfit cache covers them
     def order(g: int) -> tuple[str, int, str, str, bool]:
@@ -527,12 +579,12 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
 
     group_ids = sorted(range(len(evaluator.groups)), key=order)
     chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
-    total = Tally()
 
     def absorb(part: Tally) -> None:
         total.merge(part)
         if progress is not None:
             progress(total.visited)
+        evaluator.check_deadline()
 
     if workers <= 1:
         for chunk in chunks:
@@ -545,20 +597,29 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
     _WORKER = evaluator
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
-            for part in pool.imap_unordered(_phase1_task, chunks):
+            # imap, not imap_unordered: the parts merge in the serial order of the chunks, so the leads
+            # queue (and its ties of equal bounds) is the serial run's, whichever worker finishes first
+            for part in pool.imap(_phase1_task, chunks):
                 absorb(part)
             # The most promising leads first, here, to set the bounds; the rest split over the workers
-            # (each prunes against those bounds plus its own results: stale bounds only prune less).
+            # (each prunes against those bounds plus its own results: stale bounds only prune less, so
+            # they project what the serial order projects, and some more).  Then the serial decisions are
+            # replayed over the whole queue, reusing those projections: the counts, the top-k and the
+            # front are the serial run's for any number of workers (the extra projections are not counted).
             ordered = sorted(total.pending, key=lambda item: -item.tps_bound)
             head, rest = ordered[:_HEAD_LEADS_PER_K * top_k], ordered[_HEAD_LEADS_PER_K * top_k:]
-            evaluator.project_leads(head, top_k, total)
-            known = list(total.outcomes)
+            speculative = Tally()
+            evaluator.project_leads(head, top_k, speculative)
+            known = list(speculative.outcomes)
             parts = [(rest[w::workers], top_k, known) for w in range(workers)]
-            for part in pool.imap_unordered(_leads_task, parts):
-                absorb(part)
+            for part in pool.imap(_leads_task, parts):
+                speculative.merge(part)
+                evaluator.check_deadline()
+            total.projections.update(speculative.projections)
+            evaluator.project_leads(total.pending, top_k, total, done={o.index: o for o in speculative.outcomes})
             bounds = bounds_from(total.outcomes, top_k)
             tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
-            for part in pool.imap_unordered(_phase2_task, tasks):
+            for part in pool.imap(_phase2_task, tasks):
                 absorb(part)
     finally:
         _WORKER = None

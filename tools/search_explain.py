@@ -16,19 +16,23 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from projection.memory import GIB
+from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
+from projection.vocabulary import RECOMPUTE_LEVEL
 from tools.candidates import SearchSpace, cp_values, enumerate_candidates, pp_values, tp_values
 from tools.constraints import Constraints
+from tools.search_core import screen_memory
 
 if TYPE_CHECKING:
-    from tools.search import SearchRequest, _Job
+    from projection.job import Job
+    from tools.search_request import SearchRequest
 
 MAX_GPUS = 1 << 17            # largest GPU count the "how many GPUs would fit" search tries
-_RECOMPUTE_RANK = {("full", None): 0, ("full", "half"): 1, ("selective", None): 2, ("none", None): 3}
+_MOST_RECOMPUTE = max(RECOMPUTE_LEVEL.values())
 _SCHEDULE_RANK = {"1f1b": 0, "interleaved": 1, "zero-bubble": 2}
 
 
-def _candidates(job: _Job, request: SearchRequest, constraints: Constraints) -> Iterator[TrainingConfig]:
+def _candidates(job: Job, request: SearchRequest, constraints: Constraints) -> Iterator[TrainingConfig]:
     return enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs, request.seq_len)
 
 
@@ -37,18 +41,16 @@ def _frugal(configs: Iterator[TrainingConfig]) -> list[TrainingConfig]:
     best: dict[tuple[object, ...], tuple[tuple[int, int, int, int], TrainingConfig]] = {}
     for c in configs:
         key = (c.tp, c.pp, c.cp, c.ep, c.etp, c.dp, c.zero, c.precision)
-        recompute = _RECOMPUTE_RANK[(c.recompute, None if c.recompute_num_layers is None else "half")]
+        recompute = _MOST_RECOMPUTE - RECOMPUTE_LEVEL[(c.recompute, c.recompute_num_layers is not None)]  # most first
         score = (c.mbs, recompute, _SCHEDULE_RANK.get(c.schedule, 3), c.vpp)
         if key not in best or score < best[key][0]:
             best[key] = (score, c)
     return [c for _, c in best.values()]
 
 
-def roomiest_layout(job: _Job, request: SearchRequest, constraints: Constraints
+def roomiest_layout(job: Job, request: SearchRequest, constraints: Constraints
                     ) -> tuple[float, TrainingConfig] | None:
     """(headroom, layout) of the frugal layout with the most free memory, or None when there is no layout."""
-    from tools.search import screen_memory
-
     best: tuple[float, TrainingConfig] | None = None
     for config in _frugal(_candidates(job, request, constraints)):
         headroom = screen_memory(job, config).headroom_fraction
@@ -57,17 +59,16 @@ def roomiest_layout(job: _Job, request: SearchRequest, constraints: Constraints
     return best
 
 
-def fitting_layout(job: _Job, request: SearchRequest, constraints: Constraints) -> TrainingConfig | None:
+def fitting_layout(job: Job, request: SearchRequest, constraints: Constraints) -> TrainingConfig | None:
     """A layout that passes the memory screen (the first found among the frugal ones), or None."""
-    from tools.search import passes, screen_memory
-
     for config in _frugal(_candidates(job, request, constraints)):
-        if passes(screen_memory(job, config), constraints.min_headroom):
+        memory = screen_memory(job, config)
+        if passes_screen(memory.peak_bytes, memory.capacity_bytes, constraints.min_headroom, memory.margins):
             return config
     return None
 
 
-def smallest_gpu_count(job: _Job, request: SearchRequest, constraints: Constraints) -> int | None:
+def smallest_gpu_count(job: Job, request: SearchRequest, constraints: Constraints) -> int | None:
     """The smallest multiple of gpus_per_node above num_gpus for which some layout fits (None up to MAX_GPUS)."""
     step = request.gpus_per_node
     low = request.num_gpus // step          # in units of nodes; low itself does not fit
@@ -89,7 +90,7 @@ def _one(name: str, constraints: Constraints) -> str:
     return Constraints(**{name: getattr(constraints, name)}).describe()[0]
 
 
-def _split_reason(job: _Job, request: SearchRequest) -> str:
+def _split_reason(job: Job, request: SearchRequest) -> str:
     space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=Constraints(),
                         gbs=request.gbs, seq_len=request.seq_len)
     n = job.cluster.num_gpus
@@ -103,7 +104,7 @@ def _split_reason(job: _Job, request: SearchRequest) -> str:
             f"(dp = {n}/(tp*pp*cp) in {dps[:12]}{' ...' if len(dps) > 12 else ''})")
 
 
-def _no_legal_layout(job: _Job, request: SearchRequest) -> str:
+def _no_legal_layout(job: Job, request: SearchRequest) -> str:
     c = request.constraints
     base = sum(1 for _ in _candidates(job, request, Constraints(min_headroom=c.min_headroom)))
     job_text = f"{job.model.name} on {job.cluster.num_gpus} x {job.hardware.id}"
@@ -119,7 +120,7 @@ def _no_legal_layout(job: _Job, request: SearchRequest) -> str:
             f"({base} legal layouts without them)")
 
 
-def _nothing_fits(job: _Job, request: SearchRequest) -> str:
+def _nothing_fits(job: Job, request: SearchRequest) -> str:
     c = request.constraints
     capacity_gib = job.hardware.hbm_capacity_bytes / GIB
     n = job.cluster.num_gpus
@@ -149,7 +150,7 @@ def _nothing_fits(job: _Job, request: SearchRequest) -> str:
     return "; ".join(parts)
 
 
-def explain_empty(request: SearchRequest, job: _Job, *, enumerated: int,
+def explain_empty(request: SearchRequest, job: Job, *, enumerated: int,
                   roomiest: tuple[float, TrainingConfig] | None) -> str:
     """Say why a search returned no layout, with numbers (see the module docstring)."""
     if request.candidates is not None:
@@ -163,7 +164,7 @@ def explain_empty(request: SearchRequest, job: _Job, *, enumerated: int,
     return _nothing_fits(job, request)
 
 
-def _nothing_fits_explicit(job: _Job, roomiest: tuple[float, TrainingConfig]) -> str:
+def _nothing_fits_explicit(job: Job, roomiest: tuple[float, TrainingConfig]) -> str:
     headroom, config = roomiest
     capacity_gib = job.hardware.hbm_capacity_bytes / GIB
     return (f"none of the given candidates passes the memory screen on {job.cluster.num_gpus} x {job.hardware.id}; "
@@ -171,8 +172,8 @@ def _nothing_fits_explicit(job: _Job, roomiest: tuple[float, TrainingConfig]) ->
             f"of {capacity_gib:.1f} GiB")
 
 
-def _layout(job: _Job, config: TrainingConfig) -> str:
+def _layout(job: Job, config: TrainingConfig) -> str:
     from tools.formatting import layout_text
 
-    dp = config.dp or job.cluster.num_gpus // (config.tp * config.pp * config.cp)
+    dp = config.data_parallel(job.cluster.num_gpus)
     return layout_text(config.model_dump(exclude_none=True) | {"dp": dp})

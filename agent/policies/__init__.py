@@ -6,33 +6,9 @@ it proposes with the tools, so a policy cannot put an unscored layout into the r
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from agent.policies.base import Explained, Parsed, Policy, PolicyStep
 
-from agent.request import Clarification, TuneRequest
-
-
-@runtime_checkable
-class Policy(Protocol):
-    """What the graph needs from a policy."""
-
-    name: str
-    """'offline' or 'llm' (the report says which one ran)."""
-
-    def propose(self, state: dict[str, Any]) -> list[dict[str, Any]]:
-        """Return the next proposals: ``[{"config": {...}, "reason": str, "source": str}, ...]``; [] when done."""
-        ...
-
-    def explain(self, state: dict[str, Any]) -> str:
-        """Return the text that says why the best scored layout wins (numbers come from the tools)."""
-        ...
-
-    def parse(self, text: str, base: TuneRequest | dict[str, Any] | None = None) -> TuneRequest | Clarification:
-        """Read a request from text (``base``: the earlier request a follow-up changes)."""
-        ...
-
-    def status(self) -> dict[str, Any]:
-        """Side facts of the last call: ``tool_calls`` made, ``degraded_reason`` (fallback taken), ``notes``."""
-        ...
+__all__ = ["Explained", "Parsed", "Policy", "PolicyStep", "make_policy"]
 
 
 def make_policy(*, offline: bool = False, base_url: str | None = None, model: str | None = None,

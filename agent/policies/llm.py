@@ -9,20 +9,22 @@ than the search and the model's work is to beat it and to explain.
 
 Degradation: malformed arguments are repaired (json_repair) or sent back as an error (the model
 re-asks); a round without a legal proposal after ``max_turns`` ends the loop; an endpoint that
-stays down or rejects requests switches the policy to :class:`OfflinePolicy` for the rest of the
-run and marks it degraded (the report says why).
+stays down or rejects requests switches the run to :class:`OfflinePolicy` and marks it degraded
+(the step's ``degraded_reason`` becomes the state's; the report says why).  The policy object keeps
+no run state: the conversation is the graph state's ``conversation``, so a checkpoint resumes it.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent.grounding import ground_numbers
 from agent.llm_client import LLMClient, LLMConfig, LLMUnavailable
-from agent.nodes import score_fields
+from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.policies.llm_tools import (
     PROPOSE,
     READ_ONLY_TOOLS,
@@ -32,12 +34,13 @@ from agent.policies.llm_tools import (
     parse_arguments,
     tool_result_text,
 )
-from agent.policies.offline import OfflinePolicy, offline_explanation, run_request_search
+from agent.policies.offline import OfflinePolicy, offline_explanation, request_search, search_proposals
 from agent.prompts_text import history_table, job_text, parse_reply
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
-from agent.toolbox import Toolbox
+from agent.toolbox import Toolbox, ToolFailed
 from prompts.loader import render_prompt
+from tools.schemas import LegalAxesOutput
 
 MAX_TURNS = 6
 
@@ -48,7 +51,11 @@ prompt-injected or runaway reply cannot flood the answer."""
 
 
 class LLMPolicy:
-    """Proposals and explanations from an OpenAI-compatible endpoint (see the module docstring)."""
+    """Proposals and explanations from an OpenAI-compatible endpoint (see the module docstring).
+
+    The policy keeps no run state: the conversation is the graph state's ``conversation`` (returned in
+    each :class:`PolicyStep`), and a fallback taken is the state's ``degraded_reason``.
+    """
 
     name = "llm"
 
@@ -57,26 +64,18 @@ class LLMPolicy:
         self.config = config
         self.client = client or LLMClient(config)
         self.anchor_search, self.max_turns = anchor_search, max_turns
-        self.messages: list[dict[str, Any]] = []
-        self.fallback: OfflinePolicy | None = None
-        self.degraded_reason: str | None = None
-        self._run: str | None = None
-        self._status: dict[str, Any] = {}
+        self.offline = OfflinePolicy()
 
-    def status(self) -> dict[str, Any]:
-        """Tool calls, notes, the search summary (round 1) and the degraded reason of the last call."""
-        return {**self._status, "degraded_reason": self.degraded_reason}
+    @staticmethod
+    def _fallen_back(err: LLMUnavailable) -> str:
+        return f"{err.reason}; fell back to the offline policy"
 
-    def _go_offline(self, err: LLMUnavailable) -> None:
-        self.degraded_reason = f"{err.reason}; fell back to the offline policy"
-        self.fallback = self.fallback or OfflinePolicy()
-
-    def parse(self, text: str, base: TuneRequest | dict[str, Any] | None = None) -> TuneRequest | Clarification:
+    def read(self, text: str, base: TuneRequest | dict[str, Any] | None = None,
+             state: dict[str, Any] | None = None) -> Parsed:
         """Offline parser first; when it asks back, the LLM reads the text (names checked against the catalog)."""
-        self._status = {"tool_calls": 0, "notes": []}
         offline = parse_request(text, base)
-        if isinstance(offline, TuneRequest) or self.fallback is not None or not text.strip():
-            return offline
+        if isinstance(offline, TuneRequest) or (state or {}).get("degraded") or not text.strip():
+            return Parsed(result=offline)
         from agent.names import gpu_index, model_catalog
 
         prompt = render_prompt("parse", text=text, models=", ".join(sorted(model_catalog())),
@@ -84,55 +83,64 @@ class LLMPolicy:
         try:
             reply = self.client.complete([{"role": "user", "content": prompt}])
         except LLMUnavailable as err:
-            self._go_offline(err)
-            return offline
-        return parse_reply(reply.get("content") or "", base, offline, text=text)
+            return Parsed(result=offline, degraded_reason=self._fallen_back(err))
+        return Parsed(result=parse_reply(reply.get("content") or "", base, offline, text=text))
 
-    def propose(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+    def parse(self, text: str, base: TuneRequest | dict[str, Any] | None = None) -> TuneRequest | Clarification:
+        """The request :meth:`read` finds (for callers outside the graph)."""
+        return self.read(text, base).result
+
+    def propose(self, state: dict[str, Any]) -> PolicyStep:
         """One round: the model's legal proposals (plus the search's top-k in round 1)."""
-        self._status = {"tool_calls": 0, "notes": []}
-        if self.fallback is not None:
-            return self._offline(state)
+        if state.get("degraded"):
+            return self.offline.propose(state)
         job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+        step = _Step()
         anchored: list[dict[str, Any]] = []
-        run = state.get("run_id") or json.dumps(state["request"], sort_keys=True)
-        if self._run != run:
-            self._run = run
-            axes = tools.call("legal_axes", seq_len=job.seq_len)
-            self.messages = [{"role": "system", "content": render_prompt("propose", job=job_text(job, axes))}]
+        messages = [dict(m) for m in state.get("conversation") or []]
+        if not messages:
+            try:
+                axes: LegalAxesOutput | None = tools.legal_axes(job.seq_len)
+            except ToolFailed:
+                axes = None
+            messages = [{"role": "system", "content": render_prompt("propose", job=job_text(job, axes))}]
             if self.anchor_search and state.get("search") is None:
-                anchored = self._anchor(state)
-        self.messages.append({"role": "user", "content": history_table(state, anchored)})
+                anchored = self._anchor(state, step)
+        messages.append({"role": "user", "content": history_table(state, anchored)})
         try:
-            proposals = self._converse(job, tools)
+            proposals = self._converse(job, tools, messages, step)
         except LLMUnavailable as err:
-            self._go_offline(err)
-            self._status["tool_calls"] += tools.calls
-            return anchored + self._offline(state, skip_search=bool(anchored))
-        self._status["tool_calls"] += tools.calls
-        return anchored + [{**p, "source": self.name, "search_rank": None} for p in proposals]
+            step.degraded_reason = self._fallen_back(err)
+            step.tool_calls += tools.calls
+            step.tool_errors += tools.failures_dump()
+            return step.done(anchored + self._offline(state, step, skip_search=bool(anchored)), messages)
+        step.tool_calls += tools.calls
+        step.tool_errors += tools.failures_dump()
+        return step.done(anchored + [{**p, "source": self.name, "search_rank": None} for p in proposals], messages)
 
-    def _anchor(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+    def _anchor(self, state: dict[str, Any], step: _Step) -> list[dict[str, Any]]:
         request = state["request"]
-        summary, error = run_request_search(request, max(request.get("top_k", 5), 5))
-        self._status["tool_calls"] += 1
-        self._status["search"] = summary or {"enumerated": 0, "projected": 0, "ranked": [], "message": error}
-        return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
-                 "scores": score_fields(c)} for c in (summary or {}).get("ranked", [])]
+        summary, failed = request_search(request, max(request.get("top_k", 5), 5))
+        step.tool_calls += 1
+        if failed is not None:
+            step.tool_errors.append(failed[0].model_dump())
+        step.search = summary or {"enumerated": 0, "projected": 0, "ranked": [],
+                                  "message": None if failed is None else failed[1]}
+        return search_proposals(summary) if summary else []
 
-    def _offline(self, state: dict[str, Any], *, skip_search: bool = False) -> list[dict[str, Any]]:
-        assert self.fallback is not None
+    def _offline(self, state: dict[str, Any], step: _Step, *, skip_search: bool = False) -> list[dict[str, Any]]:
         if skip_search and state.get("search") is None:
-            state = {**state, "search": self._status.get("search")}
-        proposals = self.fallback.propose(state)
-        fallback_status = self.fallback.status()
-        self._status["tool_calls"] += fallback_status.get("tool_calls", 0)
-        self._status["notes"] += fallback_status.get("notes", [])
-        if "search" in fallback_status:
-            self._status["search"] = fallback_status["search"]
-        return proposals
+            state = {**state, "search": step.search}
+        fallback = self.offline.propose(state)
+        step.tool_calls += fallback.tool_calls
+        step.notes += fallback.notes
+        step.tool_errors += fallback.tool_errors
+        if fallback.search is not None:
+            step.search = fallback.search
+        return fallback.proposals
 
-    def _converse(self, job: Job, tools: Toolbox) -> list[dict[str, Any]]:
+    def _converse(self, job: Job, tools: Toolbox, messages: list[dict[str, Any]], step: _Step
+                  ) -> list[dict[str, Any]]:
         """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns.
 
         A reply that cannot be read (no call, or arguments that are not JSON even after repair) is
@@ -141,34 +149,34 @@ class LLMPolicy:
         schemas = llm_tool_schemas()
         reasked = False
         for _ in range(self.max_turns):
-            message = self.client.complete(self.messages, schemas)
+            message = self.client.complete(messages, schemas)
             calls = [(c["id"], c["function"]["name"], c["function"]["arguments"])
                      for c in message.get("tool_calls", [])]
             if calls:
-                accepted, done, results = self._handle(job, tools, calls)
+                accepted, done, results = self._handle(job, tools, calls, step)
                 message["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(r["args"])}}
                                          for c, r in zip(message["tool_calls"], results, strict=True)]
-                self.messages.append(message)
-                self.messages += [{"role": "tool", "tool_call_id": c["id"], "content": r["text"]}
+                messages.append(message)
+                messages += [{"role": "tool", "tool_call_id": c["id"], "content": r["text"]}
                                   for c, r in zip(message["tool_calls"], results, strict=True)]
             else:
-                self.messages.append(message)
+                messages.append(message)
                 found = calls_in_text(message.get("content") or "")
-                accepted, done, results = self._handle(job, tools, [(None, n, a) for n, a in found])
+                accepted, done, results = self._handle(job, tools, [(None, n, a) for n, a in found], step)
                 nudge = f"Call {PROPOSE} with layouts, or with an empty list and done=true."
                 texts = json.dumps([r["text"] for r in results])
-                self.messages.append({"role": "user", "content": f"Tool results: {texts}" if found else nudge})
+                messages.append({"role": "user", "content": f"Tool results: {texts}" if found else nudge})
             if accepted or done:
                 return accepted
             if not results or any(r.get("unreadable") for r in results):
                 if reasked:
-                    self._status["notes"].append("the LLM's reply could not be read twice; round ended")
+                    step.notes.append("the LLM's reply could not be read twice; round ended")
                     return []
                 reasked = True
-        self._status["notes"].append(f"the LLM put forward no legal layout in {self.max_turns} turns")
+        step.notes.append(f"the LLM put forward no legal layout in {self.max_turns} turns")
         return []
 
-    def _handle(self, job: Job, tools: Toolbox, calls: list[tuple[str | None, str, Any]]
+    def _handle(self, job: Job, tools: Toolbox, calls: list[tuple[str | None, str, Any]], step: _Step
                 ) -> tuple[list[dict[str, Any]], bool, list[dict[str, Any]]]:
         """Run each call: validate proposals in code, run read-only tools; (accepted, done, per-call results)."""
         accepted: list[dict[str, Any]] = []
@@ -176,7 +184,7 @@ class LLMPolicy:
         for _, name, raw in calls:
             args, note = parse_arguments(raw)
             if note and args is not None:
-                self._status["notes"].append(f"LLM tool call {name}: {note}")
+                step.notes.append(f"LLM tool call {name}: {note}")
             if args is None:
                 results.append({"args": {}, "unreadable": True,
                                 "text": tool_result_text({"ok": False, "error": note})})
@@ -210,32 +218,45 @@ class LLMPolicy:
                    if legal else "fix the rejected layouts (see reasons) and call propose_layouts again"}
         return payload, legal, parsed.done and not legal
 
-    def explain(self, state: dict[str, Any]) -> str:
+    def explain(self, state: dict[str, Any]) -> Explained:
         """The model's explanation of the winner (offline text when degraded or the endpoint fails now);
         numbers no tool result contains are replaced by '[?]' and noted (:mod:`agent.grounding`)."""
-        self._status = {**self._status, "notes": list(self._status.get("notes") or [])}
         facts = state.get("facts") or {}
-        if self.fallback is not None or not facts.get("best"):
-            return offline_explanation(facts)
+        if state.get("degraded") or not facts.get("best"):
+            return Explained(text=offline_explanation(facts))
         from agent.prompts_text import facts_text
 
         try:
             prompt = render_prompt("explain", facts=facts_text(facts))
             reply = self.client.complete([{"role": "user", "content": prompt}])
         except LLMUnavailable as err:
-            self._go_offline(err)
-            return offline_explanation(facts)
+            return Explained(text=offline_explanation(facts), degraded_reason=self._fallen_back(err))
         text = (reply.get("content") or "").strip()
         if not text:
-            self._status["notes"].append("the LLM returned no explanation; the offline explanation is shown")
-            return offline_explanation(facts)
+            return Explained(text=offline_explanation(facts),
+                             notes=["the LLM returned no explanation; the offline explanation is shown"])
+        notes = []
         if len(text) > EXPLANATION_MAX_CHARS:
-            self._status["notes"].append(f"the LLM's explanation was cut to {EXPLANATION_MAX_CHARS:,} of "
-                                         f"{len(text):,} characters")
+            notes.append(f"the LLM's explanation was cut to {EXPLANATION_MAX_CHARS:,} of {len(text):,} characters")
             text = text[:EXPLANATION_MAX_CHARS].rstrip() + " [cut]"
         grounded, flagged = ground_numbers(text, facts)
         if flagged:
-            self._status.setdefault("notes", []).append(
-                f"removed {len(flagged)} number(s) from the LLM's explanation that no tool result contains "
-                f"({', '.join(flagged[:6])}); they show as [?]")
-        return grounded
+            notes.append(f"removed {len(flagged)} number(s) from the LLM's explanation that no tool result contains "
+                         f"({', '.join(flagged[:6])}); they show as [?]")
+        return Explained(text=grounded, notes=notes)
+
+
+@dataclass(slots=True)
+class _Step:
+    """What one propose call gathers before it becomes a :class:`PolicyStep`."""
+
+    tool_calls: int = 0
+    notes: list[str] = field(default_factory=list)
+    tool_errors: list[dict[str, Any]] = field(default_factory=list)
+    search: dict[str, Any] | None = None
+    degraded_reason: str | None = None
+
+    def done(self, proposals: list[dict[str, Any]], conversation: list[dict[str, Any]]) -> PolicyStep:
+        return PolicyStep(proposals=proposals, tool_calls=self.tool_calls, notes=self.notes, search=self.search,
+                          degraded_reason=self.degraded_reason, conversation=conversation,
+                          tool_errors=self.tool_errors)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.nodes import score_fields
+from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.seeds import single_axis_moves
 from agent.space import Job
+from agent.toolbox import ToolFailure, failure_of
+from agent.trials import trial_score
 
 NEIGHBOURS_PER_ROUND = 6
 MIN_SEARCH_TOP_K = 5
@@ -34,6 +36,16 @@ def search_summary(result: Any) -> dict[str, Any]:
 
 def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, Any] | None, str | None]:
     """Run the layout search tool for a request (progress as 'search' events); (summary, error)."""
+    summary, failure = request_search(request, top_k)
+    return summary, None if failure is None else failure[1]
+
+
+def request_search(request: dict[str, Any], top_k: int
+                   ) -> tuple[dict[str, Any] | None, tuple[ToolFailure, str] | None]:
+    """Run the layout search tool for a request; (summary, None) or (None, (the typed failure, the note)).
+
+    A typed error (unknown name, bad constraint, invalid input) is the failure; any other exception propagates.
+    """
     from pydantic import ValidationError
 
     from projection.errors import ProjtuneError
@@ -52,7 +64,8 @@ def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, A
             framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))
     except (ProjtuneError, ValidationError) as err:
-        return None, f"search failed: {err}"
+        failure, _ = failure_of("search", SearchRequest, err)
+        return None, (failure, f"search failed: {err}")
     return search_summary(result), None
 
 
@@ -63,19 +76,18 @@ class OfflinePolicy:
 
     def __init__(self, *, neighbours_per_round: int = NEIGHBOURS_PER_ROUND) -> None:
         self.neighbours_per_round = neighbours_per_round
-        self._status: dict[str, Any] = {}
 
-    def status(self) -> dict[str, Any]:
-        """Tool calls, the search summary (round 1) and notes of the last :meth:`propose`."""
-        return dict(self._status)
+    def read(self, text: str, base: TuneRequest | dict[str, Any] | None = None,
+             state: dict[str, Any] | None = None) -> Parsed:
+        """Read the request with the offline parser."""
+        return Parsed(result=parse_request(text, base))
 
     def parse(self, text: str, base: TuneRequest | dict[str, Any] | None = None) -> TuneRequest | Clarification:
         """Read the request with the offline parser."""
         return parse_request(text, base)
 
-    def propose(self, state: dict[str, Any]) -> list[dict[str, Any]]:
+    def propose(self, state: dict[str, Any]) -> PolicyStep:
         """Round 1: the search's top-k; later: untried single-axis neighbours of the best."""
-        self._status = {"tool_calls": 0, "notes": []}
         request = state["request"]
         if state.get("search") is None and state.get("candidates_ran") and request.get("candidates"):
             return self._measured(request)
@@ -84,40 +96,45 @@ class OfflinePolicy:
         job = Job(request)
         best = best_trial(state)
         if best is None:
-            return []
+            return PolicyStep()
         checked = job.check(best["config"])
         if checked.config is None:
-            return []
+            return PolicyStep()
         tried = {t["key"] for t in state.get("trials", []) if t.get("key")}
         moves = single_axis_moves(job, checked.config, limit=self.neighbours_per_round, skip=tried)
-        return [{**m, "source": self.name, "search_rank": None,
-                 "reason": f"neighbour of the best: {m['reason']}"} for m in moves]
+        return PolicyStep(proposals=[{**m, "source": self.name, "search_rank": None,
+                                      "reason": f"neighbour of the best: {m['reason']}"} for m in moves])
 
-    def _measured(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def _measured(self, request: dict[str, Any]) -> PolicyStep:
         """Candidates measured to run (an eval): every one goes to evaluate, which projects it whatever the
         memory verdict (the search's screen would drop runs that ran but are projected tight)."""
         candidates = request["candidates"]
-        self._status["search"] = {"enumerated": len(candidates), "projected": 0, "ranked": [],
-                                  "message": None, "measured_candidates": True}
-        return [{"config": dict(c), "reason": f"measured candidate {i}", "source": "candidates",
-                 "search_rank": None} for i, c in enumerate(candidates)]
+        search = {"enumerated": len(candidates), "projected": 0, "ranked": [], "message": None,
+                  "measured_candidates": True}
+        return PolicyStep(search=search, proposals=[{"config": dict(c), "reason": f"measured candidate {i}",
+                                                     "source": "candidates", "search_rank": None}
+                                                    for i, c in enumerate(candidates)])
 
-    def _from_search(self, request: dict[str, Any]) -> list[dict[str, Any]]:
+    def _from_search(self, request: dict[str, Any]) -> PolicyStep:
         candidates = request.get("candidates")
         top_k = min(len(candidates), 100) if candidates else max(request.get("top_k", 5), MIN_SEARCH_TOP_K)
-        summary, error = run_request_search(request, max(top_k, 1))
-        self._status["tool_calls"] = 1
-        if summary is None:
-            self._status["notes"] = [error]
-            self._status["search"] = {"enumerated": 0, "projected": 0, "ranked": [], "message": error}
-            return []
-        self._status["search"] = summary
-        return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
-                 "scores": score_fields(c)} for c in summary["ranked"]]
+        summary, failed = request_search(request, max(top_k, 1))
+        if failed is not None:
+            failure, error = failed
+            return PolicyStep(tool_calls=1, notes=[error], tool_errors=[failure.model_dump()],
+                              search={"enumerated": 0, "projected": 0, "ranked": [], "message": error})
+        assert summary is not None
+        return PolicyStep(tool_calls=1, search=summary, proposals=search_proposals(summary))
 
-    def explain(self, state: dict[str, Any]) -> str:
+    def explain(self, state: dict[str, Any]) -> Explained:
         """Say why the best wins, from the numbers the report gathered (``state['facts']``)."""
-        return offline_explanation(state.get("facts") or {})
+        return Explained(text=offline_explanation(state.get("facts") or {}))
+
+
+def search_proposals(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The search's ranked layouts as proposals that arrive scored (their LayoutScore, flat)."""
+    return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
+             "scores": trial_score(c)} for c in summary["ranked"]]
 
 
 def best_trial(state: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline pol
 RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="Most proposal rounds (default 3).")]
 FrameworkOpt = Annotated[str, typer.Option(
     "--framework", help="Launch framework: only layouts it can run are searched and its launch config is written: "
-                        "megatron | megatron-bridge | primus | torchtitan | maxtext (a framework named in the request wins).")]
+                        f"{' | '.join(FRAMEWORKS)} (a framework named in the request wins).")]
 BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
                                                    "(env PROJTUNE_LLM_BASE_URL or OPENAI_BASE_URL).")]
 ModelOpt = Annotated[str | None, typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
@@ -118,6 +118,10 @@ def _print_report(report: Any) -> None:
         out.print(f"[dim]{line}[/]")
     if report.degraded:
         out.print(f"[yellow]degraded:[/] {report.degraded_reason}")
+    from agent.report import tool_error_lines
+
+    for line in tool_error_lines(report):
+        out.print(line, style="red", markup=False, highlight=False)
     if report.best is None:
         out.print(f"[bold red]no layout:[/] {report.message}")
         return

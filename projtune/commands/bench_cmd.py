@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from projection.vocabulary import MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES, choices_help
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
@@ -43,12 +44,12 @@ EtpOpt = Annotated[IntOpt, _opt("Expert tensor parallel.")]
 MbsOpt = Annotated[IntOpt, _opt("Micro-batch size (sequences).")]
 GbsOpt = Annotated[IntOpt, _opt("Global batch size (sequences).")]
 SeqOpt = Annotated[IntOpt, _opt("Sequence length (tokens).")]
-PrecisionOpt = Annotated[str | None, _opt("bf16|fp16|fp8|fp8-blockwise|mxfp8|nvfp4")]
-RecomputeOpt = Annotated[str | None, _opt("none|selective|full")]
+PrecisionOpt = Annotated[str | None, _opt(choices_help(PRECISIONS))]
+RecomputeOpt = Annotated[str | None, _opt(choices_help(RECOMPUTES))]
 SpOpt = Annotated[bool, _opt("Megatron sequence parallelism.", "--sp")]
 ZeroOpt = Annotated[IntOpt, _opt("0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")]
-ScheduleOpt = Annotated[str | None, _opt("1f1b|interleaved|zero-bubble|zbv|gpipe", "--schedule")]
-DispatcherOpt = Annotated[str | None, _opt("MoE: alltoall|allgather|deepep", "--dispatcher")]
+ScheduleOpt = Annotated[str | None, _opt(choices_help(PIPELINE_SCHEDULES), "--schedule")]
+DispatcherOpt = Annotated[str | None, _opt(f"MoE: {choices_help(MOE_DISPATCHERS)}", "--dispatcher")]
 NodeOpt = Annotated[IntOpt, _opt("GPUs per node (default 8).")]
 
 
@@ -188,7 +189,7 @@ def project_command(
     flags = _layout_flags(locals())
     from bench.measurement import read_measurement
     from bench.restore import project_measured
-    from projection.device_profile import default_profile, load_profile
+    from projection.job import profile_for
     from projection.summary import projection_dict
     from projtune.render import print_projection
 
@@ -200,7 +201,7 @@ def project_command(
             **red.target_config.model_dump(exclude_none=True)}
     base = {k: v for k, v in base.items() if v is not None}
     model_spec, hardware, cluster, config = _layout(base, config_file, flags)
-    prof = load_profile(profile) if profile else default_profile(hardware)
+    prof = profile_for(hardware, profile)
     result = project_measured(m, model_spec, cluster, config, hardware=hardware, profile=prof,
                               flops_formula=flops, tp_scaling=tp_scaling)  # type: ignore[arg-type]
     data = projection_dict(result.projection) | {"measured": {
@@ -227,18 +228,17 @@ def device_command(
     """Sweep GEMMs, attention, copies (and all-reduce) on the local GPU(s) and fit a device profile."""
     from bench.device import device_profile, profile_yaml, run_sweep
     from bench.runtime import runtime_info
-    from projection.device_profile import default_profile
-    from projection.hardware import load_hardware
+    from projection.job import resolve_device
 
     detected = _require_gpu(cpu)
     hardware_id = gpu_target or detected
     if hardware_id is None:
         fail("no hardware id: pass --gpu-target ID (the local GPU is not in the catalog)")
-    hardware = load_hardware(str(hardware_id))
+    hardware, shipped = resolve_device(str(hardware_id))
     points = run_sweep(device="cpu" if cpu else "cuda", tiny=cpu, warmup=1 if cpu else warmup,
                        iters=3 if cpu else iters, fp8=fp8)
     info = runtime_info("cpu" if cpu else "cuda")
-    profile = device_profile(points, hardware, default_profile(hardware), device_name=info.device_name,
+    profile = device_profile(points, hardware, shipped, device_name=info.device_name,
                              representative=not cpu)
     path = out or Path(f"profile-{hardware.id}{'-cpu' if cpu else ''}.yaml")
     path.write_text(profile_yaml(profile, points, hardware))

@@ -7,9 +7,19 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from projection.vocabulary import (
+    FINETUNES,
+    FRAMEWORKS,
+    MOE_DISPATCHERS,
+    PIPELINE_SCHEDULES,
+    PRECISIONS,
+    RECOMPUTES,
+    choices_help,
+)
 from projtune.errors import user_errors
 from tools.json_out import json_text
 
+_DISPATCHER_HELP = f"MoE: {choices_help(MOE_DISPATCHERS)}"
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id, HF config.json path.")]
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
 GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")]
@@ -40,15 +50,15 @@ def project_command(
     mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
     gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
     seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8|nvfp4")] = None,
-    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    precision: Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))] = None,
+    recompute: Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list, e.g. core_attn,moe_act")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
     zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
     fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble|zbv|gpipe")] = None,
-    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="MoE: alltoall|allgather|deepep")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))] = None,
+    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
     config_file: FileOpt = None,
@@ -74,18 +84,18 @@ def memory_command(
     mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
     gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
     seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
-    precision: Annotated[Optional[str], typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8|nvfp4")] = None,
-    recompute: Annotated[Optional[str], typer.Option(help="none|selective|full")] = None,
+    precision: Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))] = None,
+    recompute: Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))] = None,
     recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
     zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
     fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help="1f1b|interleaved|zero-bubble|zbv|gpipe")] = None,
-    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help="MoE: alltoall|allgather|deepep")] = None,
+    schedule: Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))] = None,
+    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
     framework: Annotated[Optional[str], typer.Option(
-        help="megatron|nemo|primus|torchtitan|llm-foundry|deepspeed|jax (bytes per parameter, allocator)")] = None,
-    finetune: Annotated[Optional[str], typer.Option(help="sft|lora (none = pre-training).")] = None,
+        help=f"{choices_help(FRAMEWORKS)} (bytes per parameter, allocator)")] = None,
+    finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
     moe_routing: Annotated[Optional[str], typer.Option(help="MoE: balanced|dropless|token-drop")] = None,
     moe_capacity_factor: Annotated[Optional[float], typer.Option(help="MoE token-drop expert capacity factor.")] = None,
     config_file: FileOpt = None,
@@ -97,9 +107,9 @@ def memory_command(
 
 
 def _run(args: dict[str, Any], *, memory_only: bool) -> None:
-    from projection.device_profile import default_profile, load_profile
     from projection.engine import project
     from projection.errors import IllegalLayoutError
+    from projection.job import profile_for
     from projection.layout import parallel_dims
     from projection.legality import layout_violations
     from projection.memory import project_memory
@@ -116,7 +126,7 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     args["pp_schedule"] = args.pop("schedule")
     args["moe_dispatcher"] = args.pop("dispatcher")
     model, hardware, cluster, config = build_layout(_layout_values(config_file, **args))
-    profile = load_profile(profile_path) if profile_path else default_profile(hardware)
+    profile = profile_for(hardware, profile_path)
     if memory_only:
         reasons = layout_violations(model, hardware, cluster, config)
         if reasons:

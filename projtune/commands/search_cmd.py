@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from projection.vocabulary import LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
@@ -18,6 +19,7 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in the job.")]
 NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 IntOpt = int | None
+PARTIAL_EXIT_CODE = 3   # `projtune search --deadline-s`: stopped with a partial result
 
 
 @user_errors
@@ -33,21 +35,32 @@ def search_command(
     pareto: Annotated[bool, typer.Option("--pareto", help="Also show the throughput/headroom Pareto front.")] = False,
     profile: Annotated[Path | None, typer.Option(help="Device profile file.")] = None,
     framework: Annotated[str | None, typer.Option(
-        help="Only layouts this framework can launch: megatron|megatron-bridge|primus|torchtitan|maxtext.")] = None,
+        help=f"Only layouts this framework can launch: {choices_help(LAUNCH_FRAMEWORKS)}.")] = None,
+    deadline_s: Annotated[float | None, typer.Option(
+        "--deadline-s", min=0.0, help="Stop after this many seconds with a partial result (JSON \"complete\": "
+                                      "false, a notice on stderr, exit code 3). Default: no limit.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU."""
+    """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU.
+
+    Exit codes: 0 a complete result; 1 no layout fits; 3 stopped at --deadline-s (partial result).
+    """
     from tools.constraints import Constraints
     from tools.search import SearchRequest, run_search
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework)
-    result = _run_with_progress(run_search, request, show=not as_json)
+    result = _run_with_progress(lambda *a, **k: run_search(*a, deadline_s=deadline_s, **k), request,
+                                show=not as_json)
     if as_json:
         typer.echo(json_text(result.model_dump(mode="json")))
     else:
         _print_search(result, pareto)
+    if not result.complete:
+        if as_json:    # the text report prints the message already
+            typer.echo(f"projtune search: {result.message}", err=True)
+        raise typer.Exit(PARTIAL_EXIT_CODE)
     if not result.ranked:
         raise typer.Exit(1)
 
@@ -102,27 +115,28 @@ def _print_search(result: Any, pareto: bool) -> None:
     console.print(f"enumerated {result.enumerated}, screened out {result.screened_out} (memory), "
                   f"projected {result.projected} in {result.elapsed_s:.2f} s")
     if result.message:
-        console.print(("[yellow]" if result.ranked else "[bold red]no layout:[/] ") + result.message, soft_wrap=True,
+        console.print(("[yellow]" if result.ranked or not result.complete else "[bold red]no layout:[/] ")
+                      + result.message, soft_wrap=True,
                       highlight=False)
 
 
 @user_errors
 def export_command(
     model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
-    framework: Annotated[str, typer.Option(help="megatron | megatron-bridge | primus | torchtitan | maxtext")
+    framework: Annotated[str, typer.Option(help=" | ".join(LAUNCH_FRAMEWORKS))
                          ] = "megatron",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
     gpus_per_node: NodeOpt = 8,
     tp: IntOpt = None, pp: IntOpt = None, vpp: IntOpt = None, cp: IntOpt = None, ep: IntOpt = None,
     etp: IntOpt = None, mbs: IntOpt = None, gbs: IntOpt = None, seq_len: IntOpt = None,
     precision: Annotated[str | None, typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none|selective|full")] = None,
+    recompute: Annotated[str | None, typer.Option(help=choices_help(RECOMPUTES))] = None,
     recompute_num_layers: IntOpt = None,
     recompute_modules: Annotated[str | None, typer.Option(help="Selective: comma list.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
     zero: IntOpt = None, fsdp_size: IntOpt = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
-    dispatcher: Annotated[str | None, typer.Option("--dispatcher", help="alltoall|allgather|deepep")] = None,
+    dispatcher: Annotated[str | None, typer.Option("--dispatcher", help=choices_help(MOE_DISPATCHERS))] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write one layout as Megatron-LM arguments, a Primus YAML overlay or a torchtitan TOML section."""

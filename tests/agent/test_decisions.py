@@ -196,16 +196,14 @@ def test_measured_mode_benchmarks_the_near_ties_and_picks_the_fastest_measured(m
     assert offline.near_ties, "the small job has near-tied layouts"
     assert "benchmark" in offline.decision and any("would settle it" in n for n in offline.notes)
     runner_up = offline.near_ties[0]["config"]
-    real = Toolbox.on_layout
+    from tools.schemas import BenchmarkOutput
 
-    def fake(self: Toolbox, tool: str, config: dict[str, object], **kw: object) -> dict[str, object]:
-        if tool != "run_benchmark":
-            return real(self, tool, config, **kw)
+    def fake(self: Toolbox, config: dict[str, object]) -> BenchmarkOutput:
         measured = 9_000.0 if config == runner_up else 5_000.0       # the runner-up really is faster
-        return {"ok": True, "result": {"available": True, "message": "fake GPU",
-                                       "results": {"projection": {"tokens_per_sec_per_gpu": measured}}}}
+        return BenchmarkOutput(available=True, message="fake GPU",
+                               results={"projection": {"tokens_per_sec_per_gpu": measured}})
 
-    monkeypatch.setattr(Toolbox, "on_layout", fake)
+    monkeypatch.setattr(Toolbox, "run_benchmark", fake)
     measured = tune(request=SMALL, budget={"max_rounds": 1},
                     options=RunOptions(allow_benchmark=True, benchmark_top=1)).report
     assert measured.best is not None and measured.best.config == runner_up

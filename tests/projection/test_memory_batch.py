@@ -25,7 +25,7 @@ from projection.model_spec import load_model
 from projection.training_config import RECOMPUTE_MODULES, Cluster, TrainingConfig
 from tools.candidates import enumerate_candidates
 from tools.constraints import Constraints
-from tools.search import SearchRequest, _Job, run_search
+from tools.search import SearchRequest, resolve_request, run_search
 
 
 def _assert_equal(model_id: str, gpu: str, num_gpus: int, configs: list[TrainingConfig]) -> None:
@@ -59,7 +59,7 @@ SEARCHES = [
 @pytest.mark.parametrize("search", SEARCHES, ids=[s[0] for s in SEARCHES])
 def test_batch_equals_scalar_on_every_candidate_of_a_search(search: tuple) -> None:
     model_id, gpu, num_gpus, gbs, seq, constraints = search
-    job = _Job(SearchRequest(model=model_id, gpu=gpu, num_gpus=num_gpus, gbs=gbs, seq_len=seq))
+    job = resolve_request(SearchRequest(model=model_id, gpu=gpu, num_gpus=num_gpus, gbs=gbs, seq_len=seq))
     configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, gbs, seq))
     assert len(configs) > 100
     _assert_equal(model_id, gpu, num_gpus, configs)

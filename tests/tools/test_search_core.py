@@ -53,10 +53,9 @@ def test_two_workers_give_the_same_result() -> None:
     one, two = run_search(request, workers=1), run_search(request, workers=2)
     assert [c.layout for c in one.ranked] == [c.layout for c in two.ranked]
     assert [c.layout for c in one.pareto] == [c.layout for c in two.pareto]
-    # Workers prune against bounds built in another order than the serial run's, so the split between
-    # projected and pruned may differ, but every candidate is still accounted for exactly once.
-    assert one.screened_out == two.screened_out
-    assert one.projected + one.pruned == two.projected + two.pruned
+    # Workers prune speculatively against staler bounds, then the serial decisions are replayed over
+    # their projections: the counts are the serial run's (this case differed, 282/462 vs 266/478, before).
+    assert (one.screened_out, one.projected, one.pruned) == (two.screened_out, two.projected, two.pruned)
 
 
 def test_bounds() -> None:

@@ -13,7 +13,7 @@ from projection import fast_paths, pipeline_steady
 from tools import search_core
 from tools.candidates import enumerate_candidates
 from tools.constraints import Constraints
-from tools.search import SearchRequest, SearchResult, _Job, run_search
+from tools.search import SearchRequest, SearchResult, resolve_request, run_search
 from tools.search_core import Evaluator, default_workers, group_by_recompute
 
 CASES = [
@@ -35,7 +35,7 @@ def _view(result: SearchResult) -> tuple[object, ...]:
 
 @pytest.mark.parametrize("request_", CASES, ids=["dense-deep", "moe"])
 def test_batched_bound_equals_scalar_bound_on_every_candidate(request_: SearchRequest) -> None:
-    job = _Job(request_)
+    job = resolve_request(request_)
     configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, request_.constraints, request_.gbs,
                                         request_.seq_len))
     evaluator = Evaluator(job, configs, group_by_recompute(configs), 0.0, keep_projections=False)

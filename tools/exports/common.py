@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from projection.device_profile import default_profile
-from projection.hardware import load_hardware
+from projection.job import job_on
 from projection.layout import parallel_dims
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
+from projection.vocabulary import LaunchFramework
 from tools.formatting import layout_text
 
-LaunchFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"]
 # A profile's fitted overlap fraction above this counts as "the projection assumes the overlap is on".
 OVERLAP_ON = 0.05
 
@@ -39,8 +38,8 @@ class Job:
 
     def __init__(self, model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> None:
         self.model, self.cluster, self.config = model, cluster, config
-        self.hardware = load_hardware(cluster.gpu)
-        self.profile = default_profile(self.hardware)
+        resolved = job_on(model, cluster, config)
+        self.hardware, self.profile = resolved.hardware, resolved.profile
         self.dp = parallel_dims(config, cluster).dp
         self.warnings: list[str] = []
         self.assumptions: list[str] = []

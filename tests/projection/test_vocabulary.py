@@ -1,0 +1,192 @@
+"""One source for the closed sets, the field classification and the sweep-file config model (issue 16 item 3)."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from evals.sweep_models import SWEEP_FIELD_OVERRIDES, ConfigKeys
+from projection import vocabulary as v
+from projection.memory_verdict import Verdict
+from projection.training_config import (
+    FIELD_EFFECTS,
+    JOB,
+    MICROBATCH_WORK,
+    RECOMPUTE_KNOB,
+    STATIC_MEMORY,
+    TrainingConfig,
+)
+from tools.search_core import Evaluator, group_key
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("projection", "bench", "tools", "prompts", "agent", "evals", "projtune")
+
+# Spellings of (part of) a closed set outside its owner, each with its reason.  Key: (file, set name).
+ALLOWED: dict[tuple[str, str], str] = {
+    ("projection/hardware.py", "precision"): "GemmDtype: tensor-core dtypes, another set that shares names",
+    ("projection/pipeline.py", "pp_schedule"): "the schedules one simulator branch handles",
+    ("tools/framework_rules.py", "launch_framework"): "MEGATRON_FAMILY: the launch frameworks that run Megatron-core",
+    ("tools/framework_rules.py", "pp_schedule"): "schedules a framework lacks or has: framework rules, cited there",
+    ("evals/eval_run.py", "recompute"): "--fill-unknown tries the recipe default (selective) first: its own order",
+}
+
+
+OWNER = "projection/vocabulary.py"
+SETS: dict[str, tuple[str, ...]] = {**v.CLOSED_SETS, "verdict": typing.get_args(Verdict)}
+OWNERS = {"verdict": "projection/memory_verdict.py"}   # the memory verdicts live with the rule that decides them
+
+
+def _spellings(path: Path) -> list[tuple[int, str]]:
+    """(line, set name) of each tuple/list/set/Literal in ``path`` that spells >= 3 values of a closed set
+    (or all of a smaller one).  Dict keys are tables keyed by the set, not spellings of it."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            continue
+        strings = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        for name, values in SETS.items():
+            if len(strings & set(values)) >= min(3, len(values)):
+                found.append((node.lineno, name))
+    return found
+
+
+def test_sets_are_their_literal_types() -> None:
+    pairs = [(v.Precision, v.PRECISIONS), (v.Recompute, v.RECOMPUTES), (v.PipelineSchedule, v.PIPELINE_SCHEDULES),
+             (v.Framework, v.FRAMEWORKS), (v.LaunchFramework, v.LAUNCH_FRAMEWORKS),
+             (v.MoeDispatcher, v.MOE_DISPATCHERS), (v.MoeRouting, v.MOE_ROUTINGS), (v.Finetune, v.FINETUNES),
+             (v.RecomputeModule, v.RECOMPUTE_MODULES), (v.ImportFramework, v.IMPORT_FRAMEWORKS)]
+    for literal, values in pairs:
+        assert typing.get_args(literal) == values
+    assert set(v.PRECISIONS) > v.LOW_PRECISIONS and set(v.SEARCHED_FP8_RECIPES) < v.LOW_PRECISIONS
+    assert set(v.DEFAULT_RECOMPUTE_MODULES) <= set(v.RECOMPUTE_MODULES)
+    assert set(v.IMPORT_FRAMEWORKS) <= set(v.LAUNCH_FRAMEWORKS)
+    assert {r for r, _ in v.RECOMPUTE_LEVEL} == set(v.RECOMPUTES)
+
+
+def test_training_config_fields_use_the_sets() -> None:
+    fields = TrainingConfig.model_fields
+    assert fields["precision"].annotation == v.Precision
+    assert fields["recompute"].annotation == v.Recompute
+    assert fields["pp_schedule"].annotation == v.PipelineSchedule | None
+    assert fields["framework"].annotation == v.Framework | None
+    assert fields["moe_dispatcher"].annotation == v.MoeDispatcher
+    assert fields["moe_routing"].annotation == v.MoeRouting
+    assert fields["finetune"].annotation == v.Finetune | None
+    assert TrainingConfig().recompute_modules == v.DEFAULT_RECOMPUTE_MODULES
+    with pytest.raises(ValidationError, match="allowed: core_attn"):
+        TrainingConfig(recompute_modules=("attn",))
+
+
+def test_closed_sets_are_spelled_only_in_their_owner() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for line, name in _spellings(path):
+                if rel != OWNERS.get(name, OWNER) and (rel, name) not in ALLOWED:
+                    offenders.append(f"{rel}:{line}: spells the {name} set; import it from projection/vocabulary.py")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_spelling_check_can_fail(tmp_path: Path) -> None:
+    path = tmp_path / "x.py"
+    path.write_text('from typing import Literal\nX = Literal["none", "selective", "full"]\nY = ("a", "b")\n')
+    assert _spellings(path) == [(2, "recompute")]
+
+
+def test_every_allowed_exception_still_exists() -> None:
+    present = {(path.relative_to(ROOT).as_posix(), name)
+               for package in PACKAGES for path in (ROOT / package).rglob("*.py") for _, name in _spellings(path)}
+    assert set(ALLOWED) <= present, sorted(set(ALLOWED) - present)
+
+
+# ---- field classification (projection/training_config.py FIELD_EFFECTS) ------------------------------------
+
+
+def test_every_config_field_is_classified() -> None:
+    """A new TrainingConfig field must say what it affects, or the search's keys would silently ignore it."""
+    assert set(FIELD_EFFECTS) == set(TrainingConfig.model_fields)
+    known = {STATIC_MEMORY, MICROBATCH_WORK, RECOMPUTE_KNOB, JOB}
+    for name, effects in FIELD_EFFECTS.items():
+        assert effects and effects <= known, name
+
+
+def test_grouping_keys_follow_the_classification() -> None:
+    base = TrainingConfig(tp=2, pp=2, gbs=64, seq_len=4096, dp=4)
+    changes = {"tp": 4, "pp": 4, "cp": 2, "ep": 2, "etp": 2, "vpp": 2, "dp": 2, "mbs": 2, "gbs": 128, "seq_len": 8192,
+               "precision": "fp8", "recompute": "full", "recompute_num_layers": 1, "recompute_modules": ("mlp",),
+               "sequence_parallel": True, "zero": 1, "fsdp_size": 2, "pp_schedule": "zero-bubble",
+               "framework": "torchtitan", "moe_dispatcher": "deepep", "moe_routing": "token-drop",
+               "moe_capacity_factor": 1.25, "finetune": "lora"}
+    assert set(changes) == set(TrainingConfig.model_fields)
+    for name, value in changes.items():
+        other = base.model_copy(update={name: value})
+        effects = FIELD_EFFECTS[name]
+        assert (group_key(other) != group_key(base)) == (RECOMPUTE_KNOB not in effects), name
+        assert (Evaluator.sharding_key(other) != Evaluator.sharding_key(base)) == (STATIC_MEMORY in effects), name
+        assert (Evaluator.work_key(other) != Evaluator.work_key(base)) == (MICROBATCH_WORK in effects), name
+
+
+def test_group_key_reads_the_schedule_in_effect() -> None:
+    implicit = TrainingConfig(pp=2, vpp=2)
+    assert group_key(implicit) == group_key(implicit.model_copy(update={"pp_schedule": "interleaved"}))
+
+
+# ---- the sweep-file config model is TrainingConfig's fields ------------------------------------------------
+
+
+def _bounds(info: typing.Any) -> dict[str, object]:
+    return {(name := type(m).__name__.lower()): getattr(m, name) for m in info.metadata}
+
+
+def test_sweep_config_keys_are_training_config_fields() -> None:
+    assert tuple(ConfigKeys.model_fields) == tuple(TrainingConfig.model_fields)
+    for name, info in TrainingConfig.model_fields.items():
+        key = ConfigKeys.model_fields[name]
+        assert key.default is None, name
+        if name in SWEEP_FIELD_OVERRIDES:
+            annotation, bounds, reason = SWEEP_FIELD_OVERRIDES[name]
+            assert reason and key.annotation == annotation | None and _bounds(key) == bounds, name
+            continue
+        expected = info.annotation if type(None) in typing.get_args(info.annotation) else info.annotation | None
+        assert key.annotation == expected, name
+        assert _bounds(key) == _bounds(info), name
+
+
+@pytest.mark.parametrize(("key", "good", "bad"), [
+    ("tp", 8, 0), ("gbs", 1024, 2_000_000), ("precision", "fp8-blockwise", "fp9"), ("recompute", "full", "some"),
+    ("pp_schedule", "zbv", "zb"), ("framework", "primus", "titan"), ("moe_dispatcher", "deepep", "a2a"),
+    ("moe_routing", "token-drop", "drop"), ("finetune", "lora", "qlora"), ("moe_capacity_factor", 1.25, 0),
+    ("zero", 3, 4), ("recompute_num_layers", 1, 0), ("recompute_modules", ["core_attn"], "core_attn"),
+    ("sequence_parallel", True, 1),
+])
+def test_sweep_keys_accept_what_training_config_accepts(key: str, good: object, bad: object) -> None:
+    assert getattr(ConfigKeys(**{key: good}), key) == good
+    with pytest.raises(ValidationError):
+        ConfigKeys(**{key: bad})
+    if key not in ("recompute_modules",):
+        TrainingConfig(**{key: good})
+
+
+# The config keys of shared/specs/sweep-format.md ("Config keys"), each with a value the spec allows.
+SPEC_KEYS: dict[str, object] = {
+    "tp": 8, "pp": 4, "cp": 2, "ep": 8, "vpp": 2, "dp": 4, "etp": 1, "mbs": 1, "gbs": 512, "seq_len": 4096,
+    "precision": "fp8-blockwise", "recompute": "selective", "recompute_num_layers": 2,
+    "recompute_modules": ["moe_act", "layernorm"], "sequence_parallel": True, "zero": 3, "fsdp_size": 8,
+    "pp_schedule": "zero-bubble", "framework": "llm-foundry", "moe_dispatcher": "deepep",
+    "moe_routing": "token-drop", "moe_capacity_factor": 1.25, "finetune": "lora",
+}
+
+
+def test_every_spec_key_parses_with_the_same_meaning() -> None:
+    assert set(SPEC_KEYS) == set(ConfigKeys.model_fields)
+    keys = ConfigKeys(**SPEC_KEYS)
+    assert keys.model_dump(exclude_none=True) == SPEC_KEYS
+    config = TrainingConfig(**keys.model_dump(exclude_none=True))
+    for name, value in SPEC_KEYS.items():
+        assert getattr(config, name) == (tuple(value) if isinstance(value, list) else value), name

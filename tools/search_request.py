@@ -1,0 +1,37 @@
+"""The typed input of a layout search (:func:`tools.search.run_search`), in its own module so that the
+search and its "why is it empty" explanation (:mod:`tools.search_explain`) both import it without
+importing each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
+from tools.constraints import Constraints
+
+
+class SearchRequest(BaseModel):
+    """A layout search: which model on which GPUs, the batch, constraints, and how many results."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | dict[str, Any] = Field(
+        description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config.json fields.")
+    gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
+    num_gpus: int = Field(ge=1, description="GPUs in the job.")
+    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+    gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
+    seq_len: int = Field(ge=1, description="Sequence length, tokens.")
+    constraints: Constraints = Field(default_factory=Constraints,
+                                     description="Pins/bounds per axis, min_headroom, allow_fp8.")
+    top_k: int = Field(default=5, ge=1, le=100, description="How many ranked layouts to return.")
+    candidates: list[dict[str, Any]] | None = Field(
+        default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
+                                  "are checked, screened and ranked; gbs and seq_len fill missing keys.")
+    profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+    finetune: Finetune | None = Field(
+        default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")
+    framework: str | None = Field(default=None, description="Only layouts this framework can launch "
+                                  f"({', '.join(LAUNCH_FRAMEWORKS)}; tools/framework_rules.py).")
