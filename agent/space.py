@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.request import network_fields
 from projection.hardware import HardwareSpec, load_hardware
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, load_model
@@ -75,7 +76,8 @@ class Job:
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
         self.model: ModelSpec = load_model(get("model"))
         self.hardware: HardwareSpec = load_hardware(get("gpu"))
-        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"))
+        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
+                               **network_fields(request))
         self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
         self.constraints = Constraints.parse(get("constraints") or [])
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,

@@ -7,10 +7,13 @@ registries), so this module asks the model instead of hard-coding the name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tools.registry import TOOLS_BY_NAME, call_tool
+
+_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain"})
+"""Arguments an LLM's tool call may not set: files, and the cluster network the user did (or did not) give."""
 
 
 def layout_field(tool: str) -> str:
@@ -34,13 +37,17 @@ class Toolbox:
     gpus_per_node: int
     profile_path: str | None = None
     calls: int = 0
+    network: dict[str, Any] = field(default_factory=dict)
+    """Cluster network overrides the request gave (nics_per_node, nic_gbps, nvlink_domain); empty: the catalog's."""
 
     @classmethod
     def for_request(cls, request: Any) -> Toolbox:
         """A toolbox for a TuneRequest-like object (or its dict)."""
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
+        from agent.request import network_fields
+
         return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
-                   profile_path=get("profile_path"))
+                   profile_path=get("profile_path"), network=network_fields(request))
 
     def job(self, tool: str) -> dict[str, Any]:
         """The job arguments every layout tool takes."""
@@ -48,6 +55,7 @@ class Toolbox:
                                 "gpus_per_node": self.gpus_per_node}
         if self.profile_path and accepts(tool, "profile_path"):
             args["profile_path"] = self.profile_path
+        args.update({k: v for k, v in self.network.items() if accepts(tool, k)})
         return args
 
     def call(self, tool: str, /, **arguments: Any) -> dict[str, Any]:
@@ -62,10 +70,12 @@ class Toolbox:
         """Call a tool with arguments an LLM chose: the job's model, GPU and cluster win, and no file is named.
 
         The LLM cannot change the job, nor make the tool read a file (``profile_path`` dropped; the
-        request's own profile is used), and it gets a structured error rather than an exception.
+        request's own profile is used), nor change the network (NIC and NVLink-domain arguments dropped:
+        the request's own, else the catalog's), and it gets a structured error rather than an exception.
         """
         self.calls += 1
-        chosen = {k: v for k, v in arguments.items() if k != "profile_path"} if isinstance(arguments, dict) else {}
+        chosen = ({k: v for k, v in arguments.items() if k not in _NOT_FROM_MODEL} if isinstance(arguments, dict)
+                  else {})
         return call_tool(tool, {**chosen, **self.job(tool)})
 
     def on_layout(self, tool: str, config: dict[str, Any], **arguments: Any) -> dict[str, Any]:

@@ -26,6 +26,22 @@ MAX_PIPELINE_OPS = 131_072
 MAX_ZBV_OPS = 32_768   # ZB-V's greedy order builder costs ~4x per op and has no steady-state shortcut
 
 
+def tp_span(hardware: HardwareSpec, cluster: Cluster) -> int:
+    """The most GPUs one TP group may span: one scale-up (NVLink/xGMI) domain.
+
+    TP all-reduces every layer, so frameworks keep it on the scale-up fabric.  On HGX and MI300X-class
+    nodes that is the node (8 GPUs); a GB200/GB300 NVL72 rack joins 18 four-GPU trays into one
+    72-GPU NVLink domain (catalog ``scale_up.domain_gpus``), so TP may span trays up to the domain.
+    The cluster's ``nvlink_domain`` (as the user gave it) wins; otherwise a catalog domain larger than
+    the catalog node counts, and a node-sized domain stays the cluster's ``gpus_per_node``.
+    """
+    if cluster.nvlink_domain is not None:
+        return cluster.nvlink_domain
+    if hardware.scale_up_domain_gpus > hardware.gpus_per_node:
+        return max(cluster.gpus_per_node, hardware.scale_up_domain_gpus)
+    return cluster.gpus_per_node
+
+
 def derived_dp(config: TrainingConfig, cluster: Cluster) -> int:
     """Data-parallel degree implied by the cluster size (0 when it does not divide)."""
     model_parallel = config.tp * config.pp * config.cp
@@ -49,8 +65,10 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         reasons.append(f"tp={c.tp} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_kv_heads % c.tp and not model.uses_mla:
         reasons.append(f"tp={c.tp} does not divide num_kv_heads={model.num_kv_heads}")
-    if c.tp > cluster.gpus_per_node and not allow_cross_node_tp:
-        reasons.append(f"tp={c.tp} exceeds gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)")
+    if not allow_cross_node_tp and c.tp > (span := tp_span(hardware, cluster)):
+        where = (f"gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)" if span == cluster.gpus_per_node
+                 else f"the {span}-GPU NVLink domain (TP must stay inside one scale-up domain)")
+        reasons.append(f"tp={c.tp} exceeds {where}")
     stages = c.pp * c.vpp
     if stages > model.num_layers and not (stages == model.num_layers + 2 and c.pp > 1):
         reasons.append(f"pp*vpp = {c.pp}*{c.vpp} exceeds num_layers={model.num_layers}")
@@ -148,7 +166,7 @@ def legal_axes(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, *, se
     """Return the legal values of each parallel/batch/precision axis for this model and cluster."""
     n = cluster.num_gpus
     tp = [d for d in divisors(model.num_attention_heads)
-          if d <= cluster.gpus_per_node and n % d == 0
+          if d <= tp_span(hardware, cluster) and n % d == 0
           and (model.uses_mla or model.num_kv_heads % d == 0)]
     pp = [p for p in even_pp_splits(model.num_layers, min(model.num_layers, n)) if n % p == 0]
     vpp = [v for v in range(1, 17) if any(p * v <= model.num_layers and p > 1 for p in pp)] or [1]

@@ -24,7 +24,7 @@ from projection.memory import GIB, MemoryResult
 from projection.memory_verdict import passes_screen
 from projection.model_spec import ModelSpec, load_model
 from projection.summary import config_dict
-from projection.training_config import Cluster, TrainingConfig
+from projection.training_config import MAX_GPUS_PER_NODE, Cluster, TrainingConfig
 from tools import search_core
 from tools.candidates import break_ties, enumerate_candidates
 from tools.constraints import Constraints
@@ -43,6 +43,12 @@ class SearchRequest(BaseModel):
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+    nics_per_node: int | None = Field(default=None, ge=1, le=64,
+                                      description="Scale-out NICs per node; None = the GPU's catalog node.")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
+                                   description="Line rate of one NIC, Gbit/s; None = the catalog's.")
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
+                                      description="GPUs in one NVLink domain (72 for NVL72); None = the catalog's.")
     gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
     seq_len: int = Field(ge=1, description="Sequence length, tokens.")
     constraints: Constraints = Field(default_factory=Constraints,
@@ -106,7 +112,9 @@ class _Job:
     def __init__(self, request: SearchRequest) -> None:
         self.model: ModelSpec = load_model(request.model)
         self.hardware: HardwareSpec = load_hardware(request.gpu)
-        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=request.num_gpus, gpus_per_node=request.gpus_per_node)
+        self.cluster = Cluster(gpu=self.hardware.id, num_gpus=request.num_gpus, gpus_per_node=request.gpus_per_node,
+                               nics_per_node=request.nics_per_node, nic_gbps=request.nic_gbps,
+                               nvlink_domain=request.nvlink_domain)
         self.profile: DeviceProfile = (load_profile(request.profile_path) if request.profile_path
                                        else default_profile(self.hardware))
 

@@ -18,6 +18,13 @@ GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in the job.")]
 NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 IntOpt = int | None
+NicsOpt = Annotated[int | None, typer.Option("--nics", min=1, max=64,
+                                             help="Scale-out NICs per node (default: the GPU's catalog node).")]
+NicGbpsOpt = Annotated[float | None, typer.Option("--nic-gbps", min=0.001, max=1e5,
+                                                  help="Line rate of one NIC, Gbit/s (default: the catalog's).")]
+DomainOpt = Annotated[int | None, typer.Option("--nvlink-domain", min=1, max=576,
+                                               help="GPUs in one NVLink domain, e.g. 72 for GB200 NVL72 "
+                                                    "(default: the catalog's); TP may span it.")]
 
 
 @user_errors
@@ -34,6 +41,7 @@ def search_command(
     profile: Annotated[Path | None, typer.Option(help="Device profile file.")] = None,
     framework: Annotated[str | None, typer.Option(
         help="Only layouts this framework can launch: megatron|megatron-bridge|primus|torchtitan|maxtext.")] = None,
+    nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU."""
@@ -42,7 +50,8 @@ def search_command(
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
-                            profile_path=str(profile) if profile else None, framework=framework)
+                            profile_path=str(profile) if profile else None, framework=framework,
+                            nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain)
     result = _run_with_progress(run_search, request, show=not as_json)
     if as_json:
         typer.echo(json_text(result.model_dump(mode="json")))
