@@ -8,7 +8,8 @@ replaced by ``[?]`` and listed, so the reader never takes an invented figure for
 :func:`stated_constraints` keeps the constraints an LLM read from a request only when the
 request's own words name that axis ('tp', 'tensor parallel', 'fp8', 'headroom', ...): a model may
 not add a rule the user did not give.  :func:`stated_number` does the same for batch and sequence
-length: a value the text does not contain is dropped, and the default (said in the answer) applies.
+length: a value the text does not contain is dropped, and the default (said in the answer) applies;
+:func:`stated_digits` for NIC counts and rates and the NVLink domain ('8x400G', 'NVL72').
 """
 
 from __future__ import annotations
@@ -135,6 +136,18 @@ def stated_number(value: Any, text: str) -> bool:
         read = _read(token)
         if read is None:
             continue
-        if read == number or (token.strip()[-1:].lower() == "k" and abs(read / 1000 * 1024 - number) < 1):
+        suffix = token.strip()[-1:].lower()
+        if read == number or (suffix == "k" and abs(read / 1000 * 1024 - number) < 1) or (
+                suffix == "m" and abs(read / 1e6 * 1024 ** 2 - number) < 1):
             return True
     return False
+
+
+def stated_digits(value: Any, text: str) -> bool:
+    """Whether a number the LLM read is written as digits anywhere in the request, even glued to a word
+    ('8x400G NICs' states 8 and 400, 'NVL72' states 72): for counts and rates named by a unit word."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return any(float(d) == number for d in re.findall(r"\d{1,9}(?:\.\d{1,6})?", text))

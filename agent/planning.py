@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from agent.request import network_fields
 from agent.toolbox import Toolbox, ToolFailed
 from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
@@ -112,7 +113,8 @@ def _smallest_count(best: dict[str, Any], request: dict[str, Any], tokens: float
         if count * tps * 1.5 < needed:                 # far short even at better per-GPU throughput: skip
             continue
         tools = Toolbox(model=request["model"], gpu=request["gpu"], num_gpus=count,
-                        gpus_per_node=request["gpus_per_node"], profile_path=request.get("profile_path"))
+                        gpus_per_node=request["gpus_per_node"], profile_path=request.get("profile_path"),
+                        network=network_fields(request))
         try:
             p = tools.project({**config, "mbs": mbs})
         except ToolFailed:   # a probe: this count cannot take the winner's shape (not a run error)

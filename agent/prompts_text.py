@@ -7,6 +7,7 @@ against the catalog) before it becomes a request.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import json_repair
@@ -15,6 +16,7 @@ from agent.grounding import stated_constraints, stated_number
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
 from projection.memory import GIB
+from projection.vocabulary import FINETUNES
 from tools.schemas import LegalAxesOutput
 
 HISTORY_ROWS = 30
@@ -92,13 +94,71 @@ def facts_text(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]:
+    """(request phrases, dropped): the LLM's batch-in-tokens, fine-tuning, framework and network fields, each
+    written the way the offline parser reads it, and only when the user's ``text`` states it (else dropped).
+
+    Stated means: the offline reader finds the same value in the text (LoRA/SFT, the framework name), or
+    the number is written there ('1M tokens', '8x400G', 'NVL72'; :func:`agent.grounding.stated_digits`).
+    """
+    from agent.grounding import stated_digits
+    from agent.request import FRAMEWORKS, find_budget, find_deadline, find_finetune, find_framework, normalise
+
+    said = normalise(text)[0] if text else ""
+    parts: list[str] = []
+    dropped: list[str] = []
+
+    def keep(key: str, ok: bool, phrase: str) -> None:
+        if text and not ok:
+            dropped.append(f"{key}={data[key]}")
+        else:
+            parts.append(phrase)
+
+    if isinstance(tokens := data.get("batch_tokens"), int | float) and not isinstance(tokens, bool) and tokens >= 1:
+        keep("batch_tokens", stated_number(int(tokens), text), f"global batch {int(tokens)} tokens")
+    if (finetune := str(data.get("finetune") or "").lower()) in FINETUNES:
+        keep("finetune", find_finetune(said) == finetune, finetune)
+    if isinstance(data.get("framework"), str) and (framework := FRAMEWORKS.get(data["framework"].lower().strip())):
+        keep("framework", find_framework(said) == framework, f"with {data['framework'].lower().strip()}")
+    nics, rate = data.get("nics_per_node"), data.get("nic_gbps")
+    if isinstance(nics, int) and not isinstance(nics, bool) and 1 <= nics <= 64:
+        keep("nics_per_node", stated_digits(nics, _near(said, _NIC_WORDS)), f"{nics} NICs per node")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and 10 <= rate <= 9999:
+        keep("nic_gbps", stated_digits(rate, _near(said, _NIC_WORDS)), f"NICs at {rate:g} Gbps")
+    if isinstance(domain := data.get("nvlink_domain"), int) and not isinstance(domain, bool) and 1 <= domain <= 576:
+        keep("nvlink_domain", stated_digits(domain, _near(said, _DOMAIN_WORDS)), f"NVL{domain}")
+    budget, days = data.get("train_tokens"), data.get("deadline_days")
+    if isinstance(budget, int | float) and not isinstance(budget, bool) and 1e6 <= budget <= 1e18:
+        keep("train_tokens", find_budget(said)[0] == float(budget) or stated_number(int(budget), text),
+             f"train on {budget / 1e9:g}B tokens")
+    if isinstance(days, int | float) and not isinstance(days, bool) and 0 < days <= 3650:
+        keep("deadline_days", find_deadline(said)[0] == float(days) or stated_digits(days, _near(said, _DAY_WORDS)),
+             f"in {days:g} days")
+    return parts, dropped
+
+
+_NIC_WORDS = re.compile(r"nics?\b|hcas?\b|infiniband|\bib\b|roce|ethernet|connectx|network|gbps|gb/s|gbit|\d\s?g\b",
+                        re.I)
+_DOMAIN_WORDS = re.compile(r"nvl|nvlink|domain|rack", re.I)
+_DAY_WORDS = re.compile(r"days?\b|\d\s?d\b|deadline", re.I)
+NEAR_CHARS = 24
+"""How far from a NIC or NVLink word a number may be written to count as stated for it ('8 x 400G NICs')."""
+
+
+def _near(text: str, words: re.Pattern[str]) -> str:
+    """The parts of ``text`` within NEAR_CHARS of a word of ``words`` (joined; '' when none)."""
+    return " | ".join(text[max(0, m.start() - NEAR_CHARS):m.end() + NEAR_CHARS] for m in words.finditer(text))
+
+
 def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
                 offline: TuneRequest | Clarification, *, text: str = "") -> TuneRequest | Clarification:
     """Turn the LLM's JSON reply to the parse prompt into a request (re-read by the offline parser).
 
     With the user's ``text``, what the LLM read but the text does not say is dropped and noted
-    (:mod:`agent.grounding`): constraints on axes the text never names, and gbs / seq_len / GPUs per
-    node values the text does not contain (the defaults then apply and are stated).
+    (:mod:`agent.grounding`): constraints on axes the text never names (headroom included), and gbs /
+    seq_len / GPUs per node, batch-in-tokens, LoRA/SFT, framework, NIC, NVLink-domain, token-budget and
+    deadline values the text does not contain (the defaults then apply and are stated).  Every
+    TuneRequest field the offline parser reads is carried (:func:`_extra_parts`).
     """
     data = json_repair.loads(content) if content.strip() else {}
     if not isinstance(data, dict) or not data:
@@ -115,6 +175,9 @@ def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
                 dropped.append(f"{key}={data[key]}")
                 continue
             parts.append(f"{word} {data[key]}" if not word.endswith("=") else f"{word}{data[key]}")
+    extra, unstated = _extra_parts(data, text)
+    parts += extra
+    dropped += unstated
     rules = [str(c) for c in data.get("constraints") or [] if isinstance(c, str)]
     if text:
         rules, invented = stated_constraints(rules, text)

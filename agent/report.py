@@ -144,6 +144,27 @@ def _facts(state: State, best_first: list[dict[str, Any]], tools: Toolbox) -> di
             "message": (state.get("search") or {}).get("message")}
 
 
+def network_text(request: dict[str, Any]) -> str:
+    """The network the projection assumed: NICs x rate per node, the per-GPU share, the NVLink domain, and whence."""
+    from agent.request import network_fields
+    from projection.job import resolve_job
+
+    given = network_fields(request)
+    try:
+        job = resolve_job(request["model"], request["gpu"], request["num_gpus"],
+                          gpus_per_node=request["gpus_per_node"], **given)
+    except Exception:  # noqa: BLE001 - a request that reached the report has valid ids; say nothing rather than fail
+        return "scale-out network: the GPU catalog's"
+    hardware, cluster = job.hardware, job.cluster
+    nics, gbit, domain = cluster.network_of(hardware)
+    source = {k: "as said" if k in given else f"{hardware.id} catalog" for k in ("nics_per_node", "nic_gbps",
+                                                                                 "nvlink_domain")}
+    return (f"scale-out network: {nics} NICs x {gbit:g} Gbit/s per node ({source['nics_per_node']}"
+            + ("" if source["nic_gbps"] == source["nics_per_node"] else f"; rate {source['nic_gbps']}")
+            + f") = {cluster.scale_out_gbit_per_gpu(hardware):g} Gbit/s per GPU; NVLink domain {domain} GPUs "
+            f"({source['nvlink_domain']})")
+
+
 def assumptions(request: dict[str, Any], framework: str = "megatron") -> list[str]:
     """Every value the answer rests on that the user may not have given: the parser's notes, then the job's
     precision policy, batch, sequence length, GPUs per node and framework, each said once."""
@@ -157,6 +178,7 @@ def assumptions(request: dict[str, Any], framework: str = "megatron") -> list[st
         ("gbs", f"global batch: {request['gbs']} sequences ({request['gbs'] * request['seq_len']:,} tokens per step)"),
         ("seq", f"sequence length: {request['seq_len']} tokens"),
         ("per node", f"GPUs per node: {request['gpus_per_node']}"),
+        ("scale-out", network_text(request)),
         ("framework", f"framework: {request.get('framework') or framework} (launch config and recipe semantics)"),
     ]
     return notes + [line for key, line in extra if key not in said]
@@ -200,8 +222,10 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     message = None if best_first else ((state.get("search") or {}).get("message")
                                     or "no scored layout fits in memory within the constraints")
     options = options_of(runtime)
-    plan = (job_plan(best_first[0], request, tokens=options.tokens, deadline_s=options.deadline_s)
-            if best_first else {})
+    # --tokens / --deadline win; else what the request said ('train on 15T tokens in 30 days')
+    tokens = options.tokens or request.get("train_tokens")
+    deadline_s = options.deadline_s or (request["deadline_days"] * 86400.0 if request.get("deadline_days") else None)
+    plan = job_plan(best_first[0], request, tokens=tokens, deadline_s=deadline_s) if best_first else {}
     gpu = request["gpu"]
     out = TuneReport(
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),

@@ -10,13 +10,14 @@ What it reads besides names and counts: sequence length ("seq 8k", "8k context")
 batch in sequences ("gbs 512") or in tokens ("1M tokens per step" -> gbs = tokens / seq_len;
 k = 1024, M = 1024^2 as for sequence lengths), precisions (constraints: "no FP8", "bf16 only",
 "with fp8", "mxfp8", "fp4"/"nvfp4", "fp16"; checked against the GPU), fine-tuning ("LoRA",
-"SFT"), a Hugging Face ``config.json`` path (its fields are the model; an unsupported
-``model_type`` or a bad field is asked back by name), a launch framework ("with torchtitan"),
-NICs ("8x400G NICs per node"), GPUs per node ("4 gpus per node"; default: the GPU's catalog
-node, e.g. a GB200 compute tray holds 4 in a 72-GPU NVLink domain) and headroom ("must fit with
-20% headroom").  Defaults (listed in ``assumed`` and said in ``notes``): gbs = the smallest
-multiple of the GPU count >= 256; seq_len = 4096 (less when the model's context is shorter);
-GPUs per node from the catalog; precision and framework unpinned.  With ``base`` (a chat
+"SFT"), a token budget and a deadline for the plan ("train on 15T tokens in 30 days"), a Hugging
+Face ``config.json`` path (its fields are the model; an unsupported ``model_type`` or a bad field
+is asked back by name), a launch framework ("with torchtitan"), NICs ("8x400G NICs per node",
+"RoCE 400G"), the NVLink domain ("NVL72", "NVLink domain of 36"), GPUs per node ("4 gpus per
+node"; default: the GPU's catalog node, e.g. a GB200 compute tray holds 4 in a 72-GPU NVLink
+domain) and headroom ("must fit with 20% headroom").  Defaults (listed in ``assumed`` and said in
+``notes``): gbs = the smallest multiple of the GPU count >= 256; seq_len = 4096 (less when the
+model's context is shorter); GPUs per node from the catalog; precision and framework unpinned.  With ``base`` (a chat
 follow-up) whatever the text does not say is kept from the earlier request.
 
 Bounded work: the text is cut to :data:`MAX_REQUEST_CHARS`, whitespace runs are folded and
@@ -61,7 +62,11 @@ _NIC_SPEED = re.compile(rf"(?:(\d{{1,2}})\s?[x×*]\s?)?{_SPEED}\s?(?:x\s?)?{_NIC
                         re.I)
 _NIC_COUNT = re.compile(rf"(\d{{1,2}})\s?(?:x\s?)?{_NIC_WORD}(?:\s?(?:per|/|a)\s?node)?"
                         rf"(?:\s?(?:of|at|@|with)\s?{_SPEED})?", re.I)
-_NVL = re.compile(r"\bnvl\s?(\d{1,3})\b", re.I)
+# The rate after the word: "RoCE 400G", "IB @ 200 Gb/s", "NICs at 400 Gbps" (no "links": "NVLink 900 GB/s" is scale-up).
+_NIC_RATE_AFTER = re.compile(r"\b(?:nics?|hcas?|infiniband|ib|roce(?:\s?v2)?|ethernet|connectx-?\d|cx-?\d|network)\b"
+                             rf"\s?(?:(?:of|at|@|with|is|=|:)\s?)?{_SPEED}", re.I)
+_NVL = re.compile(r"\bnvl\s?(\d{1,3})\b|\bnvlink[\s-]?domains?\s?(?:of|=|:|is)?\s?(\d{1,3})\b(?!\s?(?:nodes?|trays?))|"
+                  r"(\d{1,3})[\s-]?gpus?\s?nvlink[\s-]?domains?\b", re.I)
 # Positive precision mentions not handled by agent.constraints_text (which reads "no fp8", "bf16 only", "use fp8").
 _PRECISION_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:nv[\s_-]?fp4|fp4|4[\s-]?bit)\b", re.I), "nvfp4"),
@@ -72,6 +77,20 @@ _PRECISION_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"(?<![a-z])fp16\b", re.I), "fp16"),
     (re.compile(r"\b(?:in|with|use|using|train(?:ing)?\s+in)\s+bf16\b", re.I), "bf16"),
 )
+# A token budget: "train on 15T tokens", "a 300B-token budget", "budget of 2 trillion tokens".  T and B
+# (trillion, billion) are never batch sizes; with a budget word K and M count too.  Decimal, as --tokens.
+_BUDGET_SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "thousand": 1e3, "million": 1e6,
+                 "billion": 1e9, "trillion": 1e12}
+_PER_STEP = r"(?!\s?(?:per|/|a|each|every)\s?(?:step|batch|iteration|iter|update))"
+_BUDGET = re.compile(
+    r"(?:\b(?:train(?:ing|ed)?\s(?:on|for|over)|budget\s(?:of\s)?|total\s(?:of\s)?)\s?(?:a\s)?"
+    r"(\d{1,9}(?:\.\d{1,6})?)\s?([kmbgt]|thousand|million|billion|trillion)\b[\s-]?tokens?\b" + _PER_STEP + "|"
+    r"(?<![\w.])(\d{1,9}(?:\.\d{1,6})?)\s?([bgt]|billion|trillion)\b[\s-]?tokens?\b" + _PER_STEP + ")", re.I)
+# A deadline: "in 30 days", "within 2 weeks", "deadline 30d", "finish in 12 hours", "by 1 month".
+_DAYS = {"h": 1 / 24, "hour": 1 / 24, "hours": 1 / 24, "d": 1.0, "day": 1.0, "days": 1.0, "w": 7.0, "week": 7.0,
+         "weeks": 7.0, "month": 30.0, "months": 30.0}
+_DEADLINE = re.compile(r"\b(?:in|within|by|under|deadline(?:\sof)?|finish(?:ed)?\s(?:in|within))\s?(?:a\s)?"
+                       r"(\d{1,4}(?:\.\d{1,3})?)\s?(h|hours?|d|days?|w|weeks?|months?)\b", re.I)
 _NEGATED = re.compile(r"\b(?:no|not|without|avoid|disable|never)\s+(?:any\s+)?$", re.I)
 
 
@@ -101,6 +120,12 @@ class TuneRequest(BaseModel):
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
     nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
                                       description="GPUs in one NVLink domain when said (NVL72 -> 72).")
+    train_tokens: float | None = Field(default=None, gt=0, le=1e18, allow_inf_nan=False,
+                                       description="Token budget of the whole run when said ('train on 15T tokens'): "
+                                                   "the answer's plan gives days and GPU-hours.")
+    deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False,
+                                        description="Deadline when said ('in 30 days'): the plan's smallest GPU "
+                                                    "count that meets it (with a token budget).")
     assumed: list[str] = Field(default_factory=list, description="Fields filled by defaults (gbs, seq_len, ...).")
     notes: list[str] = Field(default_factory=list, description="How the text was read (defaults, name guesses).")
 
@@ -126,9 +151,19 @@ class Clarification(BaseModel):
 
 _PARTIAL_KEYS = ("model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", "constraints", "top_k", "finetune",
                  "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain", "profile_path",
-                 "candidates")
+                 "candidates", "train_tokens", "deadline_days")
 _LIMITS = {"num_gpus": (1, MAX_GPUS), "gbs": (1, MAX_GBS), "seq_len": (1, MAX_SEQ_LEN), "top_k": (1, MAX_TOP_K),
            "gpus_per_node": (1, MAX_GPUS_PER_NODE)}
+
+
+NETWORK_KEYS = ("nics_per_node", "nic_gbps", "nvlink_domain")
+"""Request fields that override the GPU catalog's network (projection.training_config.Cluster fields)."""
+
+
+def network_fields(request: Any) -> dict[str, Any]:
+    """The network overrides a request (TuneRequest or its dict) gives: only those said, so the defaults stay."""
+    get = request.get if isinstance(request, dict) else lambda k: getattr(request, k, None)
+    return {k: v for k in NETWORK_KEYS if (v := get(k)) is not None}
 
 
 def default_gbs(num_gpus: int) -> int:
@@ -228,7 +263,8 @@ def find_top_k(text: str) -> int | None:
 
 
 def find_nics(text: str) -> tuple[int | None, float | None, list[tuple[int, int]]]:
-    """(NICs per node, Gbit/s per NIC, spans read): '8x400G NICs', '8 NICs of 400 Gb/s', '400Gbps InfiniBand'."""
+    """(NICs per node, Gbit/s per NIC, spans read): '8x400G NICs', '8 NICs of 400 Gb/s', '400Gbps InfiniBand',
+    'RoCE 400G'."""
     count: int | None = None
     speed: float | None = None
     spans: list[tuple[int, int]] = []
@@ -241,7 +277,26 @@ def find_nics(text: str) -> tuple[int | None, float | None, list[tuple[int, int]
         count = int(m.group(1))
         speed = float(m.group(2)) if m.group(2) else speed
         spans.append(m.span())
+    if speed is None:
+        for m in _NIC_RATE_AFTER.finditer(_mask(text, spans)):
+            speed = float(m.group(1))
+            spans.append(m.span())
     return count, speed, spans
+
+
+def find_budget(text: str) -> tuple[float | None, tuple[int, int] | None]:
+    """('train on 15T tokens' -> 1.5e13, its span): the run's token budget, decimal suffixes (as --tokens)."""
+    m = _BUDGET.search(text)
+    if m is None:
+        return None, None
+    value, suffix = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+    return float(value) * _BUDGET_SCALE[suffix.lower()], m.span()
+
+
+def find_deadline(text: str) -> tuple[float | None, tuple[int, int] | None]:
+    """('in 30 days' -> 30.0, its span): the deadline in days (hours, weeks, months = 30 days)."""
+    m = _DEADLINE.search(text)
+    return (float(m.group(1)) * _DAYS[m.group(2).lower()], m.span()) if m else (None, None)
 
 
 def find_framework(text: str) -> str | None:
@@ -370,6 +425,12 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
 
     config_path, config_span = find_config_path(text)
     nic_count, nic_speed, nic_spans = find_nics(text)
+    nvl = _NVL.search(_mask(text, nic_spans))
+    if nvl is not None:
+        nic_spans.append(nvl.span())     # masked like the NIC phrases: '72-GPU NVLink domain' is not a GPU count
+    budget, budget_span = find_budget(_mask(text, nic_spans))
+    deadline, deadline_span = find_deadline(_mask(text, nic_spans))
+    nic_spans += [span for span in (budget_span, deadline_span) if span is not None]
     names_text = _mask(text, [config_span] if config_span else [])
     gpu = names.find_gpu(names_text)
     model = names.find_model(_mask(names_text, [(gpu.start, gpu.end)] if gpu.kind == "found" else []))
@@ -431,10 +492,18 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     if nic_count is not None or nic_speed is not None:
         notes.append(f"network: {nic_count or 'catalog count of'} NICs per node at "
                      f"{nic_speed if nic_speed is not None else 'the catalog rate of'} Gbit/s (as said)")
-    if (nvl := _NVL.search(rest)) is not None:
-        values["nvlink_domain"] = int(nvl.group(1))
-        notes.append(f"NVL{nvl.group(1)}: one NVLink domain of {nvl.group(1)} GPUs"
+    if nvl is not None:
+        domain = next(g for g in nvl.groups() if g is not None)
+        values["nvlink_domain"] = int(domain)
+        notes.append(f"NVL{domain}: one NVLink domain of {domain} GPUs"
                      + (f" ({hardware.gpus_per_node} GPUs per node/tray)" if hardware else ""))
+    if budget is not None:
+        values["train_tokens"] = budget
+        notes.append(f"token budget {budget:.3g} tokens (as said): the plan gives days and GPU-hours")
+    if deadline is not None:
+        values["deadline_days"] = deadline
+        notes.append(f"deadline {deadline:g} days (as said)" + ("" if budget or values.get("train_tokens") else
+                                                               "; give a token budget to size the job for it"))
     if (finetune := find_finetune(rest)) is not None:
         values["finetune"] = finetune
         notes.append("LoRA: frozen base weights, no weight gradients or optimizer state for them"

@@ -1,8 +1,8 @@
 """Deterministic seed trials (Primus-style): a recipe baseline, then single-axis moves away from it.
 
 The baseline is what a Megatron recipe would start from: bf16, selective recompute, micro-batch
-1, distributed optimizer (ZeRO 1), 1F1B, experts spread over a node, and the smallest
-model-parallel size tp*pp (TP first, inside a node) whose memory passes the screen.  The moves
+1, distributed optimizer (ZeRO 1), 1F1B, experts spread over a node (an NVL72 rack: its NVLink
+domain), and the smallest model-parallel size tp*pp (TP first, inside a node) whose memory passes the screen.  The moves
 change one axis at a time (recompute sweep, FP8, micro-batch, schedule, TP, PP, EP, ZeRO), the
 order Primus's seed planner tries them in.  Every seed is inside the search space of the
 request (``Job.in_space``), so seeds can enrich the history but never out-rank the search.
@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.space import Job
 from agent.toolbox import Toolbox, ToolFailed
+from projection.legality import tp_span
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from projection.vocabulary import RECOMPUTES
@@ -36,7 +37,7 @@ def _recipe(job: Job, tp: int, pp: int, cp: int) -> dict[str, Any]:
     s = job.space
     dp = job.num_gpus // (tp * pp * cp)
     eps = [e for e, et in expert_options(s, tp, cp, dp) if et == 1] or [1]
-    node_eps = [e for e in eps if e <= job.cluster.gpus_per_node] or eps
+    node_eps = [e for e in eps if e <= tp_span(job.hardware, job.cluster)] or eps   # one scale-up domain (NVL72: rack)
     precisions = precision_values(s)
     return {"tp": tp, "pp": pp, "cp": cp, "ep": max(node_eps), "mbs": 1, "zero": 1, "recompute": "selective",
             "precision": "bf16" if "bf16" in precisions else (precisions[0] if precisions else "bf16"),

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from agent.request import network_fields
 from projection.hardware import HardwareSpec
 from projection.job import resolve_job
 from projection.legality import layout_violations
@@ -56,7 +57,8 @@ class Job:
 
     def __init__(self, request: Any) -> None:
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
-        resolved = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"))
+        resolved = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"),
+                               **network_fields(request))
         self.model: ModelSpec = resolved.model
         self.hardware: HardwareSpec = resolved.hardware
         self.cluster: Cluster = resolved.cluster

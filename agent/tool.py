@@ -8,24 +8,60 @@ the agent); ``projtune tools ...`` and ``projtune mcp`` import it, and so can an
 
 Progress: the tool reads :data:`tools.functions.TUNE_PROGRESS` (the MCP server sets it to relay
 the agent's rounds as ``notifications/progress``).
+
+Deadline: with ``deadline_s`` every progress event (layouts searched, trials scored, rounds) checks
+the clock, and once it has passed the run stops with :class:`projection.errors.DeadlineExceeded`
+(the registry's structured error, code ``deadline_exceeded``, with the counts reached): a stopped
+run gives no answer, since the best of a partial search is not the best layout.  The MCP server
+also runs the call in a child process it kills at the deadline (:mod:`tools.mcp_server`).
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from agent.planning import parse_duration, parse_tokens
 from agent.policies.offline import OfflinePolicy
-from agent.request import Clarification, TuneRequest, default_gbs, parse_request
+from agent.request import NETWORK_KEYS, Clarification, TuneRequest, default_gbs, parse_request
 from agent.run import tune as run_tune
 from agent.state import RunOptions
+from projection.errors import DeadlineExceeded
 from tools import schemas as s
 from tools.functions import TUNE_PROGRESS
 from tools.registry import call_tool, register
 
 __all__ = ["TUNE_TOOL", "call_tool", "tune"]
 
-_JOB_FIELDS = {"model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len"}
+_JOB_FIELDS = {"model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", *NETWORK_KEYS}
+
+Reporter = Callable[[str, dict[str, Any]], None]
+
+
+class Deadline:
+    """A progress reporter that counts layouts and trials, forwards events, and stops the run once the limit passes."""
+
+    def __init__(self, limit_s: float, forward: Reporter | None = None, *, tool: str = "tune") -> None:
+        self.limit_s, self.forward, self.tool = limit_s, forward, tool
+        self.started = time.monotonic()
+        self.layouts = self.trials = 0
+
+    def __call__(self, event: str, data: dict[str, Any]) -> None:
+        """Count the event, forward it, then raise DeadlineExceeded when the time is up."""
+        if event == "search" and isinstance(data.get("done"), int):
+            self.layouts = max(self.layouts, data["done"])
+        elif event == "trial":
+            self.trials += 1
+        if self.forward is not None:
+            self.forward(event, data)
+        self.check()
+
+    def check(self) -> None:
+        """Raise DeadlineExceeded if the limit has passed."""
+        elapsed = time.monotonic() - self.started
+        if elapsed > self.limit_s:
+            raise DeadlineExceeded(self.tool, self.limit_s, elapsed, self.layouts, self.trials)
 
 
 def tune(inp: s.TuneInput) -> s.TuneOutput:
@@ -35,9 +71,12 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
     as fields (model, gpu, num_gpus, gbs, seq_len, constraints; fields win). Returns the report: the
     best layout and top-k with projected tokens/s/GPU and their 80% intervals, MFU against the GEMM
     precision's peak and against BF16, near-ties, every assumption made, a launch config, and job
-    planning with tokens ('15T') and deadline ('30d'). A request it cannot read comes back as
-    status 'clarification' with the question. Offline and deterministic; a few seconds.
+    planning with tokens ('15T') and deadline ('30d'). Network overrides: nics_per_node, nic_gbps
+    (Gbit/s per NIC), nvlink_domain (72 for NVL72). A request it cannot read comes back as
+    status 'clarification' with the question. Offline and deterministic; a few seconds. deadline_s
+    bounds the call's wall time: past it the call fails with code 'deadline_exceeded' (no partial answer).
     """
+    watch = Deadline(inp.deadline_s, TUNE_PROGRESS.get()) if inp.deadline_s is not None else None
     fields = {k: v for k, v in inp.model_dump(include=_JOB_FIELDS).items() if v is not None}
     parsed: Any = parse_request(inp.request) if inp.request else None
     if isinstance(parsed, Clarification) and not {"model", "gpu", "num_gpus"} <= fields.keys():
@@ -53,7 +92,7 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
                 "notes": ["assumed gbs and seq_len defaults (give gbs and seq_len to change them)"]}
     request = TuneRequest.model_validate({**base, **fields, "top_k": inp.top_k,
                                           "constraints": [*base.get("constraints", []), *inp.constraints]})
-    options = RunOptions(framework=inp.framework, progress=TUNE_PROGRESS.get(),
+    options = RunOptions(framework=inp.framework, progress=watch or TUNE_PROGRESS.get(),
                          tokens=parse_tokens(inp.tokens) if inp.tokens else None,
                          deadline_s=parse_duration(inp.deadline) if inp.deadline else None)
     report = run_tune(request=request, policy=OfflinePolicy(), budget={"max_rounds": inp.max_rounds},

@@ -31,6 +31,9 @@ FailureKind = Literal["invalid_input", "unknown_name", "illegal_layout", "constr
 TYPED_ERRORS: tuple[type[Exception], ...] = (ProjtuneError, ValidationError)
 """What a tool raises on bad input (a ToolFailure); anything else is an engine failure and propagates."""
 
+_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain"})
+"""Arguments an LLM's tool call may not set: files, and the cluster network the user did (or did not) give."""
+
 
 class ToolFailure(BaseModel):
     """One tool call that failed on a typed error: which tool, what kind of error, and its message."""
@@ -85,20 +88,26 @@ class Toolbox:
     profile_path: str | None = None
     calls: int = 0
     failures: list[ToolFailure] = field(default_factory=list)
+    network: dict[str, Any] = field(default_factory=dict)
+    """Cluster network overrides the request gave (nics_per_node, nic_gbps, nvlink_domain); empty: the catalog's."""
 
     @classmethod
     def for_request(cls, request: Any) -> Toolbox:
         """A toolbox for a TuneRequest-like object (or its dict)."""
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
+        from agent.request import network_fields
+
         return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
-                   profile_path=get("profile_path"))
+                   profile_path=get("profile_path"), network=network_fields(request))
 
     def job(self, input_model: type[BaseModel]) -> dict[str, Any]:
-        """The job arguments every layout tool takes (the profile where the tool's input has one)."""
+        """The job arguments every layout tool takes (the profile and the network overrides where the tool's
+        input has those fields)."""
         args: dict[str, Any] = {"model": self.model, "gpu": self.gpu, "num_gpus": self.num_gpus,
                                 "gpus_per_node": self.gpus_per_node}
         if self.profile_path and "profile_path" in input_model.model_fields:
             args["profile_path"] = self.profile_path
+        args.update({k: v for k, v in self.network.items() if k in input_model.model_fields})
         return args
 
     def failures_dump(self) -> list[dict[str, Any]]:
@@ -149,15 +158,17 @@ class Toolbox:
         """Call a tool with arguments an LLM chose; the answer is the JSON the model reads.
 
         The job's model, GPU and cluster win, and no file is named (``profile_path`` dropped; the
-        request's own profile is used).  A typed error (bad arguments included) comes back as
-        ``{"ok": false, "tool", "error"}`` and is recorded in :attr:`failures`; an engine failure raises.
+        request's own profile is used), nor can it change the network (NIC and NVLink-domain arguments
+        dropped: the request's own, else the catalog's).  A typed error (bad arguments included) comes back
+        as ``{"ok": false, "tool", "error"}`` and is recorded in :attr:`failures`; an engine failure raises.
         """
         self.calls += 1
         spec = TOOLS_BY_NAME.get(tool)
         if spec is None:
             return {"ok": False, "tool": tool, "error": {"field": "name", "message": f"unknown tool '{tool}'",
                                                          "allowed": sorted(TOOLS_BY_NAME)}}
-        chosen = {k: v for k, v in arguments.items() if k != "profile_path"} if isinstance(arguments, dict) else {}
+        chosen = ({k: v for k, v in arguments.items() if k not in _NOT_FROM_MODEL} if isinstance(arguments, dict)
+                  else {})
         try:
             out = spec.function(spec.input_model.model_validate({**chosen, **self.job(spec.input_model)}))
         except TYPED_ERRORS as err:

@@ -4,7 +4,8 @@ The residual of a run is ``log(projected / measured)`` on its primary metric.  D
 parameters (the ``FITTABLE`` names of :mod:`projection.device_profile`) are fitted per
 device group: the hardware id when it has enough complete runs, else its family.
 Framework multipliers are fitted per framework, with Megatron-core (megatron, nemo, primus)
-as the reference at 1.0.  Device groups are shared silicon (``projection.profile_priors.SILICON``:
+as the reference at 1.0, and only for a framework that shares a device group with another one
+(``fitted_frameworks``: alone on its GPUs, its multipliers and the GPUs' efficiencies are one factor).  Device groups are shared silicon (``projection.profile_priors.SILICON``:
 B300/GB300, B200/GB200, the GH100 parts, MI300X/MI325X, MI355X/MI350X) with enough runs, else the
 family.  Every fit starts from the family's prior (datasheets, public kernel measurements:
 ``projection/catalog/priors/priors.yaml``), keeps each parameter inside its physical bounds, and a
@@ -159,6 +160,24 @@ def fitted_parameters(items: Sequence[FitRun]) -> tuple[str, ...]:
     return tuple(eligible[:budget])
 
 
+def fitted_frameworks(items: Sequence[FitRun]) -> tuple[str, ...]:
+    """Non-reference frameworks whose multipliers ``items`` can fit: enough runs (``MIN_RUNS_PER_PARAM`` per
+    multiplier), some of them on a device group that other frameworks also ran on.
+
+    A framework's multipliers scale the same GEMM, attention and DP-collective times as its GPUs'
+    efficiencies, so on a device group that only that framework ran on (MaxText on MI355X here) they are
+    not separable from the device's own parameters: the fit would split one factor between the two at
+    random (in practice pinning both at opposite bounds).  There the device profile carries it and the
+    framework stays at Megatron-core's 1.0.
+    """
+    per_framework = Counter(i.framework for i in items)
+    frameworks_on = {g: {i.framework for i in items if i.device_group == g} for g in {i.device_group for i in items}}
+    return tuple(sorted(
+        f for f, count in per_framework.items()
+        if f != REFERENCE_FRAMEWORK and count >= MIN_RUNS_PER_PARAM * len(FRAMEWORK_PARAMS)
+        and any(len(frameworks_on[i.device_group]) > 1 for i in items if i.framework == f)))
+
+
 def pristine_framework(name: str) -> FrameworkProfile:
     """A framework's documented facts (buckets, loss bytes) with its fitted multipliers reset to 1."""
     return framework_profile(name).model_copy(update={"compute_efficiency": 1.0, "dp_comm_efficiency": 1.0,
@@ -185,9 +204,7 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     base_fw = {f: pristine_framework(f) for f in frameworks}
     slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups
                                          for p in fitted_parameters([i for i in items if i.device_group == g])]
-    per_framework = Counter(i.framework for i in items)
-    slots += [("framework", f, p) for f in frameworks if f != REFERENCE_FRAMEWORK
-              and per_framework[f] >= MIN_RUNS_PER_PARAM * len(FRAMEWORK_PARAMS) for p in FRAMEWORK_PARAMS]
+    slots += [("framework", f, p) for f in fitted_frameworks(items) for p in FRAMEWORK_PARAMS]
     if not slots:
         return FitResult(device_profiles=base, framework_profiles={f: base_fw[f] for f in frameworks
                                                                    if f != REFERENCE_FRAMEWORK},

@@ -309,6 +309,7 @@ def network_params_from_hardware(
     gpus_per_node: int | None = None,
     nics_per_node: int | None = None,
     nic_gbit_per_s: float | None = None,
+    scale_up_domain_gpus: int | None = None,
     **efficiency_overrides: float,
 ) -> NetworkParams:
     """Build ``NetworkParams`` from a HardwareSpec-like object and cluster overrides.
@@ -319,6 +320,8 @@ def network_params_from_hardware(
         nics_per_node: Replaces ``hw.nics_per_node`` when given.
         nic_gbit_per_s: NIC line rate in Gbit/s (decimal), replacing
             ``hw.nic_bytes_per_s``; 400 -> 50e9 bytes/s.
+        scale_up_domain_gpus: Replaces ``hw.scale_up_domain_gpus`` when given (a cluster's
+            NVLink domain, e.g. 72 for NVL72 or 36 for NVL36).
         **efficiency_overrides: Any of ``scale_up_latency_s``, ``scale_out_latency_s``,
             ``scale_up_efficiency``, ``scale_out_efficiency``.
     """
@@ -331,7 +334,7 @@ def network_params_from_hardware(
         fabric=_as_fabric(hw.scale_up_fabric),
         scale_up_bytes_per_s=hw.scale_up_bytes_per_s,
         scale_up_num_links=hw.scale_up_num_links,
-        scale_up_domain_gpus=hw.scale_up_domain_gpus,
+        scale_up_domain_gpus=hw.scale_up_domain_gpus if scale_up_domain_gpus is None else scale_up_domain_gpus,
         gpus_per_node=hw.gpus_per_node if gpus_per_node is None else gpus_per_node,
         nics_per_node=hw.nics_per_node if nics_per_node is None else nics_per_node,
         nic_bytes_per_s=nic_bytes_per_s,

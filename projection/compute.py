@@ -21,6 +21,23 @@ from projection.hardware import HardwareSpec
 
 ATTENTION_BACKWARD_FLOP_RATIO = 2.5    # FA2 backward: 5 matmuls vs 2 in forward (Dao 2023, Sec. 3.1)
 ATTENTION_BACKWARD_EFFICIENCY = 0.85   # backward/forward achieved-FLOP ratio (Dao 2023, Fig. 6 vs 5)
+# Block-scaled FP8 GEMMs reach a smaller fraction of the FP8 peak than per-tensor-scaled ones: the scale
+# factors are extra operands the kernel loads and applies every K block.
+# - NVIDIA Blackwell (SM100, native block-scaled MMA): MXFP8.  Transformer Engine's GEMM profiling guide
+#   (docs/features/low_precision_training/gemm_profiling, B300, Llama-style layer, pre-quantised inputs):
+#   per-layer GEMM time 6.830 ms with FP8 block scaling vs 7.324 ms with MXFP8; a per-tensor-scaled GEMM
+#   carries no scale operands, so MXFP8 runs at most 6.830 / 7.324 = 0.933 of it.  End to end, torchao's
+#   torchtitan Llama 3 8B on 8 x B200 (torchao/prototype/mx_formats/README.md) shows the same ordering:
+#   float8 tensorwise 10,417 tokens/s vs mxfp8 9,969 (-4.3%) although MXFP8 casts with one read less.
+#   On SM100 Float8BlockScaling is "emulated with MXFP8" (TE docs, fp8_blockwise_scaling, Supported devices),
+#   so fp8-blockwise runs MXFP8 GEMMs there.
+# - NVIDIA Hopper (SM90, no block-scaled MMA): "block-scaled GEMMs are software-emulated" (same TE page);
+#   FBGEMM's H100 measurements (pytorch/FBGEMM PR 2546: "fp8 block gemm only" vs "fp8 row gemm only" at
+#   8192^3, 65536x8192x7168, 65536x3584x8192: 870.4/1125.5, 828.3/1082.8, 828.3/1141.4 TFLOP/s) give 0.755
+#   on average.
+# AMD block-scaled GEMMs (hipBLASLt) have no public comparison here: left at the per-tensor efficiency.
+MX_GEMM_FRACTION = 6.830 / 7.324
+HOPPER_BLOCKWISE_GEMM_FRACTION = (870.4 / 1125.5 + 828.3 / 1082.8 + 828.3 / 1141.4) / 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,7 +72,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
     return DeviceRates(
         peak_flops_per_s=hardware.peak_flops_for(precision),
         peak_16bit_flops_per_s=sixteen,
-        gemm_efficiency=min(1.0, compute_multiplier * (
+        gemm_efficiency=min(1.0, compute_multiplier * block_scaling_fraction(hardware, precision) * (
             min(profile.fp4_gemm_efficiency, profile.low_precision_gemm_efficiency, profile.gemm_efficiency)
             if precision == "nvfp4"
             else min(profile.low_precision_gemm_efficiency, profile.gemm_efficiency) if low
@@ -71,6 +88,19 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         gemm_operand_bytes=0.5 if precision == "nvfp4" else 1.0 if low else 2.0,
         host_launch_s=host_launch_s,
     )
+
+
+def block_scaling_fraction(hardware: HardwareSpec, precision: str) -> float:
+    """GEMM throughput of a block-scaled FP8 recipe relative to per-tensor FP8 on this chip (1 for the others).
+
+    See MX_GEMM_FRACTION: on NVIDIA chips with native MX (Blackwell) mxfp8 and fp8-blockwise (emulated with
+    MXFP8) run at MX_GEMM_FRACTION; on NVIDIA chips without it (Hopper) fp8-blockwise is software-emulated.
+    """
+    if hardware.vendor != "nvidia" or precision not in ("mxfp8", "fp8-blockwise"):
+        return 1.0
+    if "mxfp8" in hardware.supported_precisions:
+        return MX_GEMM_FRACTION
+    return HOPPER_BLOCKWISE_GEMM_FRACTION
 
 
 def gemm_s(m: float, n: float, k: float, rates: DeviceRates, *, groups: int = 1, efficiency: float = 1.0) -> float:

@@ -29,3 +29,22 @@ class IllegalLayoutError(ProjtuneError):
 
 class ModelSpecError(ProjtuneError):
     """A model description that cannot be turned into a ModelSpec (missing or bad field)."""
+
+
+class DeadlineExceeded(ProjtuneError):
+    """A long call (the ``tune`` tool) ran past its wall-clock limit and was stopped: no answer, only counts.
+
+    ``field`` is the argument that set the limit; ``details`` (code ``deadline_exceeded``, the limit, the
+    elapsed time, layouts searched and trials scored) go into the tool's structured error.
+    """
+
+    field = "deadline_s"
+
+    def __init__(self, tool: str, limit_s: float, elapsed_s: float, layouts: int, trials: int) -> None:
+        self.details = {"code": "deadline_exceeded", "deadline_s": limit_s, "elapsed_s": round(elapsed_s, 3),
+                        "layouts": layouts, "trials": trials}
+        super().__init__(
+            f"{tool}: deadline exceeded after {layouts} layouts/{trials} trials ({elapsed_s:.2f} s of the "
+            f"{limit_s:g} s deadline); the work was stopped and no answer is given (a partial search is not the "
+            "best layout). Raise deadline_s, or ask for less (fewer GPUs, tighter constraints, fewer rounds)."
+        )

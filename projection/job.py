@@ -15,8 +15,8 @@ same one-line error:
 - :func:`resolve_device`, :func:`profile_for`, :func:`hardware_of`: the smaller pieces (one GPU
   and its profile; the profile of a GPU; the catalog entry of a cluster's GPU).
 
-Units: ``num_gpus`` and ``gpus_per_node`` are GPU counts, ``nic_gbps`` is the line rate of one
-NIC in Gbit/s, ``nics_per_node`` a NIC count (the units of ``Cluster``); the specs carry their
+Units: ``num_gpus``, ``gpus_per_node`` and ``nvlink_domain`` are GPU counts, ``nic_gbps`` is the
+line rate of one NIC in Gbit/s, ``nics_per_node`` a NIC count (the units of ``Cluster``); the specs carry their
 own units (``HardwareSpec``: bytes, FLOP/s, bytes/s; ``DeviceProfile``: fractions and seconds).
 """
 
@@ -112,7 +112,7 @@ def _framework(name: str | None, config: TrainingConfig | None) -> FrameworkProf
 
 
 def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
-                nic_gbps: float | None = None, nics_per_node: int | None = None,
+                nic_gbps: float | None = None, nics_per_node: int | None = None, nvlink_domain: int | None = None,
                 config: TrainingConfig | None = None, profile_path: str | Path | None = None,
                 framework: str | None = None) -> Job:
     """Resolve a job from names: the model, the GPU, the cluster, the profiles.
@@ -124,6 +124,7 @@ def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int 
         gpus_per_node: GPUs per node (server).
         nic_gbps: Line rate of one NIC, Gbit/s (None: the catalog's).
         nics_per_node: NICs per node (None: the catalog's).
+        nvlink_domain: GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for GB200 NVL72 (None: the catalog's).
         config: The layout, when the job has one.
         profile_path: A device profile file (``projtune calibrate`` / ``bench device``); None: the shipped one.
         framework: A sweep-format framework name for the framework profile; None: the config's, else megatron.
@@ -140,7 +141,7 @@ def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int 
     spec = load_model(model)
     hardware = load_hardware(gpu)
     cluster = Cluster(gpu=hardware.id, num_gpus=num_gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
-                      nics_per_node=nics_per_node)
+                      nics_per_node=nics_per_node, nvlink_domain=nvlink_domain)
     profiles = _framework(framework, config)
     return Job(model=spec, hardware=hardware, cluster=cluster, profile=profile_for(hardware, profile_path),
                framework=profiles, config=config)

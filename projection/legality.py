@@ -32,6 +32,22 @@ MICRO_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16)
 MAX_MBS = MICRO_BATCH_SIZES[-1]
 
 
+def tp_span(hardware: HardwareSpec, cluster: Cluster) -> int:
+    """The most GPUs one TP group may span: one scale-up (NVLink/xGMI) domain.
+
+    TP all-reduces every layer, so frameworks keep it on the scale-up fabric.  On HGX and MI300X-class
+    nodes that is the node (8 GPUs); a GB200/GB300 NVL72 rack joins 18 four-GPU trays into one
+    72-GPU NVLink domain (catalog ``scale_up.domain_gpus``), so TP may span trays up to the domain.
+    The cluster's ``nvlink_domain`` (as the user gave it) wins; otherwise a catalog domain larger than
+    the catalog node counts, and a node-sized domain stays the cluster's ``gpus_per_node``.
+    """
+    if cluster.nvlink_domain is not None:
+        return cluster.nvlink_domain
+    if hardware.scale_up_domain_gpus > hardware.gpus_per_node:
+        return max(cluster.gpus_per_node, hardware.scale_up_domain_gpus)
+    return cluster.gpus_per_node
+
+
 def derived_dp(config: TrainingConfig, cluster: Cluster) -> int:
     """Data-parallel degree implied by the cluster size (0 when it does not divide)."""
     model_parallel = config.tp * config.pp * config.cp
@@ -55,8 +71,10 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         reasons.append(f"tp={c.tp} does not divide num_attention_heads={model.num_attention_heads}")
     if model.num_kv_heads % c.tp and not model.uses_mla:
         reasons.append(f"tp={c.tp} does not divide num_kv_heads={model.num_kv_heads}")
-    if c.tp > cluster.gpus_per_node and not allow_cross_node_tp:
-        reasons.append(f"tp={c.tp} exceeds gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)")
+    if not allow_cross_node_tp and c.tp > (span := tp_span(hardware, cluster)):
+        where = (f"gpus_per_node={cluster.gpus_per_node} (TP must stay inside a node)" if span == cluster.gpus_per_node
+                 else f"the {span}-GPU NVLink domain (TP must stay inside one scale-up domain)")
+        reasons.append(f"tp={c.tp} exceeds {where}")
     stages = c.pp * c.vpp
     if stages > model.num_layers and not (stages == model.num_layers + 2 and c.pp > 1):
         reasons.append(f"pp*vpp = {c.pp}*{c.vpp} exceeds num_layers={model.num_layers}")
@@ -168,10 +186,11 @@ def even_pp_splits(num_layers: int, max_pp: int) -> list[int]:
     return [p for p in range(1, max_pp + 1) if even_split(num_layers, p)]
 
 
-def tp_degrees(model: ModelSpec, gpus_per_node: int) -> list[int]:
-    """TP degrees the model allows on its own: divide the attention heads (and KV heads unless MLA), fit a node."""
+def tp_degrees(model: ModelSpec, span: int) -> list[int]:
+    """TP degrees the model allows on its own: divide the attention heads (and KV heads unless MLA) and fit
+    ``span`` GPUs, the most one TP group may cover (:func:`tp_span`: a node; NVL72: the rack)."""
     return [t for t in divisors(model.num_attention_heads)
-            if t <= gpus_per_node and (model.uses_mla or model.num_kv_heads % t == 0)]
+            if t <= span and (model.uses_mla or model.num_kv_heads % t == 0)]
 
 
 def cp_degrees(num_gpus: int, seq_len: int) -> list[int]:
@@ -183,7 +202,7 @@ def legal_axes(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, *, se
                max_mbs: int = MAX_MBS) -> LegalAxes:
     """Return the legal values of each parallel/batch/precision axis for this model and cluster."""
     n = cluster.num_gpus
-    tp = [d for d in tp_degrees(model, cluster.gpus_per_node) if n % d == 0]
+    tp = [d for d in tp_degrees(model, tp_span(hardware, cluster)) if n % d == 0]
     pp = [p for p in even_pp_splits(model.num_layers, min(model.num_layers, n)) if n % p == 0]
     vpp = [v for v in range(1, 17) if any(p * v <= model.num_layers and p > 1 for p in pp)] or [1]
     cp = cp_degrees(n, seq_len) if seq_len > 1 else [1]

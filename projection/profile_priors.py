@@ -36,7 +36,12 @@ _SILICON_OF = {member: group for group, members in SILICON.items() for member in
 # first id, as measured by the same public benchmark: kernel efficiencies scale by the ratio.
 # MI325X vs MI300X: hipBLASLt max-achievable BF16 843 vs 708 TF, FP8 1519 vs 1273 TF on the same 1307/2615 TF
 # datasheet peaks (ROCm blog "measuring-max-achievable-flops-part2"): 1.19 both.
-MEMBER_EFFICIENCY: dict[str, float] = {"mi325x": 1.19}
+# H100 96 GB 500 W (Meta Grand Teton) vs H100 SXM (700 W): the catalog keeps the SXM5 datasheet peaks, but the
+# TorchTitan paper (Liang et al. 2024, arXiv 2410.06511, Sec. 4) says of these GPUs: "limited to a lower TDP. The
+# actual peak TFLOPs should be between SXM and NVL" (torchtitan docs/performance.md: "the default 500W power
+# limit"); the H100 NVL datasheet's dense BF16/FP8 peaks are 835/1671 TF against the SXM's 989/1979 (0.845 both),
+# so the midpoint of that range: 0.92 of the SXM's sustained fraction.
+MEMBER_EFFICIENCY: dict[str, float] = {"mi325x": 1.19, "h100-96gb-500w": 0.92}
 _SCALED = ("gemm_efficiency", "low_precision_gemm_efficiency", "fp4_gemm_efficiency", "attention_efficiency")
 
 

@@ -7,6 +7,8 @@ model or the cluster (divisibility, memory) live in :mod:`projection.legality`.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from projection.vocabulary import (
@@ -182,8 +184,42 @@ class Cluster(BaseModel):
     nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
                                    description="Line rate of one NIC, Gbit/s.")
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node.")
+    nvlink_domain: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS_PER_NODE,
+        description="GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for a GB200 NVL72 rack of 4-GPU trays; "
+                    "None = the hardware catalog's scale_up.domain_gpus.",
+    )
 
     @property
     def num_nodes(self) -> int:
         """Nodes the job spans (rounded up)."""
         return -(-self.num_gpus // self.gpus_per_node)
+
+    def network_of(self, hardware: _NetworkCatalog) -> tuple[int, float, int]:
+        """(NICs per node, Gbit/s per NIC, GPUs per scale-up domain) in effect: these overrides, else the catalog's."""
+        nics = self.nics_per_node if self.nics_per_node is not None else hardware.nics_per_node
+        gbit = self.nic_gbps if self.nic_gbps is not None else hardware.nic_bytes_per_s * 8 / 1e9
+        domain = self.nvlink_domain if self.nvlink_domain is not None else hardware.scale_up_domain_gpus
+        return nics, gbit, domain
+
+    def scale_out_gbit_per_gpu(self, hardware: _NetworkCatalog) -> float:
+        """Line rate of one GPU's share of its node's NICs, Gbit/s: NICs x Gbit/s per NIC / GPUs per node.
+
+        The collective model (:mod:`projection.collectives`) multiplies it by the profile's
+        scale-out efficiency; e.g. 8 x 400 Gbit/s on an 8-GPU node = 400 Gbit/s per GPU.
+        """
+        nics, gbit, _ = self.network_of(hardware)
+        return nics * gbit / self.gpus_per_node
+
+
+class _NetworkCatalog(Protocol):
+    """The HardwareSpec attributes :meth:`Cluster.network_of` reads (the catalog's reference network)."""
+
+    @property
+    def nics_per_node(self) -> int: ...
+
+    @property
+    def nic_bytes_per_s(self) -> float: ...
+
+    @property
+    def scale_up_domain_gpus(self) -> int: ...

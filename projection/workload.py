@@ -34,12 +34,25 @@ GROUPED_GEMM_HALF_M = 60.0
 # masks (B, S, E, C), C = S * top_k * capacity_factor / E, and runs "BSM,BSEC->EBCM" and
 # "EBCM,BSEC->BSM" as dense matmuls: 2*S*(E*C)*h FLOPs each per sequence, quadratic in S.
 EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
+# Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
+# (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
+# min(local experts, top_k) rows ("In the worst case, all of the global input data is assigned to each expert
+# in the current shard"), zero-initialised, and local_permute sorts the whole buffer (jnp.repeat with
+# total_repeat_length=inputs.shape[0], then a gather), as do the gated activation and the unpermute after the
+# expert GEMMs; only the grouped GEMMs stop at the received rows (group_sizes).  So every row of the buffer,
+# not only the routed ones, is written once and moved by the local permute, unpermute and activation.
+RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
 # HBM bytes moved per element cast to a low-precision GEMM input, by recipe (Transformer Engine):
-# - fp8 (per-tensor scaling): fused cast + transpose reads bf16 once (2 B) and writes the row-wise and
-#   the transposed FP8 copy the weight-gradient GEMM needs (1 + 1 B) - transformer_engine/common/transpose/
-#   cast_transpose.cu; the amax reduction rides in the same kernel.
-# - fp8-blockwise (1x128 / 128x128 scales, DeepSeek-V3 style): as fp8, plus an fp32 scale per 128 elements
-#   each way (2 x 4/128 B) and a separate amax pass over the input (2 B) to form the block scales.
+# - fp8 (per-tensor current scaling, Float8CurrentScaling): the recipe Megatron-Bridge and NeMo print as
+#   'FP8-CS' / 'FP8 (per-tensor current scaling)' and torchao's dynamic 'tensorwise' scaling.  Two reads of
+#   the bf16 input (2 + 2 B: "FP8 Current Scaling requires two tensor reads per quantization: one to compute
+#   amax, one to cast", TE docs, features/low_precision_training/fp8_delayed_scaling) and the row-wise and
+#   transposed FP8 copies the weight-gradient GEMM needs (1 + 1 B, transformer_engine/common/transpose/
+#   cast_transpose.cu).  Delayed scaling saves the amax read (4 B); TrainingConfig cannot name it yet.
+# - fp8-blockwise (1x128 / 128x128 scales, DeepSeek-V3 style, Float8BlockScaling): one pass - each block's
+#   amax is computed inside the cast kernel (TE Float8BlockQuantizer::quantize is a single nvte_quantize_v2,
+#   transformer_engine/pytorch/csrc/quantizer.cpp) - writing both 1-D quantised copies with an fp32 scale per
+#   128 elements: 2 + 2 x (1 + 4/128) B.
 # - mxfp8 (OCP MX, E8M0 scale per 32 elements): row- and column-wise quantisation in one pass, each copy
 #   with its 1-byte scale per 32 elements: 2 + 2 x (1 + 1/32) B.
 # - nvfp4 (E4M3 scale per 16 FP4 elements + a per-tensor fp32): 2 + 2 x (0.5 + 1/16) B, plus the random
@@ -69,8 +82,15 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
 # exchanges and merges K/V at the full head count, not the GQA one.
 REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
-CAST_BYTES_PER_ELEMENT = {"fp8": 4.0, "fp8-blockwise": 4.0 + 8.0 / 128 + 2.0, "mxfp8": 2.0 + 2.0 * (1 + 1 / 32),
-                          "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
+CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
+                          "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
+# Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
+# current scaling runs nvte_compute_amax, nvte_compute_scale_from_amax and nvte_quantize_v2 (3); the block
+# recipes (Float8BlockQuantizer, MXFP8Quantizer) and NVFP4 quantise in one kernel.  A grouped GEMM's input is
+# quantised expert by expert: TE's multi_tensor_quantize fuses the casts of several tensors into one launch
+# (nvte_multi_cast_transpose) only for delayed scaling (extensions/cast.cpp: "Currently only have fused kernel
+# for FP8 delayed scaling"), so each local expert's split pays the recipe's kernels.
+CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
 
 
 def capacity_factor(config: TrainingConfig) -> float:
@@ -149,6 +169,39 @@ def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rate
     return fwd, bwd
 
 
+def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, tokens: float,
+                        local_experts: int, ffn_local: float) -> float:
+    """HBM bytes of one MoE layer forward spent on a worst-case ragged all-to-all receive buffer (see
+    RAGGED_BUFFER_FRAMEWORKS); 0 where the framework receives exactly the routed tokens.
+
+    ``tokens`` on this GPU, ``local_experts`` held by it.  The buffer has ``ep * tokens * min(local_experts,
+    top_k)`` rows: zero-initialised (h wide, written once), sorted into expert order and back by the local
+    permute and unpermute (2 + 2 passes, h wide; the routed tokens' global permute and unpermute are charged
+    with them) and run through the gated activation (3 passes, expert FFN wide), whose routed rows are charged
+    with the routed tokens, so here only the padding rows pay it.
+    """
+    if (config.framework not in RAGGED_BUFFER_FRAMEWORKS or config.moe_routing != "dropless"
+            or config.moe_dispatcher != "alltoall" or dims.ep <= 1):
+        return 0.0
+    h = model.hidden_size
+    rows = dims.ep * tokens * min(local_experts, model.top_k)
+    padding = max(0.0, rows - tokens * model.top_k)
+    return ACT_BYTES * (rows * (1 + 4) * h + padding * 3 * ffn_local)
+
+
+def cast_kernels(precision: str, gemms: int, inputs: int) -> tuple[int, int]:
+    """(GPU kernels, host launches) of a layer forward's casts beyond KERNELS_PER_LAYER_FWD's one per GEMM.
+
+    ``gemms`` low-precision GEMM launches quantise ``inputs`` tensors (a grouped GEMM one per local expert).
+    Every further input is one more full cast kernel.  Current scaling's amax and scale kernels
+    (CAST_KERNELS_PER_TENSOR) are launched from the host, so they count against the host dispatch floor; on the
+    GPU the amax pass is charged as the bytes it reads (CAST_BYTES_PER_ELEMENT) and the scale kernel reads one
+    float, so neither is charged the fixed per-kernel cost of an element-wise pass (``kernel_overhead_s``).
+    """
+    extra_casts = max(0, inputs - gemms)
+    return extra_casts, max(0, CAST_KERNELS_PER_TENSOR.get(precision, 1) * inputs - gemms)
+
+
 def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, etp: int = 1) -> float:
     """Elements cast to FP8 per layer forward on one GPU: the input of every FP8 GEMM.
 
@@ -177,11 +230,15 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     fwd = bwd_in = bwd_w = 0.0
     flops = 0.0
     launches = 0                  # forward kernel launches of the layer (backward launches about twice as many)
+    quantised_calls = quantised_inputs = 0   # low-precision GEMMs and the inputs they quantise (one per expert)
 
     def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
-               weight: bool = True) -> None:
-        nonlocal fwd, bwd_in, bwd_w, flops, launches
+               weight: bool = True, quantised: bool = True) -> None:
+        nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
         launches += 1
+        if quantised:
+            quantised_calls += 1
+            quantised_inputs += groups_
         f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
         fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + (dw if weight else 0.0)
         if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
@@ -229,7 +286,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     mlp_start = fwd
     shared = 0.0
     if moe:
-        linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h)
+        linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h, quantised=False)  # router
         if model.num_shared_experts:
             before = fwd
             linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
@@ -241,13 +298,16 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         per_expert = routed / local_experts
         if cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
-            linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False)   # dispatch
-            linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False)   # combine
+            linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,
+                   quantised=False)                                                            # dispatch
+            linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
+                   quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
         grouped_eff = rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
+        stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
         act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
         dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
@@ -270,6 +330,10 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
         stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
                                                                                     dims.etp)
+        # KERNELS_PER_LAYER_FWD holds one cast per GEMM; the per-expert casts and the recipe's further launches:
+        extra_casts, cast_launches = cast_kernels(config.precision, quantised_calls, quantised_inputs)
+        kernels += extra_casts
+        launches += cast_launches - extra_casts
     stream = streaming_s(stream_bytes, kernels, rates)
     launches += kernels + 1       # element-wise kernels and the attention kernel
     host_fwd = launches * rates.host_launch_s

@@ -14,7 +14,7 @@ from projection.job import resolve_job
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
-CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node")
+CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node", "nvlink_domain")
 
 
 def read_layout_file(path: Path) -> dict[str, Any]:

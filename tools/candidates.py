@@ -1,8 +1,8 @@
 """Enumerate every legal layout of a job, within constraints: the search space of :mod:`tools.search`.
 
 The space (kept sane on purpose, each rule with its reason):
-- TP divides the attention and KV heads and stays inside a node; SP is on whenever TP > 1
-  (what the Megatron, NeMo and Primus recipes do).
+- TP divides the attention and KV heads and stays inside a scale-up domain (a node; NVL72: the
+  rack); SP is on whenever TP > 1 (what the Megatron, NeMo and Primus recipes do).
 - PP from :func:`projection.legality.even_pp_splits` (equal stages, or equal after counting
   embedding and loss as one layer each); VPP > 1 only where pp*vpp divides the layers (or
   layers + 2), with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
@@ -44,6 +44,7 @@ from projection.legality import (
     even_split,
     schedule_microbatch_violation,
     tp_degrees,
+    tp_span,
 )
 from projection.model_spec import ModelSpec
 from projection.training_config import JOB, Cluster, TrainingConfig, fields_with
@@ -85,9 +86,10 @@ def _ok(space: SearchSpace, axis: str, value: int | str) -> bool:
 
 
 def tp_values(space: SearchSpace, cp: int) -> list[int]:
-    """TP degrees: divide heads (and KV heads unless MLA), fit a node, divide the local sequence for SP."""
+    """TP degrees: divide heads (and KV heads unless MLA), fit a scale-up domain (a node; NVL72: the rack,
+    :func:`projection.legality.tp_span`), divide the local sequence for SP."""
     n = space.cluster.num_gpus
-    return [t for t in tp_degrees(space.model, space.cluster.gpus_per_node) if n % (t * cp) == 0
+    return [t for t in tp_degrees(space.model, tp_span(space.hardware, space.cluster)) if n % (t * cp) == 0
             and (t == 1 or (space.seq_len // cp) % t == 0) and _ok(space, "tp", t)]
 
 

@@ -18,7 +18,7 @@ from projection.hardware import HardwareSpec
 from projection.hardware import list_hardware as catalog_hardware
 from projection.job import profile_for, resolve_job
 from projection.layout import parallel_dims
-from projection.legality import layout_violations
+from projection.legality import layout_violations, tp_span
 from projection.legality import legal_axes as engine_legal_axes
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.model_spec import ModelSpec, list_model_ids, load_model
@@ -33,7 +33,8 @@ from tools.search import SearchRequest, SearchResult, run_search
 
 
 def _job(inp: s.JobInput) -> tuple[ModelSpec, HardwareSpec, Cluster]:
-    job = resolve_job(inp.model, inp.gpu, inp.num_gpus, gpus_per_node=inp.gpus_per_node)
+    job = resolve_job(inp.model, inp.gpu, inp.num_gpus, gpus_per_node=inp.gpus_per_node,
+                      nics_per_node=inp.nics_per_node, nic_gbps=inp.nic_gbps, nvlink_domain=inp.nvlink_domain)
     return job.model, job.hardware, job.cluster
 
 
@@ -103,7 +104,8 @@ def legal_axes(inp: s.LegalAxesInput) -> s.LegalAxesOutput:
         f"tp*pp*cp must divide num_gpus={cluster.num_gpus}; dp = num_gpus/(tp*pp*cp)",
         "gbs must be divisible by mbs*dp",
         f"pp*vpp <= num_layers={model.num_layers}; vpp > 1 needs pp > 1 and the interleaved schedule",
-        f"tp <= gpus_per_node={cluster.gpus_per_node}; sequence_parallel=true is the usual choice when tp > 1",
+        (f"tp <= gpus_per_node={cluster.gpus_per_node}" if (span := tp_span(hardware, cluster)) == cluster.gpus_per_node
+         else f"tp <= {span} (one NVLink domain)") + "; sequence_parallel=true is the usual choice when tp > 1",
         "cp needs seq_len divisible by 2*cp",
     ]
     if model.is_moe:

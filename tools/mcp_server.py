@@ -60,20 +60,129 @@ def _handler(tool: Tool):  # noqa: ANN202 - the SDK inspects nothing of this fun
     return handle
 
 
+_RELAYED = ("search", "seed", "round", "reflect", "stop")
+SEARCH_PROGRESS_EVERY_S = 0.5
+"""Least time between two relayed search-progress events (a search reports every few hundred layouts)."""
+
+
+def call_deadline_s(arguments: dict[str, Any]) -> float:
+    """The wall-clock limit of one call: the caller's ``deadline_s`` when valid, capped by the server's deadline."""
+    server = tool_deadline_s()
+    asked = arguments.get("deadline_s")
+    if isinstance(asked, int | float) and not isinstance(asked, bool) and 0 < asked < server:
+        return float(asked)
+    return server
+
+
+def call_with_progress(name: str, arguments: dict[str, Any], deadline_s: float,
+                       relay: Any = None) -> dict[str, Any]:
+    """Run a tool in a forked child that streams its progress events here; kill it at the deadline.
+
+    ``relay(event, data)`` gets every progress event (the tuning agent's search counts, rounds); the
+    last layout and trial counts seen go into the ``deadline_exceeded`` error when the child is
+    killed, so a caller learns how far it got and never gets a partial answer as if complete.
+    Without fork (not POSIX) the call runs in-process, bounded by the tool's own ``deadline_s``.
+    """
+    import multiprocessing
+    import os
+    import signal
+    import time
+
+    from projection.errors import DeadlineExceeded
+    from tools.registry import error
+
+    try:
+        ctx = multiprocessing.get_context("fork")
+    except ValueError:
+        return _call_relaying(name, arguments, relay)
+    receiver, sender = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child_with_progress, args=(sender, name, arguments), daemon=False)
+    started = time.monotonic()
+    child.start()
+    sender.close()
+    payload: dict[str, Any] | None = None
+    counts = {"layouts": 0, "trials": 0}
+    try:
+        while (left := started + deadline_s - time.monotonic()) > 0 and receiver.poll(left):
+            try:
+                message = receiver.recv()
+            except (EOFError, OSError):
+                break
+            if message[0] == "done":
+                payload = message[1]
+                break
+            _, event, data = message
+            if event == "search" and isinstance(data.get("done"), int):
+                counts["layouts"] = max(counts["layouts"], data["done"])
+            elif event == "trial":
+                counts["trials"] += 1
+            if relay is not None:
+                relay(event, data)
+    finally:
+        receiver.close()
+        child.join(timeout=1.0 if payload is not None else 0.0)
+        if child.is_alive() and child.pid is not None:
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                child.kill()
+            child.join(timeout=5.0)
+    if payload is not None:
+        return payload
+    if child.exitcode in (None, -signal.SIGKILL):
+        err = DeadlineExceeded(name, deadline_s, time.monotonic() - started, counts["layouts"], counts["trials"])
+        return {"ok": False, "tool": name, "error": error(err.field, str(err), [], **err.details)}
+    return {"ok": False, "tool": name,
+            "error": error(None, f"tool {name} stopped without an answer (exit code {child.exitcode})", [])}
+
+
+def _call_relaying(name: str, arguments: dict[str, Any], relay: Any) -> dict[str, Any]:
+    from tools.functions import TUNE_PROGRESS
+
+    token = TUNE_PROGRESS.set(relay)
+    try:
+        return call_tool(name, arguments, untrusted=True)
+    finally:
+        TUNE_PROGRESS.reset(token)
+
+
+def _child_with_progress(sender: Any, name: str, arguments: dict[str, Any]) -> None:
+    import contextlib
+    import os
+    import time
+
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)   # own process group: the deadline kills any search workers too
+    last = {"search": 0.0}
+
+    def send(event: str, data: dict[str, Any]) -> None:
+        if event not in _RELAYED and event != "trial":
+            return
+        if event == "search" and data.get("done") != data.get("total"):
+            now = time.monotonic()
+            if now - last["search"] < SEARCH_PROGRESS_EVERY_S:
+                return
+            last["search"] = now
+        sender.send(("progress", event, {k: v for k, v in data.items() if isinstance(v, int | float | str | None)}))
+
+    payload = _call_relaying(name, arguments, send)
+    sender.send(("done", payload))
+    sender.close()
+
+
 def _progress_handler(tool: Tool):  # noqa: ANN202
-    """An async handler that runs the tool in a worker thread and relays its progress events as MCP
-    ``notifications/progress`` (rounds of the tuning agent; a no-op when the client sent no progress token)."""
+    """An async handler that runs the tool in a killable child (:func:`call_with_progress`) and relays its
+    progress events as MCP ``notifications/progress`` (layouts searched, rounds of the tuning agent; a no-op
+    when the client sent no progress token).  The call stops at its deadline (:func:`call_deadline_s`)."""
     import anyio
     import anyio.from_thread
     import anyio.to_thread
-
-    from tools.functions import TUNE_PROGRESS
 
     async def handle(ctx: Any, **arguments: Any) -> CallToolResult:
         steps = {"n": 0}
 
         def relay(event: str, data: dict[str, Any]) -> None:
-            if event not in ("seed", "round", "reflect", "stop"):
+            if event not in _RELAYED:
                 return
             steps["n"] += 1
             detail = ", ".join(f"{k} {v}" for k, v in data.items() if v is not None)
@@ -83,11 +192,7 @@ def _progress_handler(tool: Tool):  # noqa: ANN202
                 pass
 
         def work() -> dict[str, Any]:
-            token = TUNE_PROGRESS.set(relay)
-            try:
-                return call_tool(tool.name, arguments, untrusted=True)
-            finally:
-                TUNE_PROGRESS.reset(token)
+            return call_with_progress(tool.name, arguments, call_deadline_s(arguments), relay)
 
         payload = await anyio.to_thread.run_sync(work)
         return CallToolResult(content=[TextContent(type="text", text=json_text(payload))],

@@ -174,7 +174,7 @@ def _domain_error(err: ProjtuneError) -> dict[str, Any]:
         return error(f"constraints.{err.field}", str(err), err.allowed)
     if isinstance(err, ModelSpecError):
         return error("model", str(err))
-    return error(getattr(err, "field", None), str(err))
+    return error(getattr(err, "field", None), str(err), **getattr(err, "details", {}))
 
 
 def error_of(input_model: type[BaseModel], err: ProjtuneError | ValidationError) -> dict[str, Any]:

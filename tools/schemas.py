@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.flops import FlopsFormula
 from projection.hardware import Vendor
 from projection.memory_verdict import Verdict
-from projection.training_config import TrainingConfig
+from projection.training_config import MAX_GPUS_PER_NODE, TrainingConfig
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.launch_config import LaunchConfig
 from tools.layout_score import LayoutScore, ProjectedLayout
@@ -103,6 +103,18 @@ class JobInput(BaseModel):
     gpu: str = Field(description=_GPU)
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+    nics_per_node: int | None = Field(default=None, ge=1, le=64,
+                                      description="Scale-out NICs per node; None = the GPU's catalog node.")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
+                                   description="Line rate of one NIC, Gbit/s (400 for NDR IB / 400G RoCE); "
+                                               "None = the catalog's.")
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
+                                      description="GPUs in one NVLink domain (72 for GB200/GB300 NVL72); TP may "
+                                                  "span it. None = the catalog's.")
+
+
+NETWORK_FIELDS = ("nics_per_node", "nic_gbps", "nvlink_domain")
+"""Optional cluster network overrides shared by the job inputs, the search and the tune tool."""
 
 
 class LegalAxesInput(JobInput):
@@ -286,6 +298,10 @@ class BenchmarkOutput(BaseModel):
     results: dict[str, Any] | None = None
 
 
+MAX_TUNE_DEADLINE_S = 3600.0
+"""Longest wall-clock limit a tune call may ask for (an hour: the largest searches take seconds to minutes)."""
+
+
 class TuneInput(BaseModel):
     """The whole tuning question: in words, or as fields (fields win over what the text says)."""
 
@@ -296,6 +312,11 @@ class TuneInput(BaseModel):
     gpu: str | None = Field(default=None, description=_GPU)
     num_gpus: int | None = Field(default=None, ge=1, description="GPUs in the job.")
     gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs per node.")
+    nics_per_node: int | None = Field(default=None, ge=1, le=64, description="Scale-out NICs per node.")
+    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
+                                   description="Line rate of one NIC, Gbit/s.")
+    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
+                                      description="GPUs in one NVLink domain (72 for NVL72).")
     gbs: int | None = Field(default=None, ge=1, description="Global batch size, sequences.")
     seq_len: int | None = Field(default=None, ge=1, description="Sequence length, tokens.")
     constraints: list[str] = Field(default_factory=list, description="Axis rules: 'tp<=8', 'precision=bf16', ...")
@@ -306,6 +327,11 @@ class TuneInput(BaseModel):
     deadline: str | None = Field(default=None, description="Deadline to plan for (e.g. '30d'): smallest GPU count "
                                                            "that meets it (needs tokens).")
     max_rounds: int = Field(default=3, ge=1, le=20, description="Most proposal rounds of the agent.")
+    deadline_s: float | None = Field(
+        default=None, gt=0, le=MAX_TUNE_DEADLINE_S, allow_inf_nan=False,
+        description=f"Wall-clock limit of this call, seconds (at most {MAX_TUNE_DEADLINE_S:g}; over MCP also at most "
+                    "the server's $PROJTUNE_TOOL_DEADLINE). When it passes the work stops and the call fails with "
+                    "error code 'deadline_exceeded' saying how many layouts and trials were done; no partial answer.")
 
 
 TuneStatus = Literal["ok", "no_fit", "clarification"]

@@ -68,7 +68,8 @@ def resolve_request(request: SearchRequest) -> Job:
     framework profile: the engine takes each layout's own (megatron for the searched ones).
     """
     return resolve_job(request.model, request.gpu, request.num_gpus, gpus_per_node=request.gpus_per_node,
-                       profile_path=request.profile_path)
+                       nics_per_node=request.nics_per_node, nic_gbps=request.nic_gbps,
+                       nvlink_domain=request.nvlink_domain, profile_path=request.profile_path)
 
 
 def screen_memory(job: Job, config: TrainingConfig) -> MemoryResult:

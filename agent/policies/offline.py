@@ -14,7 +14,7 @@ from typing import Any
 
 from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.progress import emit
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.request import Clarification, TuneRequest, network_fields, parse_request
 from agent.seeds import single_axis_moves
 from agent.space import Job
 from agent.toolbox import ToolFailure, failure_of
@@ -57,7 +57,7 @@ def request_search(request: dict[str, Any], top_k: int
         search = SearchRequest(
             model=request["model"], gpu=request["gpu"], num_gpus=request["num_gpus"],
             gpus_per_node=request["gpus_per_node"], gbs=request["gbs"], seq_len=request["seq_len"],
-            constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
+            **network_fields(request), constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
             candidates=request.get("candidates"), profile_path=request.get("profile_path"),
             finetune=None if request.get("candidates") else request.get("finetune"),
             # Only layouts the launch framework can run (measured candidates are ranked as they ran).

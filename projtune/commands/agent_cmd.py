@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from tools.framework_rules import FRAMEWORKS
 from tools.json_out import json_text
@@ -85,7 +86,8 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
     return make_policy(offline=offline, base_url=base_url, model=model, api_key=api_key, timeout_s=timeout)
 
 
-def _request(policy: Any, text: str, constraints: list[str], top: int | None) -> Any:
+def _request(policy: Any, text: str, constraints: list[str], top: int | None,
+             network: dict[str, Any] | None = None) -> Any:
     """The typed request (flags merged), or the Clarification to answer with."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
@@ -99,7 +101,8 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None) ->
     update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
     if top is not None:
         update["top_k"] = top
-    request = parsed.model_copy(update=update)
+    update.update({k: v for k, v in (network or {}).items() if v is not None})   # flags win over the text
+    request = type(parsed).model_validate({**parsed.model_dump(), **update})
     Job(request)                     # unknown names / bad constraints raise here (exit 2)
     return request
 
@@ -183,6 +186,7 @@ def tune_command(
                                                   "that meets it with --tokens (e.g. 30d, 12h, 2w).")] = None,
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None,
+    nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
     from agent.planning import parse_duration, parse_tokens
@@ -198,7 +202,8 @@ def tune_command(
     deadline_s = parse_duration(deadline) if deadline else None
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
     with _Progress(enabled=True) as progress:
-        parsed = _request(policy, request, constraint or [], top)
+        parsed = _request(policy, request, constraint or [], top,
+                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
                                 policy=policy.name)

@@ -61,6 +61,7 @@ def project_command(
     dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
+    nvlink_domain: Annotated[Optional[int], typer.Option(help="GPUs in one NVLink domain (72 for NVL72).")] = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
     flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",

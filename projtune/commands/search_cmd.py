@@ -20,6 +20,13 @@ NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 IntOpt = int | None
 PARTIAL_EXIT_CODE = 3   # `projtune search --deadline-s`: stopped with a partial result
+NicsOpt = Annotated[int | None, typer.Option("--nics", min=1, max=64,
+                                             help="Scale-out NICs per node (default: the GPU's catalog node).")]
+NicGbpsOpt = Annotated[float | None, typer.Option("--nic-gbps", min=0.001, max=1e5,
+                                                  help="Line rate of one NIC, Gbit/s (default: the catalog's).")]
+DomainOpt = Annotated[int | None, typer.Option("--nvlink-domain", min=1, max=576,
+                                               help="GPUs in one NVLink domain, e.g. 72 for GB200 NVL72 "
+                                                    "(default: the catalog's); TP may span it.")]
 
 
 @user_errors
@@ -39,6 +46,7 @@ def search_command(
     deadline_s: Annotated[float | None, typer.Option(
         "--deadline-s", min=0.0, help="Stop after this many seconds with a partial result (JSON \"complete\": "
                                       "false, a notice on stderr, exit code 3). Default: no limit.")] = None,
+    nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU.
@@ -50,7 +58,8 @@ def search_command(
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
-                            profile_path=str(profile) if profile else None, framework=framework)
+                            profile_path=str(profile) if profile else None, framework=framework,
+                            nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain)
     result = _run_with_progress(lambda *a, **k: run_search(*a, deadline_s=deadline_s, **k), request,
                                 show=not as_json)
     if as_json:

@@ -1,0 +1,95 @@
+"""The LLM's request parse carries every field the offline parser reads, and none the user did not state.
+
+Against the scripted OpenAI-compatible server on loopback (tests/agent/fake_openai_server.py): the
+offline parser asks back (the model is named loosely), the LLM answers the parse prompt with JSON, and
+:func:`agent.prompts_text.parse_reply` keeps what the text states (agent/grounding.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from fake_openai_server import FakeOpenAIServer, reply
+
+from agent.llm_config import LLMConfig
+from agent.policies.llm import LLMPolicy
+from agent.request import Clarification, TuneRequest, parse_request
+
+FULL = {"model": "mixtral-8x22b", "gpu": "mi300x", "num_gpus": 64, "seq_len": 8192, "batch_tokens": 1048576,
+        "finetune": "lora", "framework": "torchtitan", "nics_per_node": 8, "nic_gbps": 400, "nvlink_domain": 8,
+        "train_tokens": 1.5e13, "deadline_days": 14, "constraints": ["headroom>=0.2", "precision=bf16"]}
+
+
+def _parse(fast_llm: Callable[..., LLMConfig], text: str, answer: dict[str, object]) -> TuneRequest:
+    assert isinstance(parse_request(text), Clarification), "the offline parser must ask back for the LLM to run"
+    with FakeOpenAIServer([reply(json.dumps(answer))]) as server:
+        request = LLMPolicy(fast_llm(server.url)).parse(text)
+        assert len(server.requests) == 1
+    assert isinstance(request, TuneRequest)
+    return request
+
+
+def test_llm_parse_carries_every_field_the_offline_parser_reads(fast_llm: Callable[..., LLMConfig]) -> None:
+    text = ("LoRA on the big mistral MoE, sixty-four MI300X with torchtitan, 1M tokens per step, seq 8k, "
+            "8x400G NICs per node, NVLink domain of 8, bf16 only, must fit with 20% headroom, "
+            "train on 15T tokens within 2 weeks")
+    request = _parse(fast_llm, text, FULL)
+    assert (request.model, request.gpu, request.num_gpus, request.seq_len) == ("mixtral-8x22b", "mi300x", 64, 8192)
+    assert request.batch_tokens == 1048576 and request.gbs == 128             # 1M tokens / 8k
+    assert (request.finetune, request.framework) == ("lora", "torchtitan")
+    assert (request.nics_per_node, request.nic_gbps, request.nvlink_domain) == (8, 400.0, 8)
+    assert sorted(request.constraints) == ["headroom>=0.2", "precision=bf16"]
+    assert (request.train_tokens, request.deadline_days) == (1.5e13, 14.0)
+    assert not any(n.startswith("ignored what the LLM read") for n in request.notes)
+    # the same fields the offline parser reads when it can resolve the model name itself
+    offline = parse_request(text.replace("the big mistral MoE", "mixtral 8x22b").replace("sixty-four", "64"))
+    assert isinstance(offline, TuneRequest)
+    same = ("batch_tokens", "gbs", "seq_len", "finetune", "framework", "nics_per_node", "nic_gbps", "nvlink_domain",
+            "train_tokens", "deadline_days")
+    assert {k: getattr(request, k) for k in same} == {k: getattr(offline, k) for k in same}
+    assert sorted(offline.constraints) == sorted(request.constraints)
+
+
+def test_llm_may_not_add_fields_the_user_did_not_state(fast_llm: Callable[..., LLMConfig]) -> None:
+    text = "tune the big mistral MoE on sixty-four MI300X, seq 8k"
+    request = _parse(fast_llm, text, {**FULL, "nvlink_domain": 72, "constraints": ["headroom>=0.2", "tp<=2"]})
+    assert request.seq_len == 8192                                            # said
+    assert request.batch_tokens is None and request.gbs == 256               # default, not the LLM's 1M tokens
+    assert request.finetune is None and request.framework is None
+    assert (request.nics_per_node, request.nic_gbps, request.nvlink_domain) == (None, None, None)
+    assert (request.train_tokens, request.deadline_days) == (None, None)
+    assert request.constraints == []
+    note = next(n for n in request.notes if n.startswith("ignored what the LLM read"))
+    for invented in ("batch_tokens=1048576", "finetune=lora", "framework=torchtitan", "nics_per_node=8",
+                     "nic_gbps=400", "nvlink_domain=72", "train_tokens=", "deadline_days=14", "headroom>=0.2",
+                     "tp<=2"):
+        assert invented in note
+    assert "framework" in request.assumed                                     # the default is said, not hidden
+
+
+def test_a_number_elsewhere_in_the_text_does_not_ground_a_nic_field(fast_llm: Callable[..., LLMConfig]) -> None:
+    # '8' is written (seq 8k) but not next to a NIC word, '400' nowhere: both NIC fields are dropped
+    text = "tune the big mistral MoE on sixty-four MI300X, seq 8k, SFT"
+    request = _parse(fast_llm, text, {**FULL, "finetune": "sft", "framework": None, "batch_tokens": None,
+                                      "nvlink_domain": None, "constraints": []})
+    assert request.finetune == "sft"
+    assert request.nics_per_node is None and request.nic_gbps is None
+
+
+def test_an_llm_tool_call_cannot_change_the_network() -> None:
+    from agent.toolbox import Toolbox
+
+    request = parse_request("tune llama3 70b on 256 h100, gbs 32")
+    assert isinstance(request, TuneRequest)
+    layout = {"tp": 8, "pp": 1, "zero": 1, "mbs": 1, "gbs": 32, "seq_len": 4096, "sequence_parallel": True,
+              "precision": "bf16"}
+    tools = Toolbox.for_request(request)
+    honest = tools.call_from_model("project", {"layout": layout})
+    sneaky = tools.call_from_model("project", {"layout": layout, "nic_gbps": 50, "nics_per_node": 1,
+                                               "nvlink_domain": 256})
+    assert honest["ok"] and sneaky["ok"]
+    assert sneaky["result"]["iteration_time_s"] == honest["result"]["iteration_time_s"]
+    given = Toolbox.for_request(request.model_copy(update={"nic_gbps": 200.0}))
+    slower = given.call_from_model("project", {"layout": layout, "nic_gbps": 800})
+    assert slower["result"]["iteration_time_s"] > honest["result"]["iteration_time_s"]   # the user's 200G holds
