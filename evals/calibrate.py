@@ -148,6 +148,8 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
         progress(f"joint fit on {len(runs)} runs: {len({r.device_group for r in runs})} device groups, "
                  f"frameworks {sorted({r.framework for r in runs})}")
     result = fit_profiles(runs, max_evaluations=MAX_NFEV)
+    if progress:
+        progress("fitted " + _fold_text(runs, fold_parameters(runs)))
     out: dict[str, FitResult | str] = {}
     for group, profile in result.device_profiles.items():
         members = [r for r in runs if r.device_group == group]

@@ -5,9 +5,10 @@ parameters (the ``FITTABLE`` names of :mod:`projection.device_profile`) are fitt
 device group: the hardware id when it has enough complete runs, else its family.
 Framework multipliers are fitted per framework, with Megatron-core (megatron, nemo, primus)
 as the reference at 1.0, and only for a framework that shares a device group with another one
-(``fitted_frameworks``: alone on its GPUs, its multipliers and the GPUs' efficiencies are one factor).  Device groups are shared silicon (``projection.profile_priors.SILICON``:
-B300/GB300, B200/GB200, the GH100 parts, MI300X/MI325X, MI355X/MI350X) with enough runs, else the
-family.  Every fit starts from the family's prior (datasheets, public kernel measurements:
+(``fitted_frameworks``: alone on its GPUs, its multipliers and the GPUs' efficiencies are one factor).
+Device groups are shared silicon (``projection.profile_priors.SILICON``: B300/GB300, B200/GB200,
+the GH100 parts, MI300X/MI325X, MI355X/MI350X) with enough runs, else the family.  Every fit starts
+from the family's prior (datasheets, public kernel measurements:
 ``projection/catalog/priors/priors.yaml``), keeps each parameter inside its physical bounds, and a
 weak prior pulls towards the prior value.  A group fits a parameter only when at least
 ``MIN_RUNS_PER_PARAM`` of its runs exercise it (FP8 runs for the FP8 efficiency, MoE runs for the MoE

@@ -17,8 +17,8 @@ from evals.eval_run import evaluate
 DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
 
 # Figures of the shipped profiles on the development set (in-sample), and the limits guarded here.
-MAPE_MAX = 0.11             # measured 0.103 (2026-12-01)
-MEDIAN_APE_MAX = 0.07       # measured 0.062
+MAPE_MAX = 0.10             # measured 0.091 (2026-12-01, after the refit with fitted_frameworks); 0.103 before
+MEDIAN_APE_MAX = 0.065      # measured 0.058
 KENDALL_TAU_MIN = 0.65      # measured 0.676
 TOP1_MIN = 0.80             # measured 0.861
 MEMORY_MAPE_MAX = 0.05      # measured 0.009 on the runs that measured peak memory
