@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from agent.decide import benchmark_choice, decision_text, mfu_labels, near_ties
 from agent.nodes import options_of, ordered
 from agent.planning import job_plan
+from agent.space import Job
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed, ToolFailure
@@ -82,6 +83,10 @@ class TuneReport(BaseModel):
                                                                    "GPU-hours of --tokens, smallest count for "
                                                                    "--deadline (agent/planning.py).")
     notes: list[str] = Field(default_factory=list)
+    recompute: dict[str, Any] = Field(default_factory=dict, description="What the winner recomputes (modules "
+                                                                        "named), the recompute variants the search "
+                                                                        "enumerated, and the best selective one "
+                                                                        "scored (agent/report.py recompute_summary).")
     tool_errors: list[ToolFailure] = Field(default_factory=list,
                                            description="Tool calls that failed on a typed error (bad input, an "
                                                        "illegal layout), in order; present only when one did.")
@@ -150,16 +155,14 @@ def network_text(request: dict[str, Any]) -> str:
     from projection.job import resolve_job
 
     given = network_fields(request)
-    try:
-        job = resolve_job(request["model"], request["gpu"], request["num_gpus"],
-                          gpus_per_node=request["gpus_per_node"], **given)
-    except Exception:  # noqa: BLE001 - a request that reached the report has valid ids; say nothing rather than fail
-        return "scale-out network: the GPU catalog's"
+    # A request that reached the report was resolved already; a failure here is a bug and propagates.
+    job = resolve_job(request["model"], request["gpu"], request["num_gpus"],
+                      gpus_per_node=request["gpus_per_node"], **given)
     hardware, cluster = job.hardware, job.cluster
     nics, gbit, domain = cluster.network_of(hardware)
     source = {k: "as said" if k in given else f"{hardware.id} catalog" for k in ("nics_per_node", "nic_gbps",
                                                                                  "nvlink_domain")}
-    return (f"scale-out network: {nics} NICs x {gbit:g} Gbit/s per node ({source['nics_per_node']}"
+    return (f"scale-out network: {nics:g} NICs x {gbit:g} Gbit/s per node ({source['nics_per_node']}"
             + ("" if source["nic_gbps"] == source["nics_per_node"] else f"; rate {source['nic_gbps']}")
             + f") = {cluster.scale_out_gbit_per_gpu(hardware):g} Gbit/s per GPU; NVLink domain {domain} GPUs "
             f"({source['nvlink_domain']})")
@@ -231,12 +234,61 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),
         best=ranked_layout(1, best_first[0], gpu) if best_first else None,
         top5=[ranked_layout(i + 1, t, gpu) for i, t in enumerate(best_first[:request.get("top_k", 5)])],
-        near_ties=ties, decision=decision, plan=plan,
+        near_ties=ties, decision=decision, plan=plan, recompute=recompute_summary(best_first, Job(request), tools),
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
         trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,
         benchmarks=list(state.get("benchmarks", [])), tool_errors=_tool_errors(state, tools), **base)
     return {"report": out.model_dump(mode="json"), "tool_errors": tools.failures_dump()}
+
+
+def _recompute_text(config: dict[str, Any], num_layers: int, pp: int) -> str:
+    """What one layout re-runs in the backward pass, modules named."""
+    kind = config.get("recompute", "none")
+    if kind == "selective":
+        return "selective: " + " + ".join(config.get("recompute_modules") or ["core_attn"])
+    if kind == "full":
+        stage = -(-num_layers // pp)
+        n = config.get("recompute_num_layers")
+        layers = f"{n} of {stage} layers per stage" if n is not None else f"all {stage} layers per stage"
+        return f"full: every module of {layers} (the whole layer re-runs)"
+    return "none"
+
+
+def recompute_summary(best_first: list[dict[str, Any]], job: Any, tools: Toolbox) -> dict[str, Any]:
+    """The winner's recomputed modules, the recompute variants the search enumerated at its PP, and the best
+    scored selective-recompute layout; when none was scored, the memory of the winner's layout with the widest
+    selective module set (check_memory), which says why."""
+    from tools.candidates import recompute_variants
+
+    if not best_first:
+        return {}
+    best = best_first[0]["config"]
+    pp, layers = int(best.get("pp", 1)), job.model.num_layers
+    variants = recompute_variants(job.space, pp)
+    considered = [_recompute_text({"recompute": r, "recompute_num_layers": n, "recompute_modules": list(m)},
+                                  layers, pp) for r, n, m in variants]
+    selective = next((t for t in best_first if t["config"].get("recompute") == "selective"), None)
+    out: dict[str, Any] = {"best": _recompute_text(best, layers, pp), "considered": considered}
+    if selective is None:
+        out["best_selective"] = None
+        sets = [m for r, _, m in variants if r == "selective"]
+        note = "no selective-recompute layout was among the scored trials"
+        if sets and best.get("recompute") != "selective":
+            probe = {**best, "recompute": "selective", "recompute_num_layers": None, "recompute_modules": list(sets[-1])}
+            try:
+                memory = tools.check_memory(probe)
+                note += (f"; the winner's layout with selective {' + '.join(sets[-1])} needs {memory.peak_gib:.1f} "
+                         f"GiB per GPU of {memory.capacity_gib:.1f} ({memory.verdict})")
+            except ToolFailed as err:
+                note += f"; the winner's layout with selective recompute is not a legal layout ({err.failure.message})"
+        out["best_selective_note"] = note
+    else:
+        out["best_selective"] = {"rank": best_first.index(selective) + 1,
+                                 "recompute": _recompute_text(selective["config"], layers, pp),
+                                 "tokens_per_sec_per_gpu": selective["tokens_per_sec_per_gpu"],
+                                 "verdict": selective.get("verdict")}
+    return out
 
 
 def _tool_errors(state: State, tools: Toolbox) -> list[ToolFailure]:

@@ -53,8 +53,9 @@ class NetworkParams:
     """GPUs that share one scale-up fabric: 8 for HGX/MI300X nodes, 72 for GB200/GB300 NVL72."""
     gpus_per_node: int
     """GPUs per node; the NICs of a node are shared among these GPUs."""
-    nics_per_node: int
-    """Scale-out NICs per node (8 on rail-optimised HGX and MI300X/MI355X nodes)."""
+    nics_per_node: float
+    """Scale-out NICs per node (8 on rail-optimised HGX and MI300X/MI355X nodes); fractional when a cluster's
+    "node" groups a different number of GPUs than the catalog's (see :func:`catalog_nics_for`)."""
     nic_bytes_per_s: float
     """Bandwidth of one NIC, one direction (bytes/s); 400 Gbit/s = 50e9."""
     scale_up_latency_s: float = 3e-6
@@ -303,6 +304,16 @@ def _as_fabric(value: str) -> Fabric:
     raise ValueError(f"scale_up_fabric={value!r} must be 'nvswitch' or 'xgmi-mesh'")
 
 
+def catalog_nics_for(hw: HardwareNetworkFields, gpus_per_node: int) -> float:
+    """The catalog's NICs for a node of ``gpus_per_node`` GPUs, keeping the catalog's NICs per GPU.
+
+    NICs belong to GPUs (rail-optimised designs give each GPU its own NIC: HGX H100/B200 8 per 8,
+    GB200/GB300 compute trays 4 per 4), so a sweep that groups a GB200 job as 8 GPUs per node (the
+    sweep format's default) does not halve each GPU's scale-out bandwidth.
+    """
+    return hw.nics_per_node * gpus_per_node / hw.gpus_per_node
+
+
 def network_params_from_hardware(
     hw: HardwareNetworkFields,
     *,
@@ -317,7 +328,9 @@ def network_params_from_hardware(
     Args:
         hw: Any object with the ``HardwareNetworkFields`` attributes (a HardwareSpec).
         gpus_per_node: Replaces ``hw.gpus_per_node`` when given.
-        nics_per_node: Replaces ``hw.nics_per_node`` when given.
+        nics_per_node: Replaces ``hw.nics_per_node`` when given; otherwise the catalog's NICs per GPU are kept
+            (:func:`catalog_nics_for`): a GB200 tray has 4 NICs for its 4 GPUs, so a cluster described with
+            8 GPUs per node still has one 400 Gbit/s NIC per GPU.
         nic_gbit_per_s: NIC line rate in Gbit/s (decimal), replacing
             ``hw.nic_bytes_per_s``; 400 -> 50e9 bytes/s.
         scale_up_domain_gpus: Replaces ``hw.scale_up_domain_gpus`` when given (a cluster's
@@ -336,7 +349,8 @@ def network_params_from_hardware(
         scale_up_num_links=hw.scale_up_num_links,
         scale_up_domain_gpus=hw.scale_up_domain_gpus if scale_up_domain_gpus is None else scale_up_domain_gpus,
         gpus_per_node=hw.gpus_per_node if gpus_per_node is None else gpus_per_node,
-        nics_per_node=hw.nics_per_node if nics_per_node is None else nics_per_node,
+        nics_per_node=(catalog_nics_for(hw, hw.gpus_per_node if gpus_per_node is None else gpus_per_node)
+                       if nics_per_node is None else nics_per_node),
         nic_bytes_per_s=nic_bytes_per_s,
         **efficiency_overrides,
     )

@@ -195,9 +195,11 @@ class Cluster(BaseModel):
         """Nodes the job spans (rounded up)."""
         return -(-self.num_gpus // self.gpus_per_node)
 
-    def network_of(self, hardware: _NetworkCatalog) -> tuple[int, float, int]:
-        """(NICs per node, Gbit/s per NIC, GPUs per scale-up domain) in effect: these overrides, else the catalog's."""
-        nics = self.nics_per_node if self.nics_per_node is not None else hardware.nics_per_node
+    def network_of(self, hardware: _NetworkCatalog) -> tuple[float, float, int]:
+        """(NICs per node, Gbit/s per NIC, GPUs per scale-up domain) in effect: these overrides, else the catalog's
+        (NICs scaled to this cluster's node size at the catalog's NICs per GPU, as the collective model does)."""
+        nics = (self.nics_per_node if self.nics_per_node is not None
+                else hardware.nics_per_node * self.gpus_per_node / hardware.gpus_per_node)
         gbit = self.nic_gbps if self.nic_gbps is not None else hardware.nic_bytes_per_s * 8 / 1e9
         domain = self.nvlink_domain if self.nvlink_domain is not None else hardware.scale_up_domain_gpus
         return nics, gbit, domain
@@ -217,6 +219,9 @@ class _NetworkCatalog(Protocol):
 
     @property
     def nics_per_node(self) -> int: ...
+
+    @property
+    def gpus_per_node(self) -> int: ...
 
     @property
     def nic_bytes_per_s(self) -> float: ...

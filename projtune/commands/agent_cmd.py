@@ -135,6 +135,14 @@ def _print_report(report: Any) -> None:
     out.print(f"[bold green]Best layout:[/] {best.layout}"
               + (f", recomputes {' + '.join(best.recompute_modules)}" if best.recompute_modules else ""))
     out.print(f"  {mfu_text(best.model_dump())}")
+    if report.recompute:
+        rc = report.recompute
+        sel = rc.get("best_selective")
+        out.print(f"  recompute: {rc['best']}; searched {len(rc['considered'])} variants ("
+                  + "; ".join(rc["considered"]) + ")"
+                  + (f"; best selective #{sel['rank']} {sel['recompute']} at {sel['tokens_per_sec_per_gpu']:,.0f} "
+                     f"tok/s/GPU" if sel else f"; {rc.get('best_selective_note', '')}"),
+                  markup=False, highlight=False)
     if best.memory_warning:
         out.print(f"  [yellow]memory:[/] {best.memory_warning}")
     table = Table(title="Ranked layouts (scored by the projection tools; 80% interval from projection/uncertainty)")

@@ -186,8 +186,14 @@ def calibrate_command(
 
     loaded = load_sweep_files(paths)
     err = _stderr_console()
-    for issue in loaded.errors:
-        err.print(f"[yellow]load issue[/]: {issue}", highlight=False)
+    if loaded.errors:
+        # A fit on part of the data would silently ship different profiles (and a different held-out figure).
+        fail(f"{len(loaded.errors)} sweep file(s) did not load, so nothing was fitted: {loaded.errors[0]}"
+             + (f" (and {len(loaded.errors) - 1} more)" if len(loaded.errors) > 1 else "")
+             + "; fix or remove them and run again")
+    if not loaded.sweeps:
+        fail(f"no sweep in {', '.join(map(str, paths))}: give sweep files or folders of them "
+             "(../shared/specs/sweep-format.md)")
     note = None if as_json else (lambda text: err.print(text, highlight=False))
     if cross_validate:
         _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out),

@@ -142,6 +142,12 @@ def test_deepseek_search_considers_recompute_modules() -> None:
     assert report.best is not None
     if report.best.config["recompute"] == "selective":
         assert report.best.recompute_modules == list(report.best.config["recompute_modules"])
+    # the answer names what the winner recomputes and the module variants the search enumerated
+    rc = report.recompute
+    assert rc["best"].startswith(report.best.config["recompute"])
+    assert "selective: core_attn + layernorm + moe_act + mla_up_proj" in rc["considered"]
+    assert "selective: core_attn" in rc["considered"] and "none" in rc["considered"]
+    assert rc["best_selective"] is not None or "GiB per GPU" in rc["best_selective_note"]
 
 
 def test_tune_tool_answers_the_whole_question() -> None:

@@ -226,3 +226,19 @@ def test_a_framework_alone_on_its_gpus_is_not_fitted() -> None:
     assert "jax" not in fitted_frameworks(maxtext)  # MI355X ran MaxText only: its multipliers are the device's
     titan = collect_fit_runs(load_sweep_files([DATA / "torchtitan.yaml", KORTHIKANTI]).sweeps)
     assert "torchtitan" in fitted_frameworks(titan)  # A100 ran both torchtitan and Megatron-core
+
+
+def test_calibrate_refuses_a_partial_set_of_files(tmp_path) -> None:
+    """A sweep file that does not load stops the fit (no profiles written from part of the data)."""
+    out = tmp_path / "profiles"
+    result = runner.invoke(app, ["calibrate", "--all", str(KORTHIKANTI), str(tmp_path / "missing.yaml"),
+                                 "--out-dir", str(out)])
+    assert result.exit_code == 2
+    assert "did not load, so nothing was fitted" in result.output
+    assert not out.exists()
+
+
+def test_calibrate_refuses_an_empty_folder(tmp_path) -> None:
+    result = runner.invoke(app, ["calibrate", "--cross-validate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no sweep in" in result.output
