@@ -65,7 +65,7 @@ from projection.memory_frameworks import MemoryTraits, memory_traits
 from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, verdict
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
-from projection.pipeline import peak_in_flight_closed_form
+from projection.pipeline import peak_in_flight_closed_form, peak_in_flight_unchecked
 from projection.training_config import TrainingConfig
 
 GIB = 2**30
@@ -478,16 +478,8 @@ def _stage_memories(model: ModelSpec, config: TrainingConfig, dims: ParallelDims
 
 
 def _in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int, group: int | None) -> int:
-    """:func:`projection.pipeline.peak_in_flight_closed_form` without its argument checks (done once per layout)."""
-    if schedule in ("1f1b", "zero-bubble"):
-        return min(pp - rank, m)
-    if schedule == "gpipe":
-        return m
-    if schedule == "zbv":
-        return min(m + 1 + rank, 2 * m, 2 * pp)
-    total = m * vpp
-    num_warmup = (pp - rank - 1) * 2 + (vpp - 1) * (group or pp)
-    return total if num_warmup >= total else num_warmup + 1
+    """:func:`projection.pipeline.peak_in_flight_unchecked` (argument checks done once per layout)."""
+    return peak_in_flight_unchecked(schedule, pp, vpp, m, rank, group or pp)
 
 
 def usable_capacity_bytes(hardware: HardwareSpec, config: TrainingConfig) -> float:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from projection.pipeline_plan import SCHEDULES, Schedule
 from projection.pipeline_steady import _simulate
 
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageTimes:
     """Per-microbatch compute times of one pipeline rank, one entry per virtual chunk.
@@ -303,7 +304,12 @@ def peak_in_flight_closed_form(
     group = _validate_shape(schedule, pp, vpp, num_microbatches, microbatch_group_size)
     if not 0 <= rank < pp:
         raise ValueError(f"rank must be in [0, pp={pp}), got rank={rank}")
-    m = num_microbatches
+    return peak_in_flight_unchecked(schedule, pp, vpp, num_microbatches, rank, group)
+
+
+def peak_in_flight_unchecked(schedule: str, pp: int, vpp: int, m: int, rank: int, group: int) -> int:
+    """:func:`peak_in_flight_closed_form` without its argument checks (callers check once per layout):
+    the micro-batch forwards rank ``rank`` holds at its peak, ``group`` the interleaved micro-batch group."""
     if schedule in ("1f1b", "zero-bubble"):
         return min(pp - rank, m)
     if schedule == "gpipe":

@@ -295,21 +295,8 @@ def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> n
                np.broadcast_to(j, (pp, m))[trailing], 0)
         return order
     # 1f1b and interleaved: table of forwards, warm-up w, then steps (F of entry w+k if any, B+W of entry k)
-    if schedule == "interleaved":
-        full, per = m // group, group * vpp
-        e = np.arange(full * per, dtype=np.int64)
-        table_mb, table_c = (e // per) * group + e % group, (e % per) // group
-        rest = m - full * group
-        if rest:
-            e = np.arange(rest * vpp, dtype=np.int64)
-            table_mb = np.concatenate([table_mb, full * group + e % rest])
-            table_c = np.concatenate([table_c, e // rest])
-        total = m * vpp
-        w = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * group, total)
-    else:
-        total = m
-        table_mb, table_c = np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64)
-        w = np.minimum(pp - rank - 1, m)
+    table_mb, table_c, total, warm = _one_f_one_b_table(schedule, pp, vpp, m, group)
+    w = np.asarray(warm, dtype=np.int64)[:, None]
     k = np.arange(total, dtype=np.int64)[None, :]
     forward_at = np.where(k < w, k, 2 * k - w)                      # F of table entry k
     backward_at = np.where(k < total - w, w + 2 * k + 1, total + k)  # B+W of table entry k

@@ -84,12 +84,11 @@ def call_with_progress(name: str, arguments: dict[str, Any], deadline_s: float,
     Without fork (not POSIX) the call runs in-process, bounded by the tool's own ``deadline_s``.
     """
     import multiprocessing
-    import os
     import signal
     import time
 
     from projection.errors import DeadlineExceeded
-    from tools.registry import error
+    from tools.registry import error, reap_child
 
     try:
         ctx = multiprocessing.get_context("fork")
@@ -120,13 +119,7 @@ def call_with_progress(name: str, arguments: dict[str, Any], deadline_s: float,
                 relay(event, data)
     finally:
         receiver.close()
-        child.join(timeout=1.0 if payload is not None else 0.0)
-        if child.is_alive() and child.pid is not None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                child.kill()
-            child.join(timeout=5.0)
+        reap_child(child, answered=payload is not None)
     if payload is not None:
         return payload
     if child.exitcode in (None, -signal.SIGKILL):

@@ -292,19 +292,24 @@ def _call_with_deadline(name: str, arguments: dict[str, Any] | None, untrusted: 
                 payload = None
     finally:
         receiver.close()
-        child.join(timeout=1.0 if payload is not None else 0.0)
-        if child.is_alive() and child.pid is not None:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                child.kill()
-            child.join(timeout=5.0)
+        reap_child(child, answered=payload is not None)
     if payload is None:
         reason = (f"exceeded its deadline of {deadline_s:g} s and was cancelled; ask for less (fewer GPUs, "
                   "a tighter constraint, a smaller top_k)" if child.exitcode in (None, -signal.SIGKILL)
                   else f"stopped without an answer (exit code {child.exitcode})")
         return {"ok": False, "tool": name, "error": error(None, f"tool {name} {reason}", [])}
     return payload
+
+
+def reap_child(child: Any, *, answered: bool) -> None:
+    """End a forked tool call: let an answered child exit (1 s), else kill its process group at once."""
+    child.join(timeout=1.0 if answered else 0.0)
+    if child.is_alive() and child.pid is not None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            child.kill()
+        child.join(timeout=5.0)
 
 
 def _child_call(sender: Any, name: str, arguments: dict[str, Any] | None, untrusted: bool) -> None:
