@@ -48,13 +48,21 @@ def test_a_generous_deadline_changes_nothing() -> None:
     assert plain["result"]["report"]["best"] == bounded["result"]["report"]["best"]
 
 
-def test_the_server_kills_a_call_at_its_deadline_and_says_how_far_it_got() -> None:
+def test_the_server_kills_a_call_at_its_deadline_and_says_how_far_it_got(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tools.mcp_server as server
+
+    def hangs(name: str, arguments: dict[str, object], relay: object) -> dict[str, object]:
+        relay("search", {"done": 123, "total": 123})      # progress, then a call that never answers
+        time.sleep(60)
+        raise AssertionError("the child should have been killed")
+
+    monkeypatch.setattr(server, "_call_relaying", hangs)   # the forked child runs the patched function
     events: list[str] = []
     started = time.monotonic()
-    # no deadline_s in the arguments: only the kill stops it
+    # no deadline_s in the arguments: only the kill stops it (deterministic: the child never answers)
     error = _is_deadline_error(call_with_progress("tune", {"request": BIG}, 1.0, lambda e, d: events.append(e)))
     assert time.monotonic() - started < 10
-    assert error["deadline_s"] == 1.0
+    assert error["deadline_s"] == 1.0 and error["layouts"] == 123 and events == ["search"]
     assert call_deadline_s({"deadline_s": 5}) == 5.0 and call_deadline_s({"deadline_s": "x"}) > 5
 
 
@@ -71,7 +79,7 @@ def test_mcp_tune_honours_a_tiny_deadline_and_reports_progress() -> None:
             async with Client(build_server(), raise_exceptions=True) as client:
                 listed = await client.list_tools()
                 schema = next(t for t in listed.tools if t.name == "tune").input_schema
-                result = await client.call_tool("tune", {"request": BIG, "deadline_s": 0.5},
+                result = await client.call_tool("tune", {"request": BIG, "deadline_s": 0.05},
                                                 progress_callback=on_progress)
                 return result.is_error, result.structured_content, schema
 
