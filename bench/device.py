@@ -181,7 +181,7 @@ def fit_profile(points: list[SweepPoint], hardware: HardwareSpec, base: DevicePr
          [_EFF_FLOOR] * 3 + [0.0], [1.0, 1.0, 1.0, 1e-3]),
         ({"gemm_fp8"}, ["low_precision_gemm_efficiency"], [_EFF_FLOOR], [1.0]),
         ({"grouped_gemm"}, ["moe_efficiency"], [_EFF_FLOOR], [1.0]),
-        ({"all_reduce"}, ["comm_efficiency", "scale_up_latency_s"], [0.05, 0.0], [1.0, 1e-3]),
+        ({"all_reduce"}, ["scale_up_efficiency", "scale_up_latency_s"], [0.05, 0.0], [1.0, 1e-3]),
     ]
     for kinds, names, lower, upper in groups:
         subset = [p for p in points if p.kind in kinds]

@@ -274,7 +274,7 @@ def _fold_text(train: Sequence[FitRun], parameters: dict[str, list[str]]) -> str
 
 # Parameters that describe the software stack and the network more than the die: a GPU no fold has
 # fitted borrows them (median over the fold's fitted groups) instead of the DeviceProfile defaults.
-TRANSFERRED = ("comm_efficiency", "dp_overlap_fraction", "tp_overlap_fraction", "ep_overlap_fraction",
+TRANSFERRED = ("scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fraction", "tp_overlap_fraction", "ep_overlap_fraction",
                "kernel_overhead_s", "moe_layer_overhead_s")
 
 

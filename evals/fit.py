@@ -12,8 +12,9 @@ from the family's prior (datasheets, public kernel measurements:
 ``projection/catalog/priors/priors.yaml``), keeps each parameter inside its physical bounds, and a
 weak prior pulls towards the prior value.  A group fits a parameter only when at least
 ``MIN_RUNS_PER_PARAM`` of its runs exercise it (FP8 runs for the FP8 efficiency, MoE runs for the MoE
-terms, TP > 1 for TP overlap, ...), and at most one parameter per ``MIN_RUNS_PER_PARAM`` runs, in
-``PARAM_PRIORITY`` order; the rest stay at the prior.  FP8 and FP4 efficiencies never exceed the
+terms, TP > 1 for TP overlap, more GPUs than one NVLink/xGMI domain for the scale-out efficiency, ...),
+and at most one parameter per ``MIN_RUNS_PER_PARAM`` runs, in ``PARAM_PRIORITY`` order; the rest stay at
+the prior.  FP8 and FP4 efficiencies never exceed the
 16-bit one.  The Jacobian is sparse (a run only sees its own device group and framework), which
 ``scipy.optimize.least_squares`` exploits through ``jac_sparsity``.
 """
@@ -32,7 +33,7 @@ from scipy.sparse import lil_matrix
 from evals.runner import RunSpecs, projected_metrics, run_specs
 from evals.sweep_file import LoadedRun, LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile
-from projection.engine import project
+from projection.engine import network_for, project
 from projection.errors import ProjtuneError
 from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
 from projection.profile_priors import member_profile, parameter_bounds, physical, prior_profile, silicon_group
@@ -52,8 +53,8 @@ FRAMEWORK_BOUNDS: dict[str, tuple[float, float]] = {
 # The order in which a group with few runs gets its parameters (most evidence per run first).
 PARAM_PRIORITY = (
     "gemm_efficiency", "low_precision_gemm_efficiency", "moe_efficiency", "attention_efficiency",
-    "comm_efficiency", "dp_overlap_fraction", "kernel_overhead_s", "moe_layer_overhead_s",
-    "tp_overlap_fraction", "ep_overlap_fraction", "fp4_gemm_efficiency",
+    "scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fraction", "kernel_overhead_s",
+    "moe_layer_overhead_s", "tp_overlap_fraction", "ep_overlap_fraction", "fp4_gemm_efficiency",
 )
 assert sorted(PARAM_PRIORITY) == sorted(FITTABLE)
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -138,6 +139,14 @@ def pristine_profile(group: str) -> DeviceProfile:
     return prior_profile(group)
 
 
+def crosses_scale_up_domain(item: FitRun) -> bool:
+    """Whether some of a run's collectives (or pipeline sends) leave its NVLink/xGMI domain, so the run's
+    time depends on the scale-out (NIC) efficiency: more GPUs than one scale-up domain holds."""
+    cluster = item.specs.cluster
+    net = network_for(item.specs.hardware, cluster, DeviceProfile(hardware_id=item.specs.hardware.id))
+    return cluster.num_gpus > net.scale_up_domain_gpus
+
+
 def exercises(item: FitRun, name: str) -> bool:
     """Whether a run's step time depends on a fittable parameter (so the run can inform its fit)."""
     config, model = item.specs.config, item.specs.model
@@ -146,7 +155,8 @@ def exercises(item: FitRun, name: str) -> bool:
         "low_precision_gemm_efficiency": config.is_low_precision and config.precision != "nvfp4",
         "fp4_gemm_efficiency": config.precision == "nvfp4",
         "moe_efficiency": model.is_moe, "moe_layer_overhead_s": model.is_moe,
-        "comm_efficiency": item.specs.cluster.num_gpus > 1,
+        "scale_up_efficiency": item.specs.cluster.num_gpus > 1,
+        "scale_out_efficiency": crosses_scale_up_domain(item),
         "dp_overlap_fraction": dp * config.cp > 1 and config.finetune != "lora",
         "tp_overlap_fraction": config.tp > 1,
         "ep_overlap_fraction": model.is_moe and config.ep > 1,

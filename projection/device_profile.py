@@ -13,9 +13,10 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from projection.errors import ProjtuneError
 from projection.hardware import HardwareSpec
@@ -28,7 +29,8 @@ FITTABLE = (
     "attention_efficiency",
     "moe_efficiency",
     "moe_layer_overhead_s",
-    "comm_efficiency",
+    "scale_up_efficiency",
+    "scale_out_efficiency",
     "dp_overlap_fraction",
     "kernel_overhead_s",
     # TP and EP comm overlap: Megatron-core hides them with recipe switches (tp_comm_overlap,
@@ -36,6 +38,9 @@ FITTABLE = (
     "tp_overlap_fraction",
     "ep_overlap_fraction",
 )
+
+# The one communication efficiency of profiles written before the scale-up/scale-out split: read as both.
+LEGACY_COMM_EFFICIENCY = ("scale_up_efficiency", "scale_out_efficiency")
 
 
 class DeviceProfile(BaseModel):
@@ -60,7 +65,10 @@ class DeviceProfile(BaseModel):
     kernel_overhead_s: float = Field(6e-6, ge=0, description="Launch + tail latency per kernel, seconds.")
     tile_m: int = Field(256, ge=1, description="GEMM output tile rows (wave quantisation).")
     tile_n: int = Field(128, ge=1, description="GEMM output tile columns.")
-    comm_efficiency: float = Field(0.80, gt=0, le=1, description="Achieved bus bandwidth / link bandwidth.")
+    scale_up_efficiency: float = Field(
+        0.80, gt=0, le=1, description="Achieved bus bandwidth / line rate on the scale-up fabric (NVLink/xGMI).")
+    scale_out_efficiency: float = Field(
+        0.80, gt=0, le=1, description="Achieved bus bandwidth / line rate across scale-up domains (IB/RoCE NICs).")
     scale_up_latency_s: float = Field(5e-6, ge=0, description="Per-step latency on NVLink/xGMI, seconds.")
     scale_out_latency_s: float = Field(1.5e-5, ge=0, description="Per-step latency across nodes, seconds.")
     dp_overlap_fraction: float = Field(0.85, ge=0, le=1, description="Share of DP/FSDP comm hidden under compute.")
@@ -72,6 +80,18 @@ class DeviceProfile(BaseModel):
     memory_fragmentation: float = Field(0.08, ge=0, le=1, description="Allocator slack as a share of dynamic memory.")
     fitted_on: tuple[str, ...] = Field(default=(), description="Sweep names the parameters were fitted on.")
     fit_note: str = Field(default="", description="How and when the profile was fitted, and its fit error.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_comm_efficiency(cls, data: Any) -> Any:
+        """Profiles written before the fabric split carry one ``comm_efficiency``: it sets both fabrics
+        (unless a file also names one of them, which then wins for that fabric)."""
+        if isinstance(data, dict) and "comm_efficiency" in data:
+            data = dict(data)
+            legacy = data.pop("comm_efficiency")
+            for name in LEGACY_COMM_EFFICIENCY:
+                data.setdefault(name, legacy)
+        return data
 
 
 def _profile_dir() -> Path:

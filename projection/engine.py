@@ -394,7 +394,7 @@ def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile
     return network_params_from_hardware(
         hardware, gpus_per_node=cluster.gpus_per_node, nics_per_node=cluster.nics_per_node,
         nic_gbit_per_s=cluster.nic_gbps, scale_up_domain_gpus=cluster.nvlink_domain,
-        scale_up_efficiency=profile.comm_efficiency, scale_out_efficiency=profile.comm_efficiency,
+        scale_up_efficiency=profile.scale_up_efficiency, scale_out_efficiency=profile.scale_out_efficiency,
         scale_up_latency_s=profile.scale_up_latency_s, scale_out_latency_s=profile.scale_out_latency_s,
     )
 

@@ -22,7 +22,7 @@ from projection.device_profile import default_profile, load_profile
 from projection.hardware import load_hardware
 
 TRUTH = dict(gemm_efficiency=0.62, attention_efficiency=0.41, memory_efficiency=0.71, kernel_overhead_s=9e-6,
-             low_precision_gemm_efficiency=0.5, comm_efficiency=0.7, scale_up_latency_s=8e-6)
+             low_precision_gemm_efficiency=0.5, scale_up_efficiency=0.7, scale_up_latency_s=8e-6)
 
 
 def test_fit_recovers_the_parameters_that_generated_the_times() -> None:

@@ -37,7 +37,8 @@ def test_parameter_bounds_follow_profile_fields() -> None:
         assert low <= default <= high
     # physical: no GEMM above the best public max-achievable fraction (A100 0.87), no collective at line rate
     assert calibrate.parameter_bounds("gemm_efficiency")[1] <= 0.87
-    assert calibrate.parameter_bounds("comm_efficiency")[1] <= 0.9
+    assert calibrate.parameter_bounds("scale_up_efficiency")[1] <= 0.9
+    assert calibrate.parameter_bounds("scale_out_efficiency")[1] <= 0.9
     low, high = calibrate.parameter_bounds("kernel_overhead_s")
     assert 0 < low < high < 1e-4  # seconds: a kernel costs between 1 and 30 microseconds
 
@@ -214,7 +215,8 @@ def test_a_power_capped_member_runs_the_shared_profile_slower() -> None:
     assert MEMBER_EFFICIENCY["h100-96gb-500w"] < 1
     assert capped.gemm_efficiency == pytest.approx(shared.gemm_efficiency * MEMBER_EFFICIENCY["h100-96gb-500w"])
     assert capped.attention_efficiency < shared.attention_efficiency
-    assert capped.comm_efficiency == shared.comm_efficiency  # the cap slows the SMs, not NVLink
+    assert capped.scale_up_efficiency == shared.scale_up_efficiency  # the cap slows the SMs, not NVLink
+    assert capped.scale_out_efficiency == shared.scale_out_efficiency
     assert member_profile(shared, "h800").gemm_efficiency == shared.gemm_efficiency
 
 
