@@ -373,6 +373,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
     pooled_described: list[float] = []
     residuals: list[tuple[str, str, str, bool, float]] = []
     fits = _fit_folds(runs, sources, progress)
+    by_vendor: dict[str, list[float]] = {}
     for source in sources:
         train = [r for r in runs if r.source != source]
         test = [r for r in runs if r.source == source]
@@ -384,16 +385,20 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         if progress and fitted:
             progress(f"held out {Path(source).name}: " + _fold_text(train, row.fitted_parameters))
         default_err, cv_err, described_err = [], [], []
+        default_vendor: list[str] = []
+        cv_vendor: list[str] = []
         for item in test:
             base = projected_value(item, default_profile(item.specs.hardware), framework_profile(item.framework))
             if base is not None:
                 default_err.append(abs(base / item.measured - 1))
+                default_vendor.append(item.specs.hardware.vendor)
             if fitted is None:
                 continue
             fw = fitted.framework_profiles.get(item.framework) or pristine_framework(item.framework)
             value = projected_value(item, held_out_profile(item, fitted.device_profiles), fw)
             if value is not None:
                 cv_err.append(abs(value / item.measured - 1))
+                cv_vendor.append(item.specs.hardware.vendor)
                 if documented_issue(item) is None:
                     described_err.append(cv_err[-1])
                 else:
@@ -405,6 +410,8 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         row.mape_cv_described = statistics.fmean(described_err) if described_err else None
         pooled_default += default_err
         pooled_cv += cv_err or default_err
+        for vendor, err in zip(cv_vendor or default_vendor, cv_err or default_err, strict=True):
+            by_vendor.setdefault(vendor, []).append(err)    # the errors pooled_cv holds, by vendor
         pooled_described += described_err
         rows.append(row)
     per_source = [r.mape_cv for r in rows if r.mape_cv is not None]
@@ -416,6 +423,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "mape_cv_source_mean": statistics.fmean(per_source) if per_source else None,
         "runs_described": len(pooled_described),
         "mape_cv_described": statistics.fmean(pooled_described) if pooled_described else None,
+        "by_vendor": {v: {"runs": len(e), "mape_cv": statistics.fmean(e)} for v, e in sorted(by_vendor.items())},
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
     }

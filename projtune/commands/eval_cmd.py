@@ -270,6 +270,11 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
     o = cv["overall"]
     table.add_row("overall", str(o["runs"]), "", _pct(o["mape_default"]), _pct(o["mape_cv"]), style="bold")
     Console().print(table)
+    for vendor, item in (o.get("by_vendor") or {}).items():
+        typer.echo(f"held-out {vendor.upper()} runs: {item['runs']}, MAPE {_pct(item['mape_cv'])}")
+    if o.get("mape_cv_described") is not None:
+        typer.echo(f"without the runs evals/data/CHECKS.md says their records cannot describe: "
+                   f"{o['runs_described']} runs, MAPE {_pct(o['mape_cv_described'])}")
     if o.get("interval_coverage_cv") is not None:
         typer.echo(f"80%-interval coverage of held-out runs (bands built without their source): "
                    f"{_pct(o['interval_coverage_cv'])}")

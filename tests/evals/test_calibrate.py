@@ -144,6 +144,9 @@ def test_cross_validate_reports_each_source() -> None:
     assert set(sources) == {"korthikanti-2022.yaml", "megatron-lm.yaml"}
     for row in sources.values():
         assert row["runs"] > 0 and row["mape_cv"] is not None and row["mape_default"] is not None
+    by_vendor = data["overall"]["by_vendor"]
+    assert set(by_vendor) == {"nvidia"} and by_vendor["nvidia"]["runs"] == data["overall"]["runs"]
+    assert abs(by_vendor["nvidia"]["mape_cv"] - data["overall"]["mape_cv"]) < 1e-12
     # Each file holds the only runs of its family here: no fold trains on the held-out family, so its
     # runs are scored with the built-in defaults - never with the shipped profiles, which were fitted
     # on every source (that would leak the held-out runs into their own score).
