@@ -164,7 +164,8 @@ def network_text(request: dict[str, Any]) -> str:
                                                                                  "nvlink_domain")}
     return (f"scale-out network: {nics:g} NICs x {gbit:g} Gbit/s per node ({source['nics_per_node']}"
             + ("" if source["nic_gbps"] == source["nics_per_node"] else f"; rate {source['nic_gbps']}")
-            + f") = {cluster.scale_out_gbit_per_gpu(hardware):g} Gbit/s per GPU; NVLink domain {domain} GPUs "
+            + f") = {cluster.scale_out_gbit_per_gpu(hardware):g} Gbit/s per GPU; "
+            f"{'xGMI' if hardware.scale_up_fabric.startswith('xgmi') else 'NVLink'} domain {domain} GPUs "
             f"({source['nvlink_domain']})")
 
 
