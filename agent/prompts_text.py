@@ -94,6 +94,11 @@ def facts_text(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+_EXTRA_KEYS = ("batch_tokens", "finetune", "framework", "nics_per_node", "nic_gbps", "nvlink_domain", "train_tokens",
+               "deadline_days")
+"""The request fields :func:`_extra_parts` reads from the LLM's parse."""
+
+
 def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]:
     """(request phrases, dropped): the LLM's batch-in-tokens, fine-tuning, framework and network fields, each
     written the way the offline parser reads it, and only when the user's ``text`` states it (else dropped).
@@ -108,7 +113,10 @@ def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]
     parts: list[str] = []
     dropped: list[str] = []
 
+    handled: set[str] = set()
+
     def keep(key: str, ok: bool, phrase: str) -> None:
+        handled.add(key)
         if text and not ok:
             dropped.append(f"{key}={data[key]}")
         else:
@@ -134,6 +142,9 @@ def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]
     if isinstance(days, int | float) and not isinstance(days, bool) and 0 < days <= 3650:
         keep("deadline_days", find_deadline(said)[0] == float(days) or stated_digits(days, _near(said, _DAY_WORDS)),
              f"in {days:g} days")
+    # a field the LLM filled with a value of the wrong type or out of range is named too, never silently lost
+    dropped += [f"{key}={data[key]!r} (not a valid value)" for key in _EXTRA_KEYS
+                if data.get(key) not in (None, "") and key not in handled]
     return parts, dropped
 
 

@@ -20,6 +20,7 @@ from agent.space import Job
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed, ToolFailure
+from projection.vocabulary import DEFAULT_RECOMPUTE_MODULES
 from tools.framework_rules import launch_framework_of
 from tools.layout_score import LayoutScore, score_of
 from tools.schemas import TuneStatus
@@ -113,7 +114,8 @@ def ranked_layout(rank: int, trial: dict[str, Any], gpu: str) -> RankedLayout:
     """A scored trial as a report row (MFU labelled against the GEMM precision's peak and BF16's)."""
     config = trial["config"]
     mfu = mfu_labels(gpu, config.get("precision", "bf16"), trial["mfu"])
-    modules = list(config.get("recompute_modules") or ["core_attn"]) if config.get("recompute") == "selective" else []
+    modules = (list(config.get("recompute_modules") or DEFAULT_RECOMPUTE_MODULES)
+               if config.get("recompute") == "selective" else [])
     return RankedLayout(
         **score_of(trial).model_dump(), rank=rank, config=config, source=trial["source"],
         scored_by=trial.get("scored_by", "project"), reason=trial.get("reason", ""), trial=trial["id"],
@@ -247,7 +249,7 @@ def _recompute_text(config: dict[str, Any], num_layers: int, pp: int) -> str:
     """What one layout re-runs in the backward pass, modules named."""
     kind = config.get("recompute", "none")
     if kind == "selective":
-        return "selective: " + " + ".join(config.get("recompute_modules") or ["core_attn"])
+        return "selective: " + " + ".join(config.get("recompute_modules") or DEFAULT_RECOMPUTE_MODULES)
     if kind == "full":
         stage = -(-num_layers // pp)
         n = config.get("recompute_num_layers")

@@ -165,10 +165,15 @@ class Toolbox:
         self.calls += 1
         spec = TOOLS_BY_NAME.get(tool)
         if spec is None:
-            return {"ok": False, "tool": tool, "error": {"field": "name", "message": f"unknown tool '{tool}'",
+            message = f"unknown tool '{tool}'"
+            self.failures.append(ToolFailure(tool=str(tool), kind="unknown_name", message=message, field="name"))
+            return {"ok": False, "tool": tool, "error": {"field": "name", "message": message,
                                                          "allowed": sorted(TOOLS_BY_NAME)}}
-        chosen = ({k: v for k, v in arguments.items() if k not in _NOT_FROM_MODEL} if isinstance(arguments, dict)
-                  else {})
+        if not isinstance(arguments, dict):
+            message = f"arguments must be a JSON object, got {type(arguments).__name__}"
+            self.failures.append(ToolFailure(tool=tool, kind="invalid_input", message=message, field="arguments"))
+            return {"ok": False, "tool": tool, "error": {"field": "arguments", "message": message, "allowed": []}}
+        chosen = {k: v for k, v in arguments.items() if k not in _NOT_FROM_MODEL}
         try:
             out = spec.function(spec.input_model.model_validate({**chosen, **self.job(spec.input_model)}))
         except TYPED_ERRORS as err:

@@ -60,7 +60,6 @@ from tools.constraints import Constraints
 CP_MIN_SEQ_LEN = 16384            # CP is searched from this sequence length on (or when constrained)
 FP8_RECIPES = SEARCHED_FP8_RECIPES
 FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
-DEFAULT_MODULES: tuple[str, ...] = DEFAULT_RECOMPUTE_MODULES
 TIE_TOLERANCE = 1e-3              # throughputs within 0.1% are a tie (below the engine's resolution)
 T = TypeVar("T")
 # Simpler recipe first among equally fast ones: PRECISIONS lists them simplest first (projection/vocabulary.py).
@@ -183,7 +182,7 @@ def recompute_module_sets(space: SearchSpace) -> list[tuple[str, ...]]:
     """Module sets of selective recompute: the default, then the default plus the cheap re-runs (docstring)."""
     m = space.model
     extra = ["layernorm"] + (["moe_act"] if m.is_moe else []) + (["mla_up_proj"] if m.uses_mla else [])
-    return [DEFAULT_MODULES, (*DEFAULT_MODULES, *extra)]
+    return [DEFAULT_RECOMPUTE_MODULES, (*DEFAULT_RECOMPUTE_MODULES, *extra)]
 
 
 def fsdp_sizes(space: SearchSpace, tp: int, cp: int, dp: int, zero: int) -> list[int | None]:
@@ -232,7 +231,7 @@ def recompute_variants(space: SearchSpace, pp: int) -> list[tuple[str, int | Non
     """(recompute, recompute_num_layers, recompute_modules): :func:`recompute_options` with the module sets."""
     out: list[tuple[str, int | None, tuple[str, ...]]] = []
     for recompute, rnl in recompute_options(space, pp):
-        sets = recompute_module_sets(space) if recompute == "selective" else [DEFAULT_MODULES]
+        sets = recompute_module_sets(space) if recompute == "selective" else [DEFAULT_RECOMPUTE_MODULES]
         out += [(recompute, rnl, modules) for modules in sets]
     return out
 
@@ -275,7 +274,7 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
         return False
     if not schedule_fits(c.schedule, c.pp, space.gbs // (c.mbs * dp)):
         return False
-    modules = tuple(c.recompute_modules) if c.recompute == "selective" else DEFAULT_MODULES
+    modules = tuple(c.recompute_modules) if c.recompute == "selective" else DEFAULT_RECOMPUTE_MODULES
     return (c.zero in zero_values(space, c.tp, c.pp) and c.precision in precision_values(space)
             and c.fsdp_size in fsdp_sizes(space, c.tp, c.cp, dp, c.zero)
             and c.moe_dispatcher in dispatchers(space, c.ep, c.etp)

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from projection.flops import FlopsFormula
 from projection.hardware import Vendor
+from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
 from projection.training_config import MAX_GPUS_PER_NODE, TrainingConfig
 from projection.vocabulary import ImportFramework, LaunchFramework
@@ -102,7 +103,7 @@ class JobInput(BaseModel):
     model: ModelRef = Field(description=_MODEL)
     gpu: str = Field(description=_GPU)
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
     nics_per_node: int | None = Field(default=None, ge=1, le=64,
                                       description="Scale-out NICs per node; None = the GPU's catalog node.")
     nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,

@@ -60,7 +60,6 @@ from projection.training_config import (
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
 
-RECOMPUTE_ORDER = RECOMPUTE_LEVEL   # none < selective < full on part of a stage < full (projection/vocabulary.py)
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
 IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this search included) to add a worker
@@ -189,8 +188,8 @@ def group_key(config: TrainingConfig) -> tuple[Any, ...]:
 
 
 def _level(config: TrainingConfig) -> tuple[int, int] | None:
-    """Recompute order of a candidate: RECOMPUTE_ORDER, then (selective) how many modules re-run."""
-    level = RECOMPUTE_ORDER.get((config.recompute, config.recompute_num_layers is not None))
+    """Recompute order of a candidate: RECOMPUTE_LEVEL, then (selective) how many modules re-run."""
+    level = RECOMPUTE_LEVEL.get((config.recompute, config.recompute_num_layers is not None))
     if level is None:
         return None
     return level, len(config.recompute_modules) if config.recompute == "selective" else 0

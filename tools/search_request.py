@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.training_config import MAX_GPUS_PER_NODE
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
 from tools.constraints import Constraints
@@ -22,7 +23,7 @@ class SearchRequest(BaseModel):
         description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config.json fields.")
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=8, ge=1, description="GPUs per node.")
+    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
     nics_per_node: int | None = Field(default=None, ge=1, le=64,
                                       description="Scale-out NICs per node; None = the GPU's catalog node.")
     nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,

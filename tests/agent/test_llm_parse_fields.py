@@ -93,3 +93,20 @@ def test_an_llm_tool_call_cannot_change_the_network() -> None:
     given = Toolbox.for_request(request.model_copy(update={"nic_gbps": 200.0}))
     slower = given.call_from_model("project", {"layout": layout, "nic_gbps": 800})
     assert slower["result"]["iteration_time_s"] > honest["result"]["iteration_time_s"]   # the user's 200G holds
+
+
+def test_invalid_llm_field_values_are_named_not_lost() -> None:
+    """A field the LLM filled with the wrong type or out of range is listed as ignored, not silently dropped."""
+    import json
+
+    from agent.prompts_text import parse_reply
+    from agent.request import parse_request
+
+    text = "tune llama3 8b on 16 h100, 8x400G NICs per node"
+    offline = parse_request(text)
+    reply = json.dumps({"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 16,
+                        "nics_per_node": "eight", "nic_gbps": 400, "nvlink_domain": 100000})
+    request = parse_reply(reply, None, offline, text=text)
+    noted = " ".join(request.notes)
+    assert "nics_per_node='eight' (not a valid value)" in noted and "nvlink_domain=100000 (not a valid value)" in noted
+    assert request.nic_gbps == 400

@@ -176,3 +176,14 @@ def test_a_tune_against_a_dripping_endpoint_ends_offline_within_its_deadline(raw
     report = out.report
     assert report.status == "ok" and report.best is not None
     assert report.degraded and "fell back to the offline policy" in (report.degraded_reason or "")
+
+
+def test_model_tool_calls_that_cannot_run_are_recorded_failures() -> None:
+    """An unknown tool, or arguments that are not an object, answer a structured error and are recorded
+    (never run with the job's arguments alone)."""
+    box = Toolbox(model="llama3-8b", gpu="h100-sxm", num_gpus=8, gpus_per_node=8)
+    unknown = box.call_from_model("projekt", {"layout": {}})
+    assert unknown["ok"] is False and unknown["error"]["field"] == "name" and "project" in unknown["error"]["allowed"]
+    not_object = box.call_from_model("legal_axes", ["seq_len", 4096])  # type: ignore[arg-type]
+    assert not_object["ok"] is False and not_object["error"]["field"] == "arguments"
+    assert [(f.tool, f.kind) for f in box.failures] == [("projekt", "unknown_name"), ("legal_axes", "invalid_input")]
