@@ -23,7 +23,7 @@ Every config family the scalar model knows is covered; none is routed elsewhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,18 +170,11 @@ class MemoryBatcher:
         dense_shard, expert_shard = _shards(config, dims)
         key = ("Z", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
 
-        def build() -> np.ndarray:
-            model, table = self.model, layer_param_table(self.model)
-            out = np.zeros(dims.pp)
-            for rank in range(dims.pp):
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
-                if layers:
-                    biggest = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
-                                  * (1 - 1 / dense_shard) + table[layer].experts / (dims.ep * dims.etp)
-                                  * (1 - 1 / expert_shard) for layer in layers)
-                    out[rank] = 2 * BF16_BYTES * biggest
-            return out
-        return self._row(key, build)
+        def gathered(p: Any) -> float:    # the bf16 params a ZeRO-3 all-gather brings in for one layer
+            return ((p.attention + p.mlp + p.shared_experts) / dims.tp * (1 - 1 / dense_shard)
+                    + p.experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard))
+
+        return self._row(key, lambda: 2 * BF16_BYTES * self._largest_layer_per_rank(dims, gathered))
 
     def _lora_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
@@ -189,16 +182,21 @@ class MemoryBatcher:
             return self._zeros_row(dims.pp)
         key = ("L", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp)
 
-        def build() -> np.ndarray:
-            model, table = self.model, layer_param_table(self.model)
-            out = np.zeros(dims.pp)
-            for rank in range(dims.pp):
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
-                if layers:
-                    out[rank] = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts)
-                                    / dims.tp + table[layer].experts / (dims.ep * dims.etp) for layer in layers)
-            return out
-        return self._row(key, build)
+        def local(p: Any) -> float:       # one layer's parameters on this rank
+            return (p.attention + p.mlp + p.shared_experts) / dims.tp + p.experts / (dims.ep * dims.etp)
+
+        return self._row(key, lambda: self._largest_layer_per_rank(dims, local))
+
+    def _largest_layer_per_rank(self, dims: ParallelDims, value: Callable[[Any], float]) -> np.ndarray:
+        """Per pipeline rank, the largest ``value`` (of a layer's parameter counts) over the rank's layers; 0 for a
+        rank without layers."""
+        table = layer_param_table(self.model)
+        out = np.zeros(dims.pp)
+        for rank in range(dims.pp):
+            layers = _stage_layers(self.model.num_layers, dims.pp, dims.vpp, rank)
+            if layers:
+                out[rank] = max(value(table[layer]) for layer in layers)
+        return out
 
     # --- the batch ----------------------------------------------------------------------------------------
     def peaks(self, configs: Sequence[TrainingConfig], dims: Sequence[ParallelDims]) -> PeakBatch:

@@ -7,10 +7,11 @@ model or the cluster (divisibility, memory) live in :mod:`projection.legality`.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from projection.collectives import HardwareNetworkFields, catalog_nics_for
 from projection.vocabulary import (
     DEFAULT_RECOMPUTE_MODULES,
     LOW_PRECISIONS,
@@ -42,6 +43,20 @@ MAX_GPUS_PER_NODE = 576
 MAX_GBS = 1_048_576
 MAX_SEQ_LEN = 4_194_304
 MAX_DEGREE = MAX_GPUS        # any single parallel degree or micro-batch size
+MAX_NICS_PER_NODE = 64       # input bound; published nodes carry at most 8-16 scale-out NICs
+MAX_NIC_GBPS = 1e5           # Gbit/s, input bound; the fastest shipping NICs run at 800 Gbit/s (ConnectX-8)
+
+# The cluster's optional network overrides, one definition for Cluster and every tool input that carries them.
+NicsPerNode = Annotated[int | None, Field(ge=1, le=MAX_NICS_PER_NODE,
+                                          description="Scale-out NICs per node; None = the GPU catalog's "
+                                                      "(kept at the catalog's NICs per GPU).")]
+NicGbps = Annotated[float | None, Field(gt=0, le=MAX_NIC_GBPS, allow_inf_nan=False,
+                                        description="Line rate of one NIC, Gbit/s (400 for NDR IB / 400G RoCE); "
+                                                    "None = the catalog's.")]
+NvlinkDomain = Annotated[int | None, Field(
+    ge=1, le=MAX_GPUS_PER_NODE,
+    description="GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for a GB200 NVL72 rack of 4-GPU trays; TP may "
+                "span it. None = the hardware catalog's scale_up.domain_gpus.")]
 
 
 class TrainingConfig(BaseModel):
@@ -181,30 +196,26 @@ class Cluster(BaseModel):
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
     num_gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job.")
     gpus_per_node: int = Field(default=8, ge=1, le=MAX_GPUS_PER_NODE, description="GPUs per node (server).")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
-                                   description="Line rate of one NIC, Gbit/s.")
-    nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node.")
-    nvlink_domain: int | None = Field(
-        default=None, ge=1, le=MAX_GPUS_PER_NODE,
-        description="GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for a GB200 NVL72 rack of 4-GPU trays; "
-                    "None = the hardware catalog's scale_up.domain_gpus.",
-    )
+    nic_gbps: NicGbps = None
+    nics_per_node: NicsPerNode = None
+    nvlink_domain: NvlinkDomain = None
 
     @property
     def num_nodes(self) -> int:
         """Nodes the job spans (rounded up)."""
         return -(-self.num_gpus // self.gpus_per_node)
 
-    def network_of(self, hardware: _NetworkCatalog) -> tuple[float, float, int]:
+    def network_of(self, hardware: HardwareNetworkFields) -> tuple[float, float, int]:
         """(NICs per node, Gbit/s per NIC, GPUs per scale-up domain) in effect: these overrides, else the catalog's
-        (NICs scaled to this cluster's node size at the catalog's NICs per GPU, as the collective model does)."""
+        (NICs at the catalog's NICs per GPU: :func:`projection.collectives.catalog_nics_for`, as the collective
+        model uses them)."""
         nics = (self.nics_per_node if self.nics_per_node is not None
-                else hardware.nics_per_node * self.gpus_per_node / hardware.gpus_per_node)
+                else catalog_nics_for(hardware, self.gpus_per_node))
         gbit = self.nic_gbps if self.nic_gbps is not None else hardware.nic_bytes_per_s * 8 / 1e9
         domain = self.nvlink_domain if self.nvlink_domain is not None else hardware.scale_up_domain_gpus
         return nics, gbit, domain
 
-    def scale_out_gbit_per_gpu(self, hardware: _NetworkCatalog) -> float:
+    def scale_out_gbit_per_gpu(self, hardware: HardwareNetworkFields) -> float:
         """Line rate of one GPU's share of its node's NICs, Gbit/s: NICs x Gbit/s per NIC / GPUs per node.
 
         The collective model (:mod:`projection.collectives`) multiplies it by the profile's
@@ -212,19 +223,3 @@ class Cluster(BaseModel):
         """
         nics, gbit, _ = self.network_of(hardware)
         return nics * gbit / self.gpus_per_node
-
-
-class _NetworkCatalog(Protocol):
-    """The HardwareSpec attributes :meth:`Cluster.network_of` reads (the catalog's reference network)."""
-
-    @property
-    def nics_per_node(self) -> int: ...
-
-    @property
-    def gpus_per_node(self) -> int: ...
-
-    @property
-    def nic_bytes_per_s(self) -> float: ...
-
-    @property
-    def scale_up_domain_gpus(self) -> int: ...

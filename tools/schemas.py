@@ -16,7 +16,7 @@ from projection.flops import FlopsFormula
 from projection.hardware import Vendor
 from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
-from projection.training_config import MAX_GPUS_PER_NODE, TrainingConfig
+from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, TrainingConfig
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.launch_config import LaunchConfig
 from tools.layout_score import LayoutScore, ProjectedLayout
@@ -104,14 +104,9 @@ class JobInput(BaseModel):
     gpu: str = Field(description=_GPU)
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
-    nics_per_node: int | None = Field(default=None, ge=1, le=64,
-                                      description="Scale-out NICs per node; None = the GPU's catalog node.")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
-                                   description="Line rate of one NIC, Gbit/s (400 for NDR IB / 400G RoCE); "
-                                               "None = the catalog's.")
-    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
-                                      description="GPUs in one NVLink domain (72 for GB200/GB300 NVL72); TP may "
-                                                  "span it. None = the catalog's.")
+    nics_per_node: NicsPerNode = None
+    nic_gbps: NicGbps = None
+    nvlink_domain: NvlinkDomain = None
 
 
 NETWORK_FIELDS = ("nics_per_node", "nic_gbps", "nvlink_domain")
@@ -313,11 +308,9 @@ class TuneInput(BaseModel):
     gpu: str | None = Field(default=None, description=_GPU)
     num_gpus: int | None = Field(default=None, ge=1, description="GPUs in the job.")
     gpus_per_node: int | None = Field(default=None, ge=1, description="GPUs per node.")
-    nics_per_node: int | None = Field(default=None, ge=1, le=64, description="Scale-out NICs per node.")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
-                                   description="Line rate of one NIC, Gbit/s.")
-    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
-                                      description="GPUs in one NVLink domain (72 for NVL72).")
+    nics_per_node: NicsPerNode = None
+    nic_gbps: NicGbps = None
+    nvlink_domain: NvlinkDomain = None
     gbs: int | None = Field(default=None, ge=1, description="Global batch size, sequences.")
     seq_len: int | None = Field(default=None, ge=1, description="Sequence length, tokens.")
     constraints: list[str] = Field(default_factory=list, description="Axis rules: 'tp<=8', 'precision=bf16', ...")

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.job import DEFAULT_GPUS_PER_NODE
-from projection.training_config import MAX_GPUS_PER_NODE
+from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
 from tools.constraints import Constraints
 
@@ -24,12 +24,9 @@ class SearchRequest(BaseModel):
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
     num_gpus: int = Field(ge=1, description="GPUs in the job.")
     gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
-    nics_per_node: int | None = Field(default=None, ge=1, le=64,
-                                      description="Scale-out NICs per node; None = the GPU's catalog node.")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, allow_inf_nan=False,
-                                   description="Line rate of one NIC, Gbit/s; None = the catalog's.")
-    nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
-                                      description="GPUs in one NVLink domain (72 for NVL72); None = the catalog's.")
+    nics_per_node: NicsPerNode = None
+    nic_gbps: NicGbps = None
+    nvlink_domain: NvlinkDomain = None
     gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
     seq_len: int = Field(ge=1, description="Sequence length, tokens.")
     constraints: Constraints = Field(default_factory=Constraints,
