@@ -372,6 +372,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
     pooled_cv: list[float] = []
     pooled_described: list[float] = []
     residuals: list[tuple[str, str, str, bool, float]] = []
+    residual_runs: list[tuple[str, int]] = []      # (sweep, run index) of each residual, for the JSON
     fits = _fit_folds(runs, sources, progress)
     by_vendor: dict[str, list[float]] = {}
     for source in sources:
@@ -405,6 +406,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
                     row.documented_runs += 1
                 residuals.append((source, item.specs.hardware.family, item.framework, item.specs.model.is_moe,
                                   _throughput_ratio(item, value)))
+                residual_runs.append((item.sweep.sweep.name, item.run.index))
         row.mape_default = statistics.fmean(default_err) if default_err else None
         row.mape_cv = statistics.fmean(cv_err) if cv_err else row.mape_default
         row.mape_cv_described = statistics.fmean(described_err) if described_err else None
@@ -427,8 +429,9 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
     }
-    overall["residuals"] = [{"source": Path(s).name, "family": f, "framework": w, "moe": m,
-                             "measured_over_projected": r} for s, f, w, m, r in residuals]
+    overall["residuals"] = [{"source": Path(s).name, "sweep": sweep, "run": index, "family": f, "framework": w,
+                             "moe": m, "measured_over_projected": r}
+                            for (s, f, w, m, r), (sweep, index) in zip(residuals, residual_runs, strict=True)]
     if residuals:
         table, coverage = _interval_summary(residuals)
         overall.update(coverage)

@@ -46,7 +46,8 @@ from projection.params import layer_param_table
 from projection.pipeline import StageTimes, simulate_pipeline
 from projection.training_config import Cluster, TrainingConfig
 from projection.uncertainty import relative_band
-from projection.workload import CommGroups, LayerCost, embedding_cost, head_cost, layer_cost
+from projection.workload import (CommGroups, LayerCost, embedding_cost, head_cost, layer_cost,
+                                 selective_recompute_modules)
 
 GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
                            # a framework profile's grad_reduce_bytes overrides it
@@ -164,7 +165,7 @@ def _layer_terms(config: TrainingConfig, profile: DeviceProfile, framework: Fram
     """(fwd, bwd-input, bwd-weight, selective recompute, compute, tp, cp, ep) of each distinct cost, and per layer
     the index of its cost's terms."""
     tp_overlap = profile.tp_overlap_fraction if framework.tp_overlap_fraction is None else framework.tp_overlap_fraction
-    recomputed_modules = tuple(config.recompute_modules) if config.recompute == "selective" else ()
+    recomputed_modules = selective_recompute_modules(config)
     lora = config.finetune == "lora"  # frozen base weights: no weight gradients
     distinct: list[tuple[float, ...]] = []
     position: dict[int, int] = {}

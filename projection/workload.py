@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from projection.collectives import GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s
 from projection.compute import DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s
 from projection.layout import ParallelDims
+from projection.memory_frameworks import memory_traits
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 
@@ -104,6 +105,24 @@ def capacity_factor(config: TrainingConfig) -> float:
     if config.moe_routing != "token-drop" or config.moe_capacity_factor is None:
         return 1.0
     return config.moe_capacity_factor
+
+
+OP_SAC = "op_sac"
+"""What torchtitan's per-op selective AC re-runs (its ``recompute: selective``; the same trait
+:func:`projection.memory_frameworks.memory_traits` gives the memory side): the policy saves the outputs of
+``aten.mm``, SDPA and reduce-scatter "except every second mm" and recomputes every other op (torchtitan
+torchtitan/parallelisms/parallelize_llama.py ``_custom_policy`` @004b3148), i.e. in a Llama block wk, wo and w3
+(the 2nd, 4th and 6th of wq, wk, wv, wo, w1, w3, w2) plus the norms, rotary embedding and gated activation.
+Not a ``RECOMPUTE_MODULES`` name: a config cannot select it, the framework's meaning of selective does."""
+
+
+
+def selective_recompute_modules(config: TrainingConfig) -> tuple[str, ...]:
+    """What ``recompute: selective`` re-runs in the backward: the config's Megatron-core modules, or torchtitan's
+    per-op policy (:data:`OP_SAC`) under a framework whose selective AC is op-level; () without selective."""
+    if config.recompute != "selective":
+        return ()
+    return (OP_SAC,) if memory_traits(config.framework).op_level_selective_ac else tuple(config.recompute_modules)
 
 
 MODULES_INSIDE_MOE: tuple[str, ...] = ("moe_act", "shared_experts")
@@ -232,14 +251,18 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     launches = 0                  # forward kernel launches of the layer (backward launches about twice as many)
     quantised_calls = quantised_inputs = 0   # low-precision GEMMs and the inputs they quantise (one per expert)
 
+    matmul_fwd: list[float] = []  # forward seconds of each matmul in the order a PyTorch block issues them
+
     def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
-               weight: bool = True, quantised: bool = True) -> None:
+               weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,)) -> None:
+        """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one)."""
         nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
         launches += 1
         if quantised:
             quantised_calls += 1
             quantised_inputs += groups_
         f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
+        matmul_fwd.extend(f * share for share in parts)
         fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + (dw if weight else 0.0)
         if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
             bwd_in += dw
@@ -261,7 +284,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         linear(tokens, a_local * (qk - model.qk_rope_head_dim + model.v_head_dim), model.kv_lora_rank)
         up_proj += fwd - before
     else:
-        linear(tokens, (model.q_width + 2 * model.kv_width) / t, h)
+        qkv = model.q_width + 2 * model.kv_width
+        linear(tokens, qkv / t, h, parts=(model.q_width / qkv, model.kv_width / qkv, model.kv_width / qkv))
     linear(tokens, h, a_local * model.v_head_dim)
     window = model.attention_windows[layer] if model.attention_windows else 0
     keys = _attended_keys(config.seq_len, window)
@@ -318,7 +342,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher == "deepep" else 1.0
         ep_comm = 2.0 * one  # dispatch + combine
     else:
-        linear(tokens, mats * model.ffn_hidden_size / t, h)
+        linear(tokens, mats * model.ffn_hidden_size / t, h, parts=(1.0 / mats,) * mats)
         linear(tokens, h, model.ffn_hidden_size / t)
         act_bytes = 3 * ACT_BYTES * tokens * model.ffn_hidden_size / t
         stream_bytes += act_bytes
@@ -359,6 +383,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         modules["shared_experts"] = shared
     if up_proj:
         modules["mla_up_proj"] = up_proj
+    rope_s = streaming_s(2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t, 1, rates)
+    modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s
     return LayerCost(
         module_fwd_s=tuple(sorted(modules.items())),
         fwd_s=fwd_total,

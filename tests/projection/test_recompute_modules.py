@@ -17,7 +17,7 @@ from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
-from projection.workload import layer_cost
+from projection.workload import OP_SAC, layer_cost
 
 H100 = load_hardware("h100-sxm")
 PROFILE = DeviceProfile(hardware_id="h100-sxm", gemm_efficiency=0.7, low_precision_gemm_efficiency=0.35,
@@ -55,8 +55,8 @@ def test_module_costs_are_parts_of_the_layer_forward() -> None:
     net = network_for(H100, cluster, PROFILE)
     rates = device_rates(H100, PROFILE, config.precision)
     dense, moe = (layer_cost(model, i, config, dims, rates, net, _comm_groups(dims, net)) for i in (0, 5))
-    assert {n for n, _ in dense.module_fwd_s} == {"layernorm", "mlp", "mla_up_proj"}
-    assert {n for n, _ in moe.module_fwd_s} == {"layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj"}
+    assert {n for n, _ in dense.module_fwd_s} == {"layernorm", "mlp", "mla_up_proj", OP_SAC}
+    assert {n for n, _ in moe.module_fwd_s} == {"layernorm", "moe", "moe_act", "shared_experts", "mla_up_proj", OP_SAC}
     for cost in (dense, moe):
         for name, seconds in cost.module_fwd_s:
             assert 0 < seconds < cost.fwd_s, name

@@ -71,9 +71,9 @@ def titan_options(job: Job) -> dict[str, Any]:
     mode = {"none": "none", "selective": "selective", "full": "full"}[c.recompute]
     o["activation_checkpoint.mode"] = mode
     if c.recompute == "selective":
-        job.warnings.append("torchtitan selective AC is op-level (saves matmuls, recomputes every second one); the "
-                            "projection models module-level selective recompute of "
-                            + ",".join(c.recompute_modules))
+        job.warnings.append("torchtitan selective AC is op-level (saves matmuls, recomputes every second one), as "
+                            "the projection prices it; recompute_modules " + ",".join(c.recompute_modules)
+                            + " have no torchtitan equivalent and are not applied")
     job.assumptions.append(f"FSDP2 prefetches all-gathers / reduce-scatters under compute (the projection hides "
                            f"{job.profile.dp_overlap_fraction:.0%} of DP comm)")
     return o
