@@ -92,6 +92,25 @@ CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (
 # (nvte_multi_cast_transpose) only for delayed scaling (extensions/cast.cpp: "Currently only have fused kernel
 # for FP8 delayed scaling"), so each local expert's split pays the recipe's kernels.
 CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+# Frameworks whose MoE grouped GEMM is Transformer Engine's GroupedLinear (Megatron-core moe_grouped_gemm with the
+# TE backend): general_grouped_gemm runs one cuBLAS GEMM per local expert, round-robin on TE's compute streams
+# (NVIDIA/TransformerEngine@5c62f728 transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm:
+# ``for (int i = 0; i < num_gemms; i++) ... get_compute_stream(i % num_streams)``; num_streams = 4 in
+# transformer_engine/common/include/transformer_engine/gemm.h).  Each expert's GEMM is its own kernel with its own
+# launch and tail; the 4 streams overlap the tails of consecutive experts, so one grouped GEMM costs
+# ceil(experts / 4) kernel overheads on the GPU (not one, as a single fused kernel would) and one host launch
+# per expert.  MaxText (ragged_dot / megablox) and torchtitan (torch._grouped_mm) launch one kernel; Primus is left
+# out (its Primus-Turbo grouped GEMM, when enabled, is one kernel, and its rows do not say which ran).
+TE_GROUPED_GEMM_FRAMEWORKS = frozenset({"megatron", "nemo"})
+TE_GROUPED_GEMM_STREAMS = 4
+
+
+def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
+    """(GPU kernel overheads, host launches) of one grouped GEMM over ``local_experts`` experts, beyond the one
+    kernel every GEMM is charged (see TE_GROUPED_GEMM_FRAMEWORKS)."""
+    if framework not in TE_GROUPED_GEMM_FRAMEWORKS or local_experts <= 1:
+        return 0, 0
+    return -(-local_experts // TE_GROUPED_GEMM_STREAMS) - 1, local_experts - 1
 
 
 def capacity_factor(config: TrainingConfig) -> float:
@@ -330,6 +349,10 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         grouped_eff = rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
+        gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
+        per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
+        fwd, bwd_in, bwd_w = fwd + per_expert_s, bwd_in + per_expert_s, bwd_w + per_expert_s
+        launches += 2 * host_extra
         stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
