@@ -34,6 +34,10 @@ GROUPED_GEMM_HALF_M = 60.0
 # MaxText src/MaxText/layers/moe.py ``dense_matmul`` with capacity_factor > 0 builds dispatch/combine
 # masks (B, S, E, C), C = S * top_k * capacity_factor / E, and runs "BSM,BSEC->EBCM" and
 # "EBCM,BSEC->BSM" as dense matmuls: 2*S*(E*C)*h FLOPs each per sequence, quadratic in S.
+# Their backward (ROCm/maxtext@04646953 src/MaxText/layers/moe.py ``generate_masks``): the combine mask is
+# ``softmax_probs[..., None] * one_hot(position)``, differentiable through the router weights, so the combine
+# einsum's backward runs both operand gradients (two GEMMs); the dispatch mask is ``combine_mask.astype(bool)``,
+# which carries no gradient, so the dispatch einsum's backward is the input gradient alone (one GEMM).
 EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
 # (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
@@ -254,8 +258,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     matmul_fwd: list[float] = []  # forward seconds of each matmul in the order a PyTorch block issues them
 
     def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
-               weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,)) -> None:
-        """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one)."""
+               weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,),
+               constant_left: bool = False) -> None:
+        """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one).
+
+        ``constant_left``: the (m x k) operand is a constant of the backward (a 0/1 mask with no gradient), so
+        the backward runs only the gradient of the (k x n) activation operand.
+        """
         nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
         launches += 1
         if quantised:
@@ -263,9 +272,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             quantised_inputs += groups_
         f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
         matmul_fwd.extend(f * share for share in parts)
-        fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + (dw if weight else 0.0)
-        if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
+        fwd = fwd + f
+        if constant_left:  # only the (k x n) operand's gradient: an activation gradient
             bwd_in += dw
+        else:
+            bwd_in, bwd_w = bwd_in + di, bwd_w + (dw if weight else 0.0)
+            if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
+                bwd_in += dw
         flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
     up_proj = 0.0                 # forward of the MLA up-projections (recompute module mla_up_proj)
@@ -323,7 +336,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         if cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
             linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,
-                   quantised=False)                                                            # dispatch
+                   quantised=False, constant_left=True)                                        # dispatch
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp

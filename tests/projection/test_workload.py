@@ -83,6 +83,21 @@ def test_maxtext_token_drop_pays_quadratic_einsum_dispatch() -> None:
     assert fwd("jax", 4096) > 1.3 * fwd("megatron", 4096)
 
 
+def test_maxtext_dispatch_einsum_backward_is_one_gemm_combine_two() -> None:
+    # MaxText generate_masks: dispatch_mask = combine_mask.astype(bool) carries no gradient (the dispatch
+    # einsum's backward is the input gradient only), combine_mask carries the router weights (both operand
+    # gradients): the einsums add 2 GEMMs to the forward and 3 (not 4) to the backward.
+    def layer(framework: str):
+        return _moe_layer(TrainingConfig(ep=8, mbs=1, gbs=8, seq_len=4096, framework=framework,
+                                         moe_routing="token-drop", moe_capacity_factor=1.25))
+    jax, megatron = layer("jax"), layer("megatron")
+    extra_fwd = jax.fwd_s - megatron.fwd_s
+    extra_bwd = jax.bwd_input_s + jax.bwd_weight_s - megatron.bwd_input_s - megatron.bwd_weight_s
+    assert extra_fwd > 0
+    assert extra_bwd / extra_fwd == pytest.approx(1.5, abs=0.1)
+    assert jax.bwd_weight_s == pytest.approx(megatron.bwd_weight_s)  # no weight gradient for a mask
+
+
 def test_host_bound_layers_do_not_shrink_with_tp() -> None:
     # A tiny per-GPU workload: the eager host launches dominate, and TP that halves the GPU work leaves
     # the launch count (so the layer time) unchanged.
