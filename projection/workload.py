@@ -38,6 +38,11 @@ GROUPED_GEMM_HALF_M = 60.0
 # ``softmax_probs[..., None] * one_hot(position)``, differentiable through the router weights, so the combine
 # einsum's backward runs both operand gradients (two GEMMs); the dispatch mask is ``combine_mask.astype(bool)``,
 # which carries no gradient, so the dispatch einsum's backward is the input gradient alone (one GEMM).
+# The expert matmuls of that path are einsums with the local experts as a batch dimension over equal,
+# capacity-padded shapes ("EBCM,EMH -> EBCH", "EBCH,EHM -> EBCM", same file): XLA lowers a dot with batch
+# dimensions to one batched BLAS call (openxla/xla matmul_utils MatrixLayout.batch_size, equal per-batch
+# shapes), so they run at the dense GEMM efficiency under the tile/wave model, not the ragged grouped-GEMM
+# efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of a dropless grouped GEMM.
 EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
 # (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
@@ -333,17 +338,20 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
         per_expert = routed / local_experts
-        if cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS:
+        einsum_path = cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS   # MaxText dense_matmul
+        if einsum_path:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
             linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False, constant_left=True)                                        # dispatch
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        grouped_eff = rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
+        # batched dense GEMMs on the einsum path, a ragged grouped GEMM otherwise
+        grouped_eff = 1.0 if einsum_path else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
-        stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
+        # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
+        stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
         act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
