@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from projection.collectives import GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s
-from projection.compute import DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s
+from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
+                                unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
 from projection.memory_frameworks import memory_traits
 from projection.model_spec import ModelSpec
@@ -92,6 +93,14 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
 # exchanges and merges K/V at the full head count, not the GQA one.
 REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
+# Frameworks whose attention runs unfused (no flash kernel): DeepSpeed's 2021 GPT training (Narayanan et al.
+# SC'21 comparison) ran Megatron-LM's CoreAttention (projection.compute.unfused_attention_fwd_bwd_s), as its
+# memory traits already say (projection.memory_frameworks.DEEPSPEED, flash_attention=False).  Not MaxText:
+# the development runs set ``attention: "cudnn_flash_te"`` (AMD-AGI/maxtext-slurm@be4716fc
+# configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
+# flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
+# pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
+UNFUSED_ATTENTION_FRAMEWORKS = frozenset({"deepspeed"})
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -308,7 +317,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     window = model.attention_windows[layer] if model.attention_windows else 0
     keys = _attended_keys(config.seq_len, window)
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
+    if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
+        # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
+        attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
+                                                         model.head_dim, model.v_head_dim, rates,
+                                                         dropout=model.model_type == "gpt2")
+    else:
+        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
     kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
     if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
