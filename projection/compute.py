@@ -9,7 +9,10 @@ The model follows what the hardware does rather than a flat efficiency:
   (roofline), plus a fixed per-kernel cost (launch and tail latency);
 - flash attention is compute bound at its own achievable fraction (FlashAttention-2,
   Dao 2023, arXiv 2307.08691: forward reaches up to ~73% of A100 peak, backward ~63%, so
-  the backward runs at 0.85 of the forward's efficiency).
+  the backward runs at 0.85 of the forward's efficiency);
+- unfused attention (no flash kernel) is what its code runs: batched GEMMs over the full s x s
+  score matrix (the causal mask is applied after QK^T, so no half is skipped) at GEMM rates, plus
+  the element-wise passes over the materialised scores at streaming rates.
 """
 
 from __future__ import annotations
@@ -134,6 +137,42 @@ def attention_fwd_bwd_s(flops_fwd: float, rates: DeviceRates) -> tuple[float, fl
     fwd = flops_fwd / fwd_rate + rates.kernel_overhead_s
     bwd = ATTENTION_BACKWARD_FLOP_RATIO * flops_fwd / (fwd_rate * ATTENTION_BACKWARD_EFFICIENCY)
     return fwd, bwd + 2 * rates.kernel_overhead_s
+
+
+# Unfused (pre-flash) attention as Megatron-LM's CoreAttention runs it (NVIDIA/Megatron-LM v2.x
+# megatron/model/transformer.py ParallelAttention.forward, the attention DeepSpeed's 2021 GPT training used):
+# torch.baddbmm QK^T into a 16-bit score tensor, FusedScaleMaskSoftmax (one fused kernel: read scores, write
+# probabilities, 2 + 2 B per score), attention dropout (read 2, write 2, and its 1-byte mask), torch.bmm with V.
+# The backward runs the dropout backward (read gradient 2 and mask 1, write 2) and the fused softmax backward
+# (read probabilities 2 and gradient 2, write 2): 5 + 6 B per score; the four score GEMMs (dP = dO V^T,
+# dV = P^T dO, dQ = dS K, dK = dS^T Q) are charged as GEMMs.  Without dropout the dropout passes drop out.
+UNFUSED_SOFTMAX_FWD_BYTES = 4.0
+UNFUSED_SOFTMAX_BWD_BYTES = 6.0
+UNFUSED_DROPOUT_FWD_BYTES = 5.0
+UNFUSED_DROPOUT_BWD_BYTES = 5.0
+
+
+def unfused_attention_fwd_bwd_s(batch_heads: float, seq_q: float, seq_k: float, d_qk: float, d_v: float,
+                                rates: DeviceRates, *, dropout: bool) -> tuple[float, float]:
+    """(forward, backward) seconds of attention without a flash kernel, for ``batch_heads`` (micro-batch x local
+    heads) score matrices of ``seq_q x seq_k``: batched GEMMs at the GEMM rate (roofline, tile/wave model) and
+    the softmax / dropout passes over the materialised 16-bit scores at the streaming rate."""
+    if batch_heads <= 0 or seq_q <= 0 or seq_k <= 0:
+        return 0.0, 0.0
+    g = int(round(batch_heads))
+    scores = batch_heads * seq_q * seq_k
+    fwd_bytes = UNFUSED_SOFTMAX_FWD_BYTES + (UNFUSED_DROPOUT_FWD_BYTES if dropout else 0.0)
+    bwd_bytes = UNFUSED_SOFTMAX_BWD_BYTES + (UNFUSED_DROPOUT_BWD_BYTES if dropout else 0.0)
+    kernels = 1 + (1 if dropout else 0)
+    fwd = (gemm_s(seq_q, seq_k, d_qk, rates, groups=g)          # S = Q K^T
+           + gemm_s(seq_q, d_v, seq_k, rates, groups=g)         # O = P V
+           + streaming_s(fwd_bytes * scores, kernels, rates))
+    bwd = (gemm_s(seq_q, seq_k, d_v, rates, groups=g)           # dP = dO V^T
+           + gemm_s(seq_k, d_v, seq_q, rates, groups=g)         # dV = P^T dO
+           + gemm_s(seq_q, d_qk, seq_k, rates, groups=g)        # dQ = dS K
+           + gemm_s(seq_k, d_qk, seq_q, rates, groups=g)        # dK = dS^T Q
+           + streaming_s(bwd_bytes * scores, kernels, rates))
+    return fwd, bwd
 
 
 def streaming_s(num_bytes: float, num_kernels: int, rates: DeviceRates) -> float:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from projection.collectives import GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s
-from projection.compute import DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s
+from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
+                                unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
 from projection.memory_frameworks import memory_traits
 from projection.model_spec import ModelSpec
@@ -34,6 +35,15 @@ GROUPED_GEMM_HALF_M = 60.0
 # MaxText src/MaxText/layers/moe.py ``dense_matmul`` with capacity_factor > 0 builds dispatch/combine
 # masks (B, S, E, C), C = S * top_k * capacity_factor / E, and runs "BSM,BSEC->EBCM" and
 # "EBCM,BSEC->BSM" as dense matmuls: 2*S*(E*C)*h FLOPs each per sequence, quadratic in S.
+# Their backward (ROCm/maxtext@04646953 src/MaxText/layers/moe.py ``generate_masks``): the combine mask is
+# ``softmax_probs[..., None] * one_hot(position)``, differentiable through the router weights, so the combine
+# einsum's backward runs both operand gradients (two GEMMs); the dispatch mask is ``combine_mask.astype(bool)``,
+# which carries no gradient, so the dispatch einsum's backward is the input gradient alone (one GEMM).
+# The expert matmuls of that path are einsums with the local experts as a batch dimension over equal,
+# capacity-padded shapes ("EBCM,EMH -> EBCH", "EBCH,EHM -> EBCM", same file): XLA lowers a dot with batch
+# dimensions to one batched BLAS call (openxla/xla matmul_utils MatrixLayout.batch_size, equal per-batch
+# shapes), so they run at the dense GEMM efficiency under the tile/wave model, not the ragged grouped-GEMM
+# efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of a dropless grouped GEMM.
 EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
 # (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
@@ -83,6 +93,14 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
 # exchanges and merges K/V at the full head count, not the GQA one.
 REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
+# Frameworks whose attention runs unfused (no flash kernel): DeepSpeed's 2021 GPT training (Narayanan et al.
+# SC'21 comparison) ran Megatron-LM's CoreAttention (projection.compute.unfused_attention_fwd_bwd_s), as its
+# memory traits already say (projection.memory_frameworks.DEEPSPEED, flash_attention=False).  Not MaxText:
+# the development runs set ``attention: "cudnn_flash_te"`` (AMD-AGI/maxtext-slurm@be4716fc
+# configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
+# flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
+# pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
+UNFUSED_ATTENTION_FRAMEWORKS = frozenset({"deepspeed"})
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -273,8 +291,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     matmul_fwd: list[float] = []  # forward seconds of each matmul in the order a PyTorch block issues them
 
     def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
-               weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,)) -> None:
-        """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one)."""
+               weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,),
+               constant_left: bool = False) -> None:
+        """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one).
+
+        ``constant_left``: the (m x k) operand is a constant of the backward (a 0/1 mask with no gradient), so
+        the backward runs only the gradient of the (k x n) activation operand.
+        """
         nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
         launches += 1
         if quantised:
@@ -282,9 +305,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             quantised_inputs += groups_
         f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
         matmul_fwd.extend(f * share for share in parts)
-        fwd, bwd_in, bwd_w = fwd + f, bwd_in + di, bwd_w + (dw if weight else 0.0)
-        if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
+        fwd = fwd + f
+        if constant_left:  # only the (k x n) operand's gradient: an activation gradient
             bwd_in += dw
+        else:
+            bwd_in, bwd_w = bwd_in + di, bwd_w + (dw if weight else 0.0)
+            if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
+                bwd_in += dw
         flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
     up_proj = 0.0                 # forward of the MLA up-projections (recompute module mla_up_proj)
@@ -309,7 +336,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     window = model.attention_windows[layer] if model.attention_windows else 0
     keys = _attended_keys(config.seq_len, window)
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
+    if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
+        # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
+        attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
+                                                         model.head_dim, model.v_head_dim, rates,
+                                                         dropout=model.model_type == "gpt2")
+    else:
+        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
     kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
     if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
@@ -339,21 +372,24 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
         per_expert = routed / local_experts
-        if cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS:
+        einsum_path = cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS   # MaxText dense_matmul
+        if einsum_path:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
             linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,
-                   quantised=False)                                                            # dispatch
+                   quantised=False, constant_left=True)                                        # dispatch
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        grouped_eff = rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
+        # batched dense GEMMs on the einsum path, a ragged grouped GEMM otherwise
+        grouped_eff = 1.0 if einsum_path else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
         fwd, bwd_in, bwd_w = fwd + per_expert_s, bwd_in + per_expert_s, bwd_w + per_expert_s
         launches += 2 * host_extra
-        stream_bytes += 4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local  # permute, unpermute, act
+        # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
+        stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
         act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product

@@ -80,7 +80,61 @@ def test_maxtext_token_drop_pays_quadratic_einsum_dispatch() -> None:
     jax_growth = fwd("jax", 8192) / fwd("jax", 4096)
     megatron_growth = fwd("megatron", 8192) / fwd("megatron", 4096)
     assert jax_growth > megatron_growth + 0.2
-    assert fwd("jax", 4096) > 1.3 * fwd("megatron", 4096)
+    assert fwd("jax", 4096) > 1.15 * fwd("megatron", 4096)  # although its batched expert GEMMs run faster
+
+
+def test_maxtext_dispatch_einsum_backward_is_one_gemm_combine_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MaxText generate_masks: dispatch_mask = combine_mask.astype(bool) carries no gradient (the dispatch
+    # einsum's backward is the input gradient only), combine_mask carries the router weights (both operand
+    # gradients).  Against a Megatron layer whose grouped GEMMs run at the same (dense) efficiency, the jax layer
+    # adds the two einsums to the forward, their three backward GEMMs to the backward, and drops the permute.
+    import projection.workload as workload
+    from projection.compute import gemm_fwd_bwd_s, streaming_s
+
+    monkeypatch.setattr(workload, "GROUPED_GEMM_HALF_M", 0.0)
+    model = load_model("deepseek-v3")
+    hardware = load_hardware("mi355x")
+    cluster = Cluster(gpu="mi355x", num_gpus=8)
+    profile = DeviceProfile(hardware_id="mi355x", moe_efficiency=1.0)
+    rates = device_rates(hardware, profile, "bf16")
+    net = network_for(hardware, cluster, profile)
+    groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(1, 1, net), ep=place_group(8, 1, net))
+    layer = next(i for i, moe in enumerate(model.moe_layers) if moe)
+    seq, cf = 4096, 1.25
+
+    def cost(framework: str):
+        config = TrainingConfig(ep=8, mbs=1, gbs=8, seq_len=seq, framework=framework, moe_routing="token-drop",
+                                moe_capacity_factor=cf)
+        return layer_cost(model, layer, config, parallel_dims(config, cluster), rates, net, groups)
+    jax, megatron = cost("jax"), cost("megatron")
+    h, slots = model.hidden_size, seq * model.top_k * cf
+    f_d, di_d, dw_d = gemm_fwd_bwd_s(slots, h, seq, rates)    # dispatch: (slots x S) mask @ (S x h) inputs
+    f_c, di_c, dw_c = gemm_fwd_bwd_s(seq, h, slots, rates)    # combine: (S x slots) weights @ (slots x h)
+    permute = streaming_s(4 * 2 * slots * h, 0, rates)        # the permute/unpermute the einsums replace
+    assert jax.fwd_s - megatron.fwd_s == pytest.approx(f_d + f_c - permute, rel=0.02)
+    assert jax.bwd_input_s - megatron.bwd_input_s == pytest.approx(dw_d + di_c + dw_c - 2 * permute, rel=0.02)
+    assert jax.bwd_weight_s == pytest.approx(megatron.bwd_weight_s)  # no weight gradient for a mask
+
+
+def test_maxtext_token_drop_experts_run_as_batched_dense_gemms() -> None:
+    # The dense_matmul expert einsums ("EBCM,EMH -> EBCH") are one batched GEMM over equal capacity-padded
+    # shapes: the grouped-GEMM efficiency (moe_efficiency) of a ragged dropless grouped GEMM does not apply.
+    config = TrainingConfig(ep=8, mbs=1, gbs=8, seq_len=4096, framework="jax", moe_routing="token-drop",
+                            moe_capacity_factor=1.25)
+    model = load_model("deepseek-v3")
+    hardware = load_hardware("mi355x")
+    cluster = Cluster(gpu="mi355x", num_gpus=8)
+    dims = parallel_dims(config, cluster)
+
+    def fwd(moe_efficiency: float) -> float:
+        profile = DeviceProfile(hardware_id="mi355x", moe_efficiency=moe_efficiency)
+        net = network_for(hardware, cluster, profile)
+        groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(1, 1, net), ep=place_group(8, 1, net))
+        layer = next(i for i, moe in enumerate(model.moe_layers) if moe)
+        return layer_cost(model, layer, config, dims, device_rates(hardware, profile, "bf16"), net, groups).fwd_s
+    assert fwd(0.4) == pytest.approx(fwd(1.0))
+    dropless = _moe_layer(TrainingConfig(ep=8, mbs=1, gbs=8, seq_len=4096, framework="jax"))
+    assert dropless.fwd_s > 0
 
 
 def test_host_bound_layers_do_not_shrink_with_tp() -> None:
