@@ -52,6 +52,9 @@ from projection.workload import (CommGroups, LayerCost, embedding_cost, head_cos
 GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
                            # a framework profile's grad_reduce_bytes overrides it
 PARAM_GATHER_BYTES = 2     # bf16 parameter all-gather (distributed optimizer / FSDP)
+FP8_PARAM_GATHER_BYTES = 1  # FP8 primary weights (fp8_param_gather): Megatron-core allocates the param buffer of TE
+                            # Float8Tensor parameters as torch.uint8 (NVIDIA/Megatron-LM @293e104
+                            # megatron/core/distributed/distributed_data_parallel.py, _allocate_buffers_for_parameters)
 ADAM_BYTES_PER_PARAM = 30  # Adam step: read param/grad/m/v fp32 (16 B), write param/m/v (12 B), bf16 copy (2 B)
 
 Bottleneck = Literal["compute", "tp_comm", "cp_comm", "ep_comm", "pp_bubble", "dp_comm", "optimizer", "overhead"]
@@ -334,15 +337,23 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     layer_params = (dense + expert) / model.num_layers  # mean per-layer elements held by one GPU
     scale = layers_per_rank / model.num_layers
     dense, expert = dense * scale, expert * scale
-    dense += model.vocab_size * model.hidden_size / dims.tp / max(1, dims.pp // 2 + 1)
+    embedding = model.vocab_size * model.hidden_size / dims.tp / max(1, dims.pp // 2 + 1)
+    layer_dense = dense
+    dense += embedding
     dense_group = place_group(config.fsdp_size or dims.dp * dims.cp, dims.tp, net)
     expert_group = place_group(dims.expert_dp, dims.ep * dims.etp, net)
     grad_bucket = framework.grad_bucket_elements or layer_params
     grad_bucket = max(grad_bucket, framework.grad_bucket_elements_per_dp_rank * dims.dp)
     fsdp_bucket = framework.fsdp_bucket_elements or layer_params
     grad_bytes = framework.grad_reduce_bytes or GRAD_REDUCE_BYTES
+    # FP8 primary weights: the decoder layers' weights gather as FP8 (norms are a negligible share), the
+    # embedding / LM head stay bf16 (Transformer Engine quantises only its own GEMM modules).
+    fp8_params = config.precision in framework.fp8_param_gather_precisions
+    dense_gather = ((FP8_PARAM_GATHER_BYTES * layer_dense + PARAM_GATHER_BYTES * embedding) / dense
+                    if fp8_params and dense > 0 else PARAM_GATHER_BYTES)
+    expert_gather = FP8_PARAM_GATHER_BYTES if fp8_params else PARAM_GATHER_BYTES
     total = 0.0
-    for params, group in ((dense, dense_group), (expert, expert_group)):
+    for params, group, gather_bytes in ((dense, dense_group, dense_gather), (expert, expert_group, expert_gather)):
         if group.size == 1 or params == 0:
             continue
         if config.zero == 0:
@@ -350,16 +361,36 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
         elif config.zero in (1, 2):
             total += _bucketed(reduce_scatter_s, grad_bytes * params, grad_bytes * grad_bucket,
                                group, net)
-            total += _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * grad_bucket,
+            total += _bucketed(all_gather_s, gather_bytes * params, gather_bytes * grad_bucket,
                                group, net)
         else:
             gathers = 2 + (config.recompute == "full" and framework.recompute_regathers_params)
-            per_mb = gathers * _bucketed(all_gather_s, PARAM_GATHER_BYTES * params, PARAM_GATHER_BYTES * fsdp_bucket,
+            per_mb = gathers * _bucketed(all_gather_s, gather_bytes * params, gather_bytes * fsdp_bucket,
                                          group, net)
             per_mb += _bucketed(reduce_scatter_s, grad_bytes * params, grad_bytes * grad_bucket,
                                 group, net)
             total += per_mb * dims.num_microbatches
     return total
+
+
+def _dp_window_microbatches(dims: ParallelDims, schedule: str) -> float:
+    """Micro-batches of one rank's work (forward + backward) that DDP / distributed-optimizer comm can hide under.
+
+    Without virtual chunks the gradient buckets are reduced during the last micro-batch's backward and the
+    parameters gathered during the first one's forward: 1.  With the interleaved schedule Megatron-core
+    launches a model chunk's gradient reduction as soon as that chunk's last micro-batch backward is done
+    (NVIDIA/Megatron-LM megatron/core/pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving:
+    ``backward_step_helper_postprocess`` calls ``config.grad_sync_func[grad_sync_chunk_id]`` when
+    ``is_last_microbatch_for_model_chunk``), and a chunk's parameter all-gather when the previous chunk's
+    first micro-batch forward starts (``param_sync_func`` in ``forward_step_helper_preprocess``).  The last
+    group of ``g = min(pp, m)`` micro-batches runs chunk by chunk, so after the first chunk's last backward
+    ``(vpp - 1) * g`` chunk-steps of ``1 / vpp`` micro-batch each remain (mirror image for the forward):
+    ``(1 + (vpp - 1) * g) / vpp`` micro-batches.
+    """
+    if schedule != "interleaved" or dims.vpp <= 1:
+        return 1.0
+    group = min(dims.pp, dims.num_microbatches)
+    return min(float(dims.num_microbatches), (1 + (dims.vpp - 1) * group) / dims.vpp)
 
 
 def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, hardware: HardwareSpec,
@@ -491,7 +522,7 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     busy = compute + tp_s + cp_s + ep_s
     # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
     # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.
-    window = busy if config.zero >= 3 else busy / m + bubble
+    window = busy if config.zero >= 3 else busy / m * _dp_window_microbatches(dims, schedule) + bubble
     overlap = profile.dp_overlap_fraction if framework.dp_overlap_fraction is None else framework.dp_overlap_fraction
     dp_exposed = max(dp_total * (1.0 - overlap), dp_total - window)
     optimizer = _optimizer_s(model, config, dims, hardware, profile)

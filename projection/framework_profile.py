@@ -45,6 +45,10 @@ class FrameworkProfile(BaseModel):
     grad_reduce_bytes: float | None = Field(
         None, gt=0, le=4, description="Bytes per gradient element in the DP/FSDP reduction; None = fp32 (4, "
         "Megatron-core accumulate_allreduce_grads_in_fp32, FSDP2 reduce_dtype float32).")
+    fp8_param_gather_precisions: tuple[str, ...] = Field(
+        (), description="Precisions whose runs keep FP8 primary weights (Megatron-core ``fp8_param_gather``): the "
+        "distributed optimizer's parameter all-gather moves the 1 B FP8 data of the GEMM weights (the DDP param "
+        "buffer is uint8 for TE Float8Tensor parameters) instead of 2 B bf16.")
     host_launch_s: float = Field(
         0.0, ge=0, le=1e-4, description="Host (CPU) time to dispatch one kernel in eager mode, seconds: a layer "
         "takes at least its kernel count times this (TP that halves GPU work does not halve launches). 0 for "

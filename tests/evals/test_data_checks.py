@@ -112,8 +112,8 @@ def test_development_data_memory_findings() -> None:
     fixed_by_recompute = {s for s, m in zero3.items() if "with recompute full it needs" in m}
     assert len(fixed_by_recompute) == 5
     others = {f.sweep: f.message for f in memory if Path(f.file).name != "narayanan-sc21.yaml"}
-    assert set(others) == {"megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k",
-                           "megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k",
+    # (the Llama3-8B row of CHECKS.md #16 needs 141 GiB since FP8 primary weights hold no bf16 copy: below 2x)
+    assert set(others) == {"megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k",
                            "megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k"}
     assert all("zero 0" in m for s, m in others.items() if s.startswith("megatron-lm-"))
     assert "zero 1" in others["megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k"]
