@@ -143,10 +143,6 @@ def _megatron(framework: str, model: ModelSpec, config: TrainingConfig) -> list[
     if c.precision == "nvfp4":
         reasons.append("precision nvfp4: not exported for Megatron (needs --fp4-format with Transformer Engine "
                        f">= 2.7; {MEGATRON_ARGS}); use bf16 or an FP8 recipe")
-    if c.precision == "fp8" and c.recompute == "selective" and {"moe_act", "layernorm"} & set(c.recompute_modules):
-        reasons.append("fp8 (delayed scaling) with selective recompute of moe_act/layernorm: 'Delayed scaling does "
-                       "not support moe_act and layernorm recompute for fp8.' "
-                       "(megatron/core/transformer/transformer_config.py)")
     if c.zero == 2:
         reasons.append("zero=2: Megatron has the distributed optimizer (ZeRO-1, --use-distributed-optimizer) and "
                        f"FSDP (ZeRO-3), no separate ZeRO-2 ({MEGATRON_ARGS})")

@@ -103,7 +103,7 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
         config["vpp"] = layers // (pp * int(args["num_layers_per_virtual_pipeline_stage"]))
     fp8 = args.get("fp8")
     if fp8:
-        recipes = {v: k for k, v in MEGATRON_FP8_RECIPE.items()} | {"tensorwise": "fp8"}
+        recipes = {v: k for k, v in MEGATRON_FP8_RECIPE.items()} | {"delayed": "fp8"}   # both per-tensor
         config["precision"] = recipes.get(str(args.get("fp8_recipe", "delayed")), "fp8")
     elif args.get("fp16"):
         config["precision"] = "fp16"

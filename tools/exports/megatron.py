@@ -17,7 +17,9 @@ from projection.training_config import TrainingConfig
 from tools.exports.common import Job, LaunchConfig, comment_block
 
 # Precision -> Transformer Engine FP8 recipe (--fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise, custom).
-MEGATRON_FP8_RECIPE = {"fp8": "delayed", "fp8-blockwise": "blockwise", "mxfp8": "mxfp8"}
+# "fp8" is per-tensor current scaling ("tensorwise", Float8CurrentScaling): what the projection prices
+# (projection/workload.py CAST_BYTES_PER_ELEMENT) and what Megatron-Bridge / NeMo print as FP8-CS.
+MEGATRON_FP8_RECIPE = {"fp8": "tensorwise", "fp8-blockwise": "blockwise", "mxfp8": "mxfp8"}
 # dest -> flag where the flag is not --<dest with dashes> (value is the dest value the flag sets).
 SPECIAL_FLAGS: dict[tuple[str, Any], str] = {
     ("add_bias_linear", False): "--disable-bias-linear",

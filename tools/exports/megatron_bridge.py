@@ -18,10 +18,11 @@ from tools.exports.megatron import recompute_dests
 
 SOURCE = "Megatron-Bridge ConfigContainer overrides (model.* = megatron-core TransformerConfig fields)"
 # Precision -> Megatron-Bridge mixed-precision recipe name (mixed_precision.py).
-BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed",
+BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed",
                     "fp8-blockwise": "bf16_with_fp8_subchannel_scaling_mixed", "mxfp8": "bf16_with_mxfp8_mixed"}
 # What each recipe sets on the model (fp8, fp8_recipe), used to validate the model fields.
-BRIDGE_FP8 = {"bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed"),
+BRIDGE_FP8 = {"bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
+              "bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed"),
               "bf16_with_fp8_subchannel_scaling_mixed": ("e4m3", "blockwise"),
               "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8")}
 USER_MUST_ADD = ["a recipe for the model (e.g. examples/recipes/llama/pretrain_llama3_8b.py) that sets the "
@@ -51,6 +52,9 @@ def bridge_overrides(job: Job) -> dict[str, Any]:
     o["train.micro_batch_size"] = c.mbs
     o["train.global_batch_size"] = c.gbs
     o["mixed_precision"] = BRIDGE_PRECISION[c.precision]
+    if c.precision == "fp8":
+        job.warnings.append("bf16_with_fp8_current_scaling_mixed keeps the first and last transformer layer in BF16 "
+                            "(first_last_layers_bf16); the projection prices every layer in FP8")
     o.update({f"model.{k}": v for k, v in recompute_dests(c).items()})
     p = job.profile
     if c.zero == 3:
