@@ -24,6 +24,20 @@ from projection.hardware import HardwareSpec
 
 ATTENTION_BACKWARD_FLOP_RATIO = 2.5    # FA2 backward: 5 matmuls vs 2 in forward (Dao 2023, Sec. 3.1)
 ATTENTION_BACKWARD_EFFICIENCY = 0.85   # backward/forward achieved-FLOP ratio (Dao 2023, Fig. 6 vs 5)
+# Softmax exponentials of flash attention run on the SM's special function units (MUFU.EX2), not the tensor
+# cores: 16 per clock per SM on Ampere, Hopper and Blackwell ("the exponential unit (MUFU) ... remains at 16
+# operations per clock per SM", unchanged from Hopper to B200: Zadouri, Hoehnerbach, Shah, Liu, Thakkar, Dao,
+# FlashAttention-4, together.ai/blog/flashattention-4, whose "feeds and speeds" analysis finds the B200 forward
+# bound by the exponential, not the MMA), and twice that on Blackwell Ultra ("Blackwell Ultra alleviates this
+# bottleneck by doubling SFU throughput over the standard NVIDIA Blackwell architecture", NVIDIA Technical Blog,
+# "Making Softmax More Efficient with NVIDIA Blackwell Ultra").  One exponential per score in the forward and one
+# in the backward (P is recomputed from the saved log-sum-exp).  Per score the forward's MMAs are 2 (d_qk + d_v)
+# FLOPs, so at head dim 128 on B200 the exponentials (1 / (16 x 148 SMs x 1.965 GHz) = 0.215 ps) and the MMAs
+# (512 / 2.25 PFLOP/s = 0.228 ps) take about as long and head dim 64 is exponential-bound.  The cuDNN 9.13
+# kernels Transformer Engine runs for gpt-oss's learnable softmax (FlashAttention is not eligible for it) do not
+# emulate the exponential on the FMA units as FlashAttention-4 does (FA4 is "up to 1.3x faster than cuDNN version
+# 9.13").  AMD CDNA: no per-CU transcendental rate in this catalog's sources, so no bound (0).
+SFU_EXP_PER_CLOCK_PER_SM = {"ampere": 16, "hopper": 16, "blackwell": 16, "blackwell-ultra": 32}
 # Block-scaled FP8 GEMMs reach a smaller fraction of the FP8 peak than per-tensor-scaled ones: the scale
 # factors are extra operands the kernel loads and applies every K block.
 # - NVIDIA Blackwell (SM100, native block-scaled MMA): MXFP8.  Transformer Engine's GEMM profiling guide
@@ -60,6 +74,7 @@ class DeviceRates:
     moe_layer_overhead_s: float      # fixed forward cost per MoE layer
     gemm_operand_bytes: float        # bytes per element of GEMM operands (2 for 16-bit, 1 for FP8)
     host_launch_s: float = 0.0       # host (CPU) time to dispatch one kernel: a layer is never faster than its launches
+    exp_per_s: float = 0.0           # softmax exponentials per second (SFU_EXP_PER_CLOCK_PER_SM); 0 = no such bound
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
@@ -90,6 +105,8 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         moe_layer_overhead_s=profile.moe_layer_overhead_s,
         gemm_operand_bytes=0.5 if precision == "nvfp4" else 1.0 if low else 2.0,
         host_launch_s=host_launch_s,
+        exp_per_s=(hardware.num_compute_units * hardware.boost_clock_ghz * 1e9
+                   * SFU_EXP_PER_CLOCK_PER_SM.get(hardware.family, 0)),
     )
 
 
@@ -129,13 +146,20 @@ def gemm_fwd_bwd_s(m: float, n: float, k: float, rates: DeviceRates, *, groups: 
     return fwd, dgrad, wgrad
 
 
-def attention_fwd_bwd_s(flops_fwd: float, rates: DeviceRates) -> tuple[float, float]:
-    """(forward, backward) time of flash attention with ``flops_fwd`` forward FLOPs, seconds."""
+def attention_fwd_bwd_s(flops_fwd: float, rates: DeviceRates, scores: float = 0.0) -> tuple[float, float]:
+    """(forward, backward) time of flash attention with ``flops_fwd`` forward FLOPs, seconds.
+
+    ``scores``: attention scores computed (one softmax exponential each, forward and backward); each pass takes
+    the longer of its MMAs and its exponentials (SFU_EXP_PER_CLOCK_PER_SM), which the kernel overlaps, at the
+    profile's attention efficiency.
+    """
     if flops_fwd <= 0:
         return 0.0, 0.0
-    fwd_rate = rates.peak_16bit_flops_per_s * rates.attention_efficiency
-    fwd = flops_fwd / fwd_rate + rates.kernel_overhead_s
-    bwd = ATTENTION_BACKWARD_FLOP_RATIO * flops_fwd / (fwd_rate * ATTENTION_BACKWARD_EFFICIENCY)
+    mma_fwd = flops_fwd / rates.peak_16bit_flops_per_s
+    mma_bwd = ATTENTION_BACKWARD_FLOP_RATIO * mma_fwd / ATTENTION_BACKWARD_EFFICIENCY
+    exps = scores / rates.exp_per_s if rates.exp_per_s > 0 else 0.0
+    fwd = max(mma_fwd, exps) / rates.attention_efficiency + rates.kernel_overhead_s
+    bwd = max(mma_bwd, exps) / rates.attention_efficiency
     return fwd, bwd + 2 * rates.kernel_overhead_s
 
 

@@ -121,6 +121,21 @@ CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
 # out (its Primus-Turbo grouped GEMM, when enabled, is one kernel, and its rows do not say which ran).
 TE_GROUPED_GEMM_FRAMEWORKS = frozenset({"megatron", "nemo"})
 TE_GROUPED_GEMM_STREAMS = 4
+# Expert biases under Megatron-core's TEGroupedMLP (gpt-oss: ``add_bias_linear`` on the experts).  linear_fc1 adds
+# its bias inside the grouped GEMM (``skip_bias_add=False``), but linear_fc2 is built with ``skip_bias_add=True`` and
+# its bias is applied after the GEMM, expert by expert and unfused, weighted by the router probabilities
+# (megatron/core/transformer/moe/experts.py ``TEGroupedMLP._apply_bias``, Megatron-core 0.15/0.16, the versions of
+# Megatron-Bridge 25.11/26.02):
+#     torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert), biases,
+#                                              torch.split(probs, tokens_per_expert))])
+# Per local expert ``b * p`` materialises an (n x h) tensor (write 2 B per element) and ``t + b*p`` reads both and
+# writes the sum (2 + 2 + 2 B); ``torch.cat`` copies the results into one tensor (2 + 2 B): 12 B per routed
+# token-copy x hidden element in the forward (bf16 probabilities; fp32 ones would widen the passes), 2 kernels per
+# local expert plus the cat.  The backward (autograd of the same ops) is charged as the model charges every
+# element-wise pass, twice the forward.  Other frameworks (MaxText, torchtitan) do not run this code.
+EXPERT_BIAS_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+EXPERT_BIAS_APPLY_BYTES = 12.0      # HBM bytes per routed token-copy x hidden element, forward (see above)
+EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus one torch.cat)
 
 
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
@@ -129,6 +144,19 @@ def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
     if framework not in TE_GROUPED_GEMM_FRAMEWORKS or local_experts <= 1:
         return 0, 0
     return -(-local_experts // TE_GROUPED_GEMM_STREAMS) - 1, local_experts - 1
+
+
+def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, local_experts: int
+                      ) -> tuple[float, int]:
+    """(HBM bytes, kernels) of one forward of TEGroupedMLP's unfused, per-expert fc2 bias add
+    (EXPERT_BIAS_FRAMEWORKS); (0, 0) without expert biases or under another framework.
+
+    ``routed`` token copies this GPU's ``local_experts`` process, each ``hidden_size`` wide.
+    """
+    if not model.expert_bias or config.framework not in EXPERT_BIAS_FRAMEWORKS or routed <= 0:
+        return 0.0, 0
+    return (EXPERT_BIAS_APPLY_BYTES * routed * model.hidden_size,
+            EXPERT_BIAS_APPLY_KERNELS * local_experts + 1)
 
 
 def capacity_factor(config: TrainingConfig) -> float:
@@ -342,7 +370,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
                                                          model.head_dim, model.v_head_dim, rates,
                                                          dropout=model.model_type == "gpt2")
     else:
-        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates)
+        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates, config.mbs * a_local * seq_local * keys)
     kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
     if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
@@ -392,6 +420,9 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
+        bias_bytes, bias_kernels = expert_bias_apply(model, config, routed, local_experts)
+        stream_bytes += bias_bytes
+        kernels += bias_kernels
         act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
         dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
         if config.moe_dispatcher == "allgather":
