@@ -348,7 +348,7 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     grad_bytes = framework.grad_reduce_bytes or GRAD_REDUCE_BYTES
     # FP8 primary weights: the decoder layers' weights gather as FP8 (norms are a negligible share), the
     # embedding / LM head stay bf16 (Transformer Engine quantises only its own GEMM modules).
-    fp8_params = config.precision in framework.fp8_param_gather_precisions
+    fp8_params = framework.keeps_fp8_primary_weights(config.precision)
     dense_gather = ((FP8_PARAM_GATHER_BYTES * layer_dense + PARAM_GATHER_BYTES * embedding) / dense
                     if fp8_params and dense > 0 else PARAM_GATHER_BYTES)
     expert_gather = FP8_PARAM_GATHER_BYTES if fp8_params else PARAM_GATHER_BYTES

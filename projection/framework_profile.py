@@ -17,6 +17,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.vocabulary import Precision
+
 DEFAULT_FRAMEWORK = "megatron"
 # Frameworks that run Megatron-core underneath share its profile unless they have their own file.
 FRAMEWORK_ALIASES = {"nemo": "megatron", "primus": "megatron"}
@@ -45,7 +47,7 @@ class FrameworkProfile(BaseModel):
     grad_reduce_bytes: float | None = Field(
         None, gt=0, le=4, description="Bytes per gradient element in the DP/FSDP reduction; None = fp32 (4, "
         "Megatron-core accumulate_allreduce_grads_in_fp32, FSDP2 reduce_dtype float32).")
-    fp8_param_gather_precisions: tuple[str, ...] = Field(
+    fp8_param_gather_precisions: tuple[Precision, ...] = Field(
         (), description="Precisions whose runs keep FP8 primary weights (Megatron-core ``fp8_param_gather``): the "
         "distributed optimizer's parameter all-gather moves the 1 B FP8 data of the GEMM weights (the DDP param "
         "buffer is uint8 for TE Float8Tensor parameters) instead of 2 B bf16.")
@@ -60,6 +62,11 @@ class FrameworkProfile(BaseModel):
         "of a rematerialised scan step): 2 gathers.")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
+
+    def keeps_fp8_primary_weights(self, precision: str) -> bool:
+        """Whether runs at ``precision`` keep FP8 primary weights (``fp8_param_gather_precisions``): the DP
+        all-gather moves 1 B per GEMM weight and no bf16 copy of those weights is held."""
+        return precision in self.fp8_param_gather_precisions
 
 
 @lru_cache(maxsize=32)

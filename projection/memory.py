@@ -39,7 +39,8 @@ splits (:func:`projection.layout.chunk_layers`) put different layer counts on ea
 Gradient buffers hold the framework profile's ``grad_reduce_bytes`` when it sets one (Megatron-core's DDP
 grad buffer is fp32 only with ``grad_reduce_in_fp32``, else the parameter dtype), and runs whose precision
 keeps FP8 primary weights (``fp8_param_gather_precisions``) hold no bf16 copy of the GEMM weights, only the
-FP8 data and transpose of ``fp8``.  Not modelled (no config key says so): CPU activation offloading, expandable CUDA segments, multi-token-prediction layers on the last stage and
+FP8 data and transpose of ``fp8``.  Not modelled (no config key says so): CPU activation offloading,
+expandable CUDA segments, multi-token-prediction layers on the last stage and
 explicit ``pipeline_model_parallel_layout`` splits.  The verdict's calibrated margins
 (:mod:`projection.memory_verdict`) cover what the development runs show of these.
 """
@@ -267,7 +268,7 @@ def _states(params: StageParams, config: TrainingConfig, dims: ParallelDims, tra
     # grad_reduce_in_fp32, else the parameter dtype); FP8 primary weights (fp8_param_gather) replace the bf16
     # GEMM weights by the FP8 data + transpose already counted in ``fp8``.
     grad_bytes = framework.grad_reduce_bytes or traits.grad_bytes
-    gemm_bytes = 0.0 if config.precision in framework.fp8_param_gather_precisions else traits.weight_bytes
+    gemm_bytes = 0.0 if framework.keeps_fp8_primary_weights(config.precision) else traits.weight_bytes
     weights = (traits.weight_bytes * (params.dense - params.gemm_dense) / w_div[0]
                + gemm_bytes * (params.gemm_dense / w_div[0] + params.experts / w_div[1]))
     grads = grad_bytes * (params.dense / g_div[0] + params.experts / g_div[1])

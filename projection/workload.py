@@ -181,7 +181,6 @@ torchtitan/parallelisms/parallelize_llama.py ``_custom_policy`` @004b3148), i.e.
 Not a ``RECOMPUTE_MODULES`` name: a config cannot select it, the framework's meaning of selective does."""
 
 
-
 def selective_recompute_modules(config: TrainingConfig) -> tuple[str, ...]:
     """What ``recompute: selective`` re-runs in the backward: the config's Megatron-core modules, or torchtitan's
     per-op policy (:data:`OP_SAC`) under a framework whose selective AC is op-level; () without selective."""
@@ -440,7 +439,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     sp_div = t if config.sequence_parallel else 1
     norm_bytes = 4 * ACT_BYTES * tokens * h / sp_div                  # 2 norms, read + write each
     stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
-    stream_bytes += 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t  # rotary embedding
+    rope_bytes = 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t   # rotary embedding of q and k
+    stream_bytes += rope_bytes
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
         stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
                                                                                     dims.etp)
@@ -473,7 +473,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         modules["shared_experts"] = shared
     if up_proj:
         modules["mla_up_proj"] = up_proj
-    rope_s = streaming_s(2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t, 1, rates)
+    rope_s = streaming_s(rope_bytes, 1, rates)
     modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s
     return LayerCost(
         module_fwd_s=tuple(sorted(modules.items())),
