@@ -100,6 +100,9 @@ class ModelSpec(BaseModel):
     shared_expert_ffn_hidden_size: int = 0
     moe_layers: tuple[bool, ...] = Field(default=(), description="Per layer: MoE MLP?")
     expert_bias: bool = Field(default=False, description="Biases on expert linears (gpt-oss).")
+    activation_clamp: float = Field(default=0.0, ge=0.0, description=(
+        "Clamp of the gated activation's inputs (gpt-oss ``swiglu_limit``: gate <= limit, |linear| <= limit); "
+        "0 = none."))
     # MLA (DeepSeek-V2/V3)
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
@@ -205,6 +208,19 @@ def _first(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
         if key in cfg and cfg[key] is not None:
             return cfg[key]
     return default
+
+
+def _activation_clamp(cfg: Mapping[str, Any], model_type: str) -> float:
+    """gpt-oss's ``swiglu_limit`` (transformers GptOssConfig default 7.0, as in openai/gpt-oss-*/config.json); 0 for
+    other model types without one.
+
+    Raises:
+        ModelSpecError: the value is not a finite number >= 0.
+    """
+    value = _first(cfg, "swiglu_limit", default=7.0 if model_type == "gpt_oss" else 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise ModelSpecError(f"model config field 'swiglu_limit' must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def _require(cfg: Mapping[str, Any], *keys: str) -> int:
@@ -331,6 +347,8 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
         shared_expert_ffn_hidden_size=shared_ffn if num_shared else 0,
         moe_layers=_moe_layer_flags(cfg, model_type, layers, num_experts),
         expert_bias=model_type == "gpt_oss",
+        # transformers GptOssConfig: swiglu_limit=7.0 (its default, and the value of openai/gpt-oss-*/config.json)
+        activation_clamp=_activation_clamp(cfg, model_type),
         q_lora_rank=q_lora,
         kv_lora_rank=kv_lora,
         qk_rope_head_dim=rope_dim,

@@ -136,6 +136,23 @@ TE_GROUPED_GEMM_STREAMS = 4
 EXPERT_BIAS_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
 EXPERT_BIAS_APPLY_BYTES = 12.0      # HBM bytes per routed token-copy x hidden element, forward (see above)
 EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus one torch.cat)
+# Clamped gated activation under Megatron-core's TEGroupedMLP (gpt-oss: ``activation_func_clamp_value`` 7.0, the
+# model's ``swiglu_limit``).  With ``bias_activation_fusion`` (the gpt-oss provider's setting, Megatron-Bridge
+# src/megatron/bridge/models/gpt_oss/gpt_oss_provider.py) the experts call ``weighted_bias_quick_geglu_impl``, whose
+# clamps run eagerly before the compiled (``jit_fuser`` = torch.compile) activation kernel
+# (megatron/core/fusions/fused_bias_geglu.py, Megatron-core 0.16.1; the same three ops with the limit 7.0 written in
+# at NVIDIA/Megatron-LM@034fd2d3):
+#     x_glu, x_linear = input.chunk(2, -1)
+#     input = torch.cat((x_glu.clamp(min=None, max=limit), x_linear.clamp(min=-limit, max=limit)), -1)
+# Per routed token-copy x expert-FFN element (one element of each [n, f] half): the two clamps read and write a
+# half each (2 + 2 B, twice) and the cat reads both halves and writes the [n, 2f] result (4 + 4 B): 16 B and 3
+# kernels in the forward, beyond the fused kernel's 3 passes the activation is already charged.  The backward
+# (ATen clamp_backward: ``where(self <= max, grad, 0)``, and ``where((self >= min).logical_and_(self <= max), ...)``
+# for the two-sided clamp, then the chunk's backward concatenating the two half gradients) moves 8 + 14 + 8 = 30 B in
+# about 7 kernels, about the twice-the-forward (32 B, 6 kernels) the model charges every element-wise pass.
+CLAMPED_ACTIVATION_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+ACTIVATION_CLAMP_BYTES = 16.0       # HBM bytes per routed token-copy x expert-FFN element, forward (see above)
+ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
 
 
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
@@ -157,6 +174,17 @@ def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, l
         return 0.0, 0
     return (EXPERT_BIAS_APPLY_BYTES * routed * model.hidden_size,
             EXPERT_BIAS_APPLY_KERNELS * local_experts + 1)
+
+
+def activation_clamp(model: ModelSpec, config: TrainingConfig, routed: float, ffn_local: float) -> tuple[float, int]:
+    """(HBM bytes, kernels) of one forward of the eager clamps and cat in front of TEGroupedMLP's fused clamped
+    activation (CLAMPED_ACTIVATION_FRAMEWORKS); (0, 0) without a clamp or under another framework.
+
+    ``routed`` token copies on this GPU's experts, each ``ffn_local`` (expert FFN width on this GPU) wide per half.
+    """
+    if model.activation_clamp <= 0 or config.framework not in CLAMPED_ACTIVATION_FRAMEWORKS or routed <= 0:
+        return 0.0, 0
+    return ACTIVATION_CLAMP_BYTES * routed * ffn_local, ACTIVATION_CLAMP_KERNELS
 
 
 def capacity_factor(config: TrainingConfig) -> float:
@@ -422,6 +450,9 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         bias_bytes, bias_kernels = expert_bias_apply(model, config, routed, local_experts)
         stream_bytes += bias_bytes
         kernels += bias_kernels
+        clamp_bytes, clamp_kernels = activation_clamp(model, config, routed, ffn_local)
+        stream_bytes += clamp_bytes
+        kernels += clamp_kernels
         act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
         dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
         if config.moe_dispatcher == "allgather":
@@ -466,6 +497,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     # What selective recompute of each module re-runs (Megatron-core TransformerConfig.recompute_modules):
     # its GEMMs at the same rates, its element-wise passes at the streaming rate (one kernel each).
     act_s = streaming_s(act_bytes, 1, rates)
+    if moe:                       # recomputing moe_act re-runs the clamps in front of the fused activation too
+        act_s += streaming_s(clamp_bytes, clamp_kernels, rates)
     norm_s = streaming_s(norm_bytes, 2, rates)
     modules = {"layernorm": norm_s, "mlp": mlp_gemms + act_s} if not moe else {
         "layernorm": norm_s, "moe": mlp_gemms + act_s + fixed, "moe_act": act_s}
