@@ -260,6 +260,32 @@ def _attended_keys(seq_len: int, window: int) -> float:
     return window - window * window / (2.0 * seq_len)
 
 
+# Flash attention skips only the key tiles a query tile cannot see; the tiles a sliding window cuts through are
+# computed whole (scores, exponentials and both MMAs) and masked.  FlashAttention-2 (Dao-AILab/flash-attention
+# csrc/flash_attn/src/flash_fwd_kernel.h): a query block m of kBlockM rows runs key blocks from
+# ``n_block_min = max(0, (m * kBlockM - window_size_left) / kBlockN)`` to
+# ``n_block_max = ceil_div((m + 1) * kBlockM + window_size_right, kBlockN)``, and its head-dim-64 forward uses
+# kBlockM = kBlockN = 128 (flash_fwd_launch_template.h run_mha_fwd_hdim64, Flash_fwd_kernel_traits<64, 128, 128, 4>).
+# A 128-key window (gpt-oss; Megatron-core window_size (128, 0)) so runs 2 key tiles, 256 keys per query, about
+# twice the 126 it attends.  cuDNN's fused attention (what Transformer Engine runs for gpt-oss's sinks) is tiled the
+# same way; its tile sizes are not published, so FlashAttention-2's are used.  The causal diagonal's partly masked
+# tiles (T / 2 extra keys per query, 3% at 4K) are left inside the fitted attention_efficiency.
+ATTENTION_TILE = 128
+
+
+def _computed_keys(seq_len: int, window: int) -> float:
+    """Mean keys per query a tiled flash kernel computes (ATTENTION_TILE): whole tiles under a sliding window, the
+    attended keys (_attended_keys) under a plain causal mask."""
+    if window <= 0 or window >= seq_len:
+        return seq_len / 2.0
+    tile = ATTENTION_TILE
+    blocks = -(-seq_len // tile)                    # query blocks
+    reach = -(-window // tile)                      # key blocks behind the diagonal one a window reaches
+    ramp = min(blocks, reach + 1)                   # the first blocks see fewer (block m runs m + 1)
+    total = ramp * (ramp + 1) / 2 + max(0, blocks - reach - 1) * (reach + 1)
+    return min(seq_len / 2.0 + tile / 2.0, tile * total / blocks)
+
+
 def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rates: DeviceRates
                  ) -> tuple[float, float]:
     """(forward, backward) seconds of the unfused ring-attention merge of PyTorch's context parallelism.
@@ -391,13 +417,15 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     window = model.attention_windows[layer] if model.attention_windows else 0
     keys = _attended_keys(config.seq_len, window)
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
+    tiled = _computed_keys(config.seq_len, window)      # what the kernel computes: whole tiles of a window
     if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
                                                          model.head_dim, model.v_head_dim, rates,
                                                          dropout=model.model_type == "gpt2")
     else:
-        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops, rates, config.mbs * a_local * seq_local * keys)
+        attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops * tiled / keys, rates,
+                                                 config.mbs * a_local * seq_local * tiled)
     kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
     if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
