@@ -54,12 +54,13 @@ EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # not only the routed ones, is written once and moved by the local permute, unpermute and activation.
 RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
 # Frameworks whose DeepEP path (moe_dispatcher "deepep") also receives into a worst-case buffer: MaxText's
-# Primus-Turbo DeepEP integration (ROCm/maxtext branch yihuang/moe-turbo-gmm-and-deepep-v3 @ f59be3c9,
-# src/MaxText/layers/moe.py; the run family of evals/data/maxtext-mi355x-deepseek-v3.yaml) needs static shapes, so
-# the intranode dispatch returns ``num_worst_tokens`` = ep * tokens rows, of which only the received ones are
-# written ("DeepEP allocates num_worst_tokens rows but only populates the first actual_num_recv", ROCm/maxtext
-# tests DeepEPBufferTruncationTest), and ``deepep_fan_out`` expands them K-way to (num_recv * top_k, h)
-# (DeepEPFanOutTest: ``expanded_x.shape == (num_recv * num_topk, hidden)``); the pdbs sweep's profile names that
+# Primus-Turbo DeepEP integration (``RoutedMoE.sparse_matmul`` with use_deepep_dispatch, the patch branches
+# yihuang/moe-turbo-gmm-and-deepep{,-v2,-v3} of ROCm/maxtext that evals/data/maxtext-mi355x-deepseek-v3.yaml ran)
+# needs static shapes, so the intranode dispatch returns ``num_worst_tokens`` = ep * tokens rows, of which only the
+# received ones are written ("DeepEP allocates num_worst_tokens rows but only populates the first actual_num_recv",
+# ROCm/maxtext@3f9775c1 tests/deepep_moe_test.py DeepEPBufferTruncationTest), and ``deepep_fan_out`` expands them
+# K-way to (num_recv * top_k, h) (same file, DeepEPFanOutTest: ``expanded_x.shape == (num_recv * num_topk,
+# hidden)``, padding rows carry expert id num_local_experts and sort last); the pdbs sweep's profile names that
 # tensor bf16[N*K, H] = [1.57 M, 7168] at per-device batch 6, i.e. 8 * 6 * 4096 * 8 rows (AMD-AGI/maxtext-slurm
 # branch yihuang/moe @ be4716fc, deepseek3-671b-pdbs-sweep.md, v1/v2/v3 drill-down).  Per forward, over every row
 # of that buffer: the fan-out gather composed with the sort (v2/v3: ``recv_x[token_indices[sort_idx]]``) and the
