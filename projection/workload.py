@@ -53,6 +53,26 @@ EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # expert GEMMs; only the grouped GEMMs stop at the received rows (group_sizes).  So every row of the buffer,
 # not only the routed ones, is written once and moved by the local permute, unpermute and activation.
 RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
+# Frameworks whose DeepEP path (moe_dispatcher "deepep") also receives into a worst-case buffer: MaxText's
+# Primus-Turbo DeepEP integration (``RoutedMoE.sparse_matmul`` with use_deepep_dispatch, the patch branches
+# yihuang/moe-turbo-gmm-and-deepep{,-v2,-v3} of ROCm/maxtext that evals/data/maxtext-mi355x-deepseek-v3.yaml ran)
+# needs static shapes, so the intranode dispatch returns ``num_worst_tokens`` = ep * tokens rows, of which only the
+# received ones are written ("DeepEP allocates num_worst_tokens rows but only populates the first actual_num_recv",
+# ROCm/maxtext@3f9775c1 tests/deepep_moe_test.py DeepEPBufferTruncationTest), and ``deepep_fan_out`` expands them
+# K-way to (num_recv * top_k, h) (same file, DeepEPFanOutTest: ``expanded_x.shape == (num_recv * num_topk,
+# hidden)``, padding rows carry expert id num_local_experts and sort last); the pdbs sweep's profile names that
+# tensor bf16[N*K, H] = [1.57 M, 7168] at per-device batch 6, i.e. 8 * 6 * 4096 * 8 rows (AMD-AGI/maxtext-slurm
+# branch yihuang/moe @ be4716fc, deepseek3-671b-pdbs-sweep.md, v1/v2/v3 drill-down).  Per forward, over every row
+# of that buffer: the fan-out gather composed with the sort (v2/v3: ``recv_x[token_indices[sort_idx]]``) and the
+# valid-rows ``jnp.where`` read and write it once (2 passes, h wide), and after the expert GEMMs the unsort gather
+# feeds the top-K weighted fan-in reduction (1 read pass; its output is one fp32 row per received token,
+# ``float32_weight_sum=True`` by default).  The gathers run fused into their consumers: the DeepEP columns of the
+# same profile show no standalone gather kernels (``loop_gather_fusion`` 0.00 s/step against 1.79-3.47 s on the
+# ragged path) but a ``loop_select_fusion`` for the valid-rows mask.  No zero fill: rows past the received
+# ones are masked, not initialised.  The gated activation runs over the whole buffer, as on the ragged path.
+DEEPEP_BUFFER_FRAMEWORKS = frozenset({"jax"})
+DEEPEP_BUFFER_PASSES = 3           # h-wide bf16 passes over every buffer row per forward (see above)
+FAN_IN_BYTES = 4                   # fp32 fan-in output per received token element
 # HBM bytes moved per element cast to a low-precision GEMM input, by recipe (Transformer Engine):
 # - fp8 (per-tensor current scaling, Float8CurrentScaling): the recipe Megatron-Bridge and NeMo print as
 #   'FP8-CS' / 'FP8 (per-tensor current scaling)' and torchao's dynamic 'tensorwise' scaling.  Two reads of
@@ -309,18 +329,27 @@ def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rate
 def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, tokens: float,
                         local_experts: int, ffn_local: float) -> float:
     """HBM bytes of one MoE layer forward spent on a worst-case ragged all-to-all receive buffer (see
-    RAGGED_BUFFER_FRAMEWORKS); 0 where the framework receives exactly the routed tokens.
+    RAGGED_BUFFER_FRAMEWORKS), or on a static-shape DeepEP receive buffer (DEEPEP_BUFFER_FRAMEWORKS);
+    0 where the framework receives exactly the routed tokens.
 
     ``tokens`` on this GPU, ``local_experts`` held by it.  The buffer has ``ep * tokens * min(local_experts,
     top_k)`` rows: zero-initialised (h wide, written once), sorted into expert order and back by the local
     permute and unpermute (2 + 2 passes, h wide; the routed tokens' global permute and unpermute are charged
     with them) and run through the gated activation (3 passes, expert FFN wide), whose routed rows are charged
-    with the routed tokens, so here only the padding rows pay it.
+    with the routed tokens, so here only the padding rows pay it.  The DeepEP buffer has ``ep * tokens * top_k``
+    rows, DEEPEP_BUFFER_PASSES h-wide passes each, the padding rows' activation and the fp32 fan-in output.
     """
-    if (config.framework not in RAGGED_BUFFER_FRAMEWORKS or config.moe_routing != "dropless"
-            or config.moe_dispatcher != "alltoall" or dims.ep <= 1):
+    if config.moe_routing != "dropless" or dims.ep <= 1:
         return 0.0
     h = model.hidden_size
+    if config.moe_dispatcher == "deepep" and config.framework in DEEPEP_BUFFER_FRAMEWORKS:
+        received = dims.ep * tokens                  # num_worst_tokens: every local token from every EP rank
+        rows = received * model.top_k                # fanned out K-way
+        padding = max(0.0, rows - tokens * model.top_k)
+        return (ACT_BYTES * (rows * DEEPEP_BUFFER_PASSES * h + padding * 3 * ffn_local)
+                + FAN_IN_BYTES * received * h)
+    if config.framework not in RAGGED_BUFFER_FRAMEWORKS or config.moe_dispatcher != "alltoall":
+        return 0.0
     rows = dims.ep * tokens * min(local_experts, model.top_k)
     padding = max(0.0, rows - tokens * model.top_k)
     return ACT_BYTES * (rows * (1 + 4) * h + padding * 3 * ffn_local)

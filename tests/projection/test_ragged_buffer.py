@@ -43,15 +43,43 @@ def test_buffer_rows_follow_maxtext_sizing() -> None:
 
 def test_only_the_ragged_path_pays() -> None:
     assert _bytes(8, framework="megatron") == 0.0
-    assert _bytes(8, moe_dispatcher="deepep") == 0.0
+    assert _bytes(8, moe_dispatcher="allgather") == 0.0
+    assert _bytes(8, framework="megatron", moe_dispatcher="deepep") == 0.0
     assert _bytes(8, moe_routing="token-drop", moe_capacity_factor=1.25) == 0.0
     assert _bytes(1) == 0.0
 
 
 def test_buffer_slows_the_step_by_its_bytes() -> None:
-    # Same layout, DeepEP (exact receive) vs the ragged path: the ragged one is slower, and the gap grows with EP.
+    # Same layout, Megatron-style exact receive vs the ragged path: the ragged one is slower, and the gap grows
+    # with EP (the buffer's rows grow with EP until a GPU holds fewer than top_k experts).
     def gap(ep: int) -> float:
         ragged = project(DSV3, CLUSTER, _config(ep)).breakdown.compute_s
-        exact = project(DSV3, CLUSTER, _config(ep, moe_dispatcher="deepep")).breakdown.compute_s
+        exact = project(DSV3, CLUSTER, _config(ep, moe_dispatcher="allgather")).breakdown.compute_s
         return ragged - exact
     assert 0 < gap(8) < gap(16) < gap(32)
+
+
+def test_deepep_buffer_follows_num_worst_tokens() -> None:
+    # MaxText's DeepEP path: num_worst_tokens = ep * tokens received rows, fanned out top_k-way; 3 h-wide passes
+    # per row, the padding rows' gated activation, and one fp32 fan-in row per received token.
+    h, f, k, tokens = DSV3.hidden_size, DSV3.moe_ffn_hidden_size, DSV3.top_k, 4096
+    for ep in (8, 16):
+        received = ep * tokens
+        rows = received * k
+        padding = rows - tokens * k
+        expected = ACT_BYTES * (rows * 3 * h + padding * 3 * f) + 4 * received * h
+        assert _bytes(ep, moe_dispatcher="deepep") == pytest.approx(expected)
+    # fewer passes than the ragged path's zero fill + permute + unpermute at the same rows (ep 8: 8 local-expert
+    # slots = top_k)
+    assert 0 < _bytes(8, moe_dispatcher="deepep") < _bytes(8)
+
+
+def test_deepep_buffer_slows_the_step() -> None:
+    # The term reaches the step: under MaxText the DeepEP path computes longer than an exact-receive dispatcher
+    # (all-gather) at the same layout, by more at a larger per-device batch (the buffer scales with the tokens).
+    def gap(mbs: int) -> float:
+        def compute(dispatcher: str) -> float:
+            config = _config(8, moe_dispatcher=dispatcher, mbs=mbs, gbs=64 * mbs)
+            return project(DSV3, CLUSTER, config).breakdown.compute_s
+        return compute("deepep") - compute("allgather")
+    assert 0 < gap(1) < gap(4)
