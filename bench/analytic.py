@@ -122,7 +122,8 @@ def analytic_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, 
     job = job_on(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
     hardware, profile, framework = job.hardware, job.profile, job.framework
     dims = parallel_dims(config, cluster)
-    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency)
+    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency,
+                         attention_multiplier=framework.attention_speed(hardware.family))
     net = network_params(hardware, cluster, profile)
     by_layer = _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net))
     kinds = layer_kinds(model)

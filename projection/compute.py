@@ -78,12 +78,15 @@ class DeviceRates:
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
-                 compute_multiplier: float = 1.0, host_launch_s: float = 0.0) -> DeviceRates:
+                 compute_multiplier: float = 1.0, host_launch_s: float = 0.0,
+                 attention_multiplier: float = 1.0) -> DeviceRates:
     """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier).
 
     FP8 and FP4 GEMMs never reach a higher fraction of their peak than 16-bit GEMMs do (the narrower
     recipe only adds quantisation and scaling work), so their efficiency is capped at the 16-bit one.
     ``host_launch_s`` is the framework's host dispatch cost per kernel (0 for compiled or graph-captured steps).
+    ``attention_multiplier``: the speed of the framework's attention kernel on this chip relative to the kernel
+    the profile's attention efficiency describes (``FrameworkProfile.attention_speed``).
     """
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
@@ -100,7 +103,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         tile_m=profile.tile_m,
         tile_n=profile.tile_n,
         kernel_overhead_s=profile.kernel_overhead_s,
-        attention_efficiency=min(1.0, profile.attention_efficiency * compute_multiplier),
+        attention_efficiency=min(1.0, profile.attention_efficiency * compute_multiplier * attention_multiplier),
         moe_efficiency=profile.moe_efficiency,
         moe_layer_overhead_s=profile.moe_layer_overhead_s,
         gemm_operand_bytes=0.5 if precision == "nvfp4" else 1.0 if low else 2.0,

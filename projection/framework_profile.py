@@ -24,6 +24,20 @@ DEFAULT_FRAMEWORK = "megatron"
 FRAMEWORK_ALIASES = {"nemo": "megatron", "primus": "megatron"}
 
 
+class AttentionKernelSpeed(BaseModel):
+    """A framework's attention kernel speed relative to the reference kernel, per architecture family (1.0: the
+    same class of kernel as the reference on that family)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    ampere: float = Field(1.0, gt=0, le=1.5)
+    hopper: float = Field(1.0, gt=0, le=1.5)
+    blackwell: float = Field(1.0, gt=0, le=1.5)
+    blackwell_ultra: float = Field(1.0, gt=0, le=1.5, alias="blackwell-ultra")
+    cdna3: float = Field(1.0, gt=0, le=1.5)
+    cdna4: float = Field(1.0, gt=0, le=1.5)
+
+
 class FrameworkProfile(BaseModel):
     """Multipliers a framework applies to the device profile (dimensionless)."""
 
@@ -60,8 +74,17 @@ class FrameworkProfile(BaseModel):
         "(DeepSpeed ZeRO-3 with activation checkpointing: 3 gathers per micro-batch); False when the backward's "
         "gather serves the recompute too (FSDP2 unshards once per block backward; XLA keeps the gathered weights "
         "of a rematerialised scan step): 2 gathers.")
+    attention_kernel_speed: AttentionKernelSpeed = Field(
+        default_factory=AttentionKernelSpeed, description="Achieved throughput of the framework's "
+        "attention kernel relative to the kernel the device profile's attention efficiency is fitted on "
+        "(Megatron-core's Transformer Engine attention), per architecture family, forward and backward alike. A "
+        "documented property of the kernel the framework dispatches, not fitted.")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
+
+    def attention_speed(self, family: str) -> float:
+        """``attention_kernel_speed`` on ``family`` (dimensionless)."""
+        return getattr(self.attention_kernel_speed, family.replace("-", "_"))
 
     def keeps_fp8_primary_weights(self, precision: str) -> bool:
         """Whether runs at ``precision`` keep FP8 primary weights (``fp8_param_gather_precisions``): the DP
