@@ -330,8 +330,20 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     FSDP: one transformer layer; DeepSpeed ZeRO-3: its prefetch/reduce bucket sizes), so each
     bucket pays the collective's latency.
     """
+    return sum(_dp_comm_parts(model, config, dims, net, framework))
+
+
+def _dp_comm_parts(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net,
+                   framework: FrameworkProfile) -> tuple[float, float, float]:
+    """:func:`_dp_comm` in three parts, seconds per GPU and step: (ZeRO-3 parameter all-gathers, every other DP
+    collective, host time of per-rank list handling).
+
+    The third is 0 unless ``framework.zero3_list_collectives``: each ZeRO-3 collective is then issued per weight
+    matrix (:func:`_zero3_tensors`) with a tensor list of one chunk per rank, and the process group copies each
+    chunk with its own op (``host_launch_s`` each; not a bandwidth, so ``dp_comm_efficiency`` does not scale it).
+    """
     if (dims.dp * dims.cp == 1 and dims.expert_dp == 1) or config.finetune == "lora":
-        return 0.0
+        return 0.0, 0.0, 0.0
     layers_per_rank = model.num_layers / dims.pp
     dense, expert = _layer_params_per_gpu(model, dims.tp, dims.ep, dims.etp)
     layer_params = (dense + expert) / model.num_layers  # mean per-layer elements held by one GPU
@@ -352,7 +364,7 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
     dense_gather = ((FP8_PARAM_GATHER_BYTES * layer_dense + PARAM_GATHER_BYTES * embedding) / dense
                     if fp8_params and dense > 0 else PARAM_GATHER_BYTES)
     expert_gather = FP8_PARAM_GATHER_BYTES if fp8_params else PARAM_GATHER_BYTES
-    total = 0.0
+    total = gathered = host = 0.0
     for params, group, gather_bytes in ((dense, dense_group, dense_gather), (expert, expert_group, expert_gather)):
         if group.size == 1 or params == 0:
             continue
@@ -365,12 +377,22 @@ def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, 
                                group, net)
         else:
             gathers = 2 + (config.recompute == "full" and framework.recompute_regathers_params)
-            per_mb = gathers * _bucketed(all_gather_s, gather_bytes * params, gather_bytes * fsdp_bucket,
-                                         group, net)
-            per_mb += _bucketed(reduce_scatter_s, grad_bytes * params, grad_bytes * grad_bucket,
-                                group, net)
-            total += per_mb * dims.num_microbatches
-    return total
+            gathered += dims.num_microbatches * gathers * _bucketed(
+                all_gather_s, gather_bytes * params, gather_bytes * fsdp_bucket, group, net)
+            if framework.zero3_list_collectives and group is dense_group:
+                host += (dims.num_microbatches * (gathers + 1) * _zero3_tensors(model, layers_per_rank)
+                         * group.size * framework.host_launch_s)
+            total += dims.num_microbatches * _bucketed(reduce_scatter_s, grad_bytes * params,
+                                                       grad_bytes * grad_bucket, group, net)
+    return gathered, total, host
+
+
+def _zero3_tensors(model: ModelSpec, layers: float) -> float:
+    """Weight matrices one GPU's ZeRO-3 collectives move one by one: per decoder layer the fused QKV and output
+    projections (Megatron's ParallelAttention, the code DeepSpeed ZeRO-3 ran under in Narayanan et al. SC21) and
+    2 (3 gated) MLP matrices, plus the word embedding.  Biases and norms (< 1e5 elements) stay out: ZeRO-3 keeps
+    parameters under ``stage3_param_persistence_threshold`` (default 1e5) whole on every rank."""
+    return layers * (2 + (3 if model.gated_mlp else 2)) + 1.0
 
 
 def _dp_window_microbatches(dims: ParallelDims, schedule: str) -> float:
@@ -519,13 +541,18 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     tp_s, cp_s, ep_s = (parts[k][critical] * m for k in ("tp", "cp", "ep"))
     bubble = max(0.0, pipe.makespan_s - compute - tp_s - cp_s - ep_s)
 
-    dp_total = _dp_comm(model, config, dims, net, framework) / framework.dp_comm_efficiency
+    gathers_s, rest_s, host_s = _dp_comm_parts(model, config, dims, net, framework)
+    gathers_s, rest_s = gathers_s / framework.dp_comm_efficiency, rest_s / framework.dp_comm_efficiency
+    # A framework whose ZeRO-3 parameter all-gathers block the host (FrameworkProfile.zero3_gathers_block_host)
+    # runs them, and the host work around them, between its compute kernels, not under them: exposed whole.
+    blocking = gathers_s + host_s if framework.zero3_gathers_block_host else 0.0
+    hideable = gathers_s + rest_s + host_s - blocking
     busy = compute + tp_s + cp_s + ep_s
     # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
     # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.
     window = busy if config.zero >= 3 else busy / m * _dp_window_microbatches(dims, schedule) + bubble
     overlap = profile.dp_overlap_fraction if framework.dp_overlap_fraction is None else framework.dp_overlap_fraction
-    dp_exposed = max(dp_total * (1.0 - overlap), dp_total - window)
+    dp_exposed = blocking + max(hideable * (1.0 - overlap), hideable - window)
     optimizer = _optimizer_s(model, config, dims, hardware, profile)
     overhead = profile.step_overhead_s
     iteration = pipe.makespan_s + dp_exposed + optimizer + overhead

@@ -79,6 +79,21 @@ class FrameworkProfile(BaseModel):
         "attention kernel relative to the kernel the device profile's attention efficiency is fitted on "
         "(Megatron-core's Transformer Engine attention), per architecture family, forward and backward alike. A "
         "documented property of the kernel the framework dispatches, not fitted.")
+    zero3_gathers_block_host: bool = Field(
+        False, description="ZeRO-3 parameter all-gathers block the host until the GPU is idle, so none of them runs "
+        "under compute and all are exposed (DeepSpeed of 2021, v0.3.x-0.5.x: partition_parameters.py "
+        "``_allgather_param`` calls ``torch.cuda.synchronize()`` before every parameter's all-gather, so 'the async "
+        "version is not async at all', microsoft/DeepSpeed PR #1188; prefetches were also skipped by an off-by-one "
+        "trace, issue #1069, fixed June 2021 by PR #1170). The gradient reduce-scatter, issued on a side stream as its "
+        "buckets fill, keeps the device's overlap (optimistic: the next gather's synchronize also waits for it).")
+    zero3_list_collectives: bool = Field(
+        False, description="ZeRO-3 issues one list-based torch.distributed all_gather / reduce_scatter per weight "
+        "matrix, and each costs one host-dispatched copy per rank of the group (``host_launch_s`` each): PyTorch's "
+        "ProcessGroupNCCL::allgather copies the flat result into the output list rank by rank "
+        "(``outputTensors[i][j].copy_(outputFlattened[i][j])``), reduce_scatter's flatten_for_scatter_gather copies "
+        "the input list the same way (the copies torch.distributed._all_gather_base later removed, pytorch/pytorch "
+        "PR #57769). DeepSpeed of 2021 (partition_parameters.py _allgather_param / _reduce_scatter_gradient) passed "
+        "such lists; it moved to _all_gather_base after PR #1188.")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
 
