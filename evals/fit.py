@@ -189,6 +189,20 @@ def fitted_frameworks(items: Sequence[FitRun]) -> tuple[str, ...]:
         and any(len(frameworks_on[i.device_group]) > 1 for i in items if i.framework == f)))
 
 
+def device_fit_runs(items: Sequence[FitRun], group: str, multiplied: Sequence[str]) -> list[FitRun]:
+    """The runs that decide how many of device group ``group``'s parameters are fitted.
+
+    Those whose framework multipliers are not being fitted (``multiplied``, from :func:`fitted_frameworks`):
+    Megatron-core's, or a framework seen on that device only.  The multipliers then measure a framework
+    against Megatron-core on the same silicon, and a device whose runs all come from fitted frameworks keeps
+    its prior: fitting both there would trade the device's GEMM efficiency against the frameworks'
+    multipliers on the same runs (with Korthikanti et al. held out, A100's only runs were torchtitan's and
+    DeepSpeed's, and the fit moved A100's GEMM efficiency to 0.61 against the 0.73-0.75 Megatron-core
+    reaches).  Every run still counts in the residuals.
+    """
+    return [i for i in items if i.device_group == group and i.framework not in multiplied]
+
+
 def pristine_framework(name: str) -> FrameworkProfile:
     """A framework's documented facts (buckets, loss bytes) with its fitted multipliers reset to 1."""
     return framework_profile(name).model_copy(update={"compute_efficiency": 1.0, "dp_comm_efficiency": 1.0,
@@ -213,9 +227,10 @@ def fit_profiles(items: Sequence[FitRun], *, max_evaluations: int = 40,
     frameworks = sorted({i.framework for i in items} | {REFERENCE_FRAMEWORK})
     base = {g: physical((start or {}).get(g) or pristine_profile(g)) for g in groups}
     base_fw = {f: pristine_framework(f) for f in frameworks}
+    multiplied = fitted_frameworks(items)
     slots: list[tuple[str, str, str]] = [("device", g, p) for g in groups
-                                         for p in fitted_parameters([i for i in items if i.device_group == g])]
-    slots += [("framework", f, p) for f in fitted_frameworks(items) for p in FRAMEWORK_PARAMS]
+                                         for p in fitted_parameters(device_fit_runs(items, g, multiplied))]
+    slots += [("framework", f, p) for f in multiplied for p in FRAMEWORK_PARAMS]
     if not slots:
         return FitResult(device_profiles=base, framework_profiles={f: base_fw[f] for f in frameworks
                                                                    if f != REFERENCE_FRAMEWORK},

@@ -233,6 +233,24 @@ def test_a_framework_alone_on_its_gpus_is_not_fitted() -> None:
     assert "torchtitan" in fitted_frameworks(titan)  # A100 ran both torchtitan and Megatron-core
 
 
+def test_a_device_is_fitted_on_runs_whose_framework_is_not() -> None:
+    """A device group's parameters come from Megatron-core's runs (or a framework alone on it), never from runs
+    whose framework multipliers are fitted at the same time."""
+    from evals.fit import device_fit_runs, fitted_frameworks, fitted_parameters
+
+    other = collect_fit_runs(load_sweep_files([DATA / "torchtitan.yaml", DATA / "narayanan-sc21.yaml"]).sweeps)
+    multiplied = fitted_frameworks(other)
+    assert {"torchtitan", "deepspeed"} <= set(multiplied)
+    assert any(r.device_group == "a100-80gb" for r in other)
+    assert device_fit_runs(other, "a100-80gb", multiplied) == []
+    assert fitted_parameters(device_fit_runs(other, "a100-80gb", multiplied)) == ()  # A100 keeps its prior
+    with_megatron = collect_fit_runs(load_sweep_files([DATA / "torchtitan.yaml", DATA / "narayanan-sc21.yaml",
+                                                       KORTHIKANTI]).sweeps)
+    anchors = device_fit_runs(with_megatron, "a100-80gb", fitted_frameworks(with_megatron))
+    assert anchors and {r.framework for r in anchors} == {"megatron"}
+    assert "gemm_efficiency" in fitted_parameters(anchors)
+
+
 def test_calibrate_refuses_a_partial_set_of_files(tmp_path) -> None:
     """A sweep file that does not load stops the fit (no profiles written from part of the data)."""
     out = tmp_path / "profiles"
