@@ -81,10 +81,23 @@ def _bounds(info: FieldInfo) -> dict[str, Any]:
     return out
 
 
+PROJECTION_ONLY_FIELDS: dict[str, str] = {
+    "packed_document_tokens": (
+        "not a key of shared/specs/sweep-format.md: a sweep file cannot record packed documents, so its runs are "
+        "priced as one causal sequence per row (evals/data/CHECKS.md 29); projections take it through the tool API "
+        "and layout files"),
+}
+"""TrainingConfig fields that are projection inputs but not sweep-file keys (spec: 'Keys not in this table are an
+error'), with the reason."""
+
+
 def _config_key_fields() -> dict[str, Any]:
-    """Every TrainingConfig field as an optional, default-free sweep key with the same type and bounds."""
+    """Every TrainingConfig field as an optional, default-free sweep key with the same type and bounds
+    (``PROJECTION_ONLY_FIELDS`` excepted)."""
     fields: dict[str, Any] = {}
     for name, info in TrainingConfig.model_fields.items():
+        if name in PROJECTION_ONLY_FIELDS:
+            continue
         annotation, bounds = info.annotation, _bounds(info)
         if name in SWEEP_FIELD_OVERRIDES:
             annotation, bounds, _ = SWEEP_FIELD_OVERRIDES[name]

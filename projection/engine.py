@@ -134,7 +134,8 @@ def _layer_costs(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, r
     The returned mapping is shared: callers must not mutate it.
     """
     key = (model, config.seq_len, config.mbs, config.sequence_parallel, config.precision, config.moe_dispatcher,
-           config.moe_routing, config.moe_capacity_factor, config.framework, dims.tp, dims.cp, dims.ep, dims.etp, rates, net, groups)
+           config.moe_routing, config.moe_capacity_factor, config.framework, config.packed_document_tokens,
+           dims.tp, dims.cp, dims.ep, dims.etp, rates, net, groups)
     cached = _COSTS_CACHE.get(key)
     if cached is None:
         if len(_COSTS_CACHE) >= _COSTS_CACHE_SIZE:

@@ -105,6 +105,14 @@ class TrainingConfig(BaseModel):
         ),
     )
     finetune: Finetune | None = None
+    packed_document_tokens: int | None = Field(
+        default=None, ge=1, le=MAX_SEQ_LEN,
+        description=(
+            "Fine-tuning on packed sequences whose attention is per document (cu_seqlens / THD: a query attends "
+            "only to its own document, NVIDIA NeMo 24.07 docs features/optimizations/sequence_packing): the mean "
+            "document length, tokens. None = one document fills the sequence (pretraining-style causal mask)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_modules(self) -> TrainingConfig:
@@ -169,6 +177,7 @@ FIELD_EFFECTS: dict[str, frozenset[str]] = {
     "moe_dispatcher": frozenset({MICROBATCH_WORK}),
     "moe_routing": frozenset({MICROBATCH_WORK, JOB}),
     "moe_capacity_factor": frozenset({MICROBATCH_WORK, JOB}),
+    "packed_document_tokens": frozenset({MICROBATCH_WORK, JOB}),
 }
 """What each TrainingConfig field affects, declared once; the search's grouping and cache keys derive from it.
 

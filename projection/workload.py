@@ -306,6 +306,21 @@ def _computed_keys(seq_len: int, window: int) -> float:
     return min(seq_len / 2.0 + tile / 2.0, tile * total / blocks)
 
 
+def _document_keys(doc_len: int) -> tuple[float, float]:
+    """(attended, computed) mean keys per query of causal attention restricted to documents of ``doc_len`` tokens.
+
+    Packed fine-tuning sequences carry their document boundaries (cu_seqlens) to the fused attention kernel, which
+    then attends within each document only (NVIDIA NeMo 24.07 user guide, features/optimizations/sequence_packing:
+    packed sequences for SFT/PEFT "should be treated individually"; Transformer Engine's THD layout).  A document of
+    ``d`` tokens attends (d + 1) / 2 keys per query; tiled like the causal diagonal (ATTENTION_TILE, blocks start at
+    the document start), query block m runs m + 1 key blocks, so the kernel computes
+    ``tile^2 * n (n + 1) / 2 / d`` keys per query for ``n = ceil(d / tile)`` blocks.
+    """
+    tile = ATTENTION_TILE
+    blocks = -(-doc_len // tile)
+    return (doc_len + 1) / 2.0, tile * tile * blocks * (blocks + 1) / 2.0 / doc_len
+
+
 def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rates: DeviceRates
                  ) -> tuple[float, float]:
     """(forward, backward) seconds of the unfused ring-attention merge of PyTorch's context parallelism.
@@ -445,8 +460,11 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     linear(tokens, h, a_local * model.v_head_dim)
     window = model.attention_windows[layer] if model.attention_windows else 0
     keys = _attended_keys(config.seq_len, window)
-    attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
     tiled = _computed_keys(config.seq_len, window)      # what the kernel computes: whole tiles of a window
+    doc = config.packed_document_tokens
+    if doc is not None and doc < config.seq_len and not window:
+        keys, tiled = _document_keys(doc)               # per-document (THD) attention of packed fine-tuning data
+    attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
     if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from evals.sweep_models import SWEEP_FIELD_OVERRIDES, ConfigKeys
+from evals.sweep_models import PROJECTION_ONLY_FIELDS, SWEEP_FIELD_OVERRIDES, ConfigKeys
 from projection import vocabulary as v
 from projection.memory_verdict import Verdict
 from projection.training_config import (
@@ -122,7 +122,7 @@ def test_grouping_keys_follow_the_classification() -> None:
                "precision": "fp8", "recompute": "full", "recompute_num_layers": 1, "recompute_modules": ("mlp",),
                "sequence_parallel": True, "zero": 1, "fsdp_size": 2, "pp_schedule": "zero-bubble",
                "framework": "torchtitan", "moe_dispatcher": "deepep", "moe_routing": "token-drop",
-               "moe_capacity_factor": 1.25, "finetune": "lora"}
+               "moe_capacity_factor": 1.25, "finetune": "lora", "packed_document_tokens": 256}
     assert set(changes) == set(TrainingConfig.model_fields)
     for name, value in changes.items():
         other = base.model_copy(update={name: value})
@@ -145,8 +145,12 @@ def _bounds(info: typing.Any) -> dict[str, object]:
 
 
 def test_sweep_config_keys_are_training_config_fields() -> None:
-    assert tuple(ConfigKeys.model_fields) == tuple(TrainingConfig.model_fields)
+    keys = tuple(k for k in TrainingConfig.model_fields if k not in PROJECTION_ONLY_FIELDS)
+    assert tuple(ConfigKeys.model_fields) == keys
     for name, info in TrainingConfig.model_fields.items():
+        if name in PROJECTION_ONLY_FIELDS:
+            assert PROJECTION_ONLY_FIELDS[name], name  # each says why it is not a sweep key
+            continue
         key = ConfigKeys.model_fields[name]
         assert key.default is None, name
         if name in SWEEP_FIELD_OVERRIDES:
@@ -181,6 +185,13 @@ SPEC_KEYS: dict[str, object] = {
     "pp_schedule": "zero-bubble", "framework": "llm-foundry", "moe_dispatcher": "deepep",
     "moe_routing": "token-drop", "moe_capacity_factor": 1.25, "finetune": "lora",
 }
+
+
+def test_a_projection_only_field_is_not_a_sweep_key() -> None:
+    """The spec rejects keys not in its table: packed documents are a projection input, not a sweep-file key."""
+    TrainingConfig(finetune="sft", seq_len=4096, packed_document_tokens=200)
+    with pytest.raises(ValidationError, match="packed_document_tokens"):
+        ConfigKeys(packed_document_tokens=200)
 
 
 def test_every_spec_key_parses_with_the_same_meaning() -> None:
