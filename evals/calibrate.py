@@ -16,6 +16,10 @@ weak prior towards the shipped values.
   runs, sources, parameters; frameworks), and the summary adds ``mape_cv_described``: the pooled
   figure without the runs whose record cannot describe the run (``DOCUMENTED_RECORD_ISSUES``, each
   with its ``evals/data/CHECKS.md`` entry).
+
+Every fit learns from :func:`evals.record_issues.fit_evidence`: the runs whose records describe them.  A run
+with a documented record issue is scored like every other (eval, held-out and pooled figures) but never
+fitted on, so a setting its record lacks is not absorbed into the parameters other runs share.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from evals.fit import (
     REFERENCE_FRAMEWORK,
     FitRun,
     collect_fit_runs,
+    device_fit_runs,
     fit_profiles,
     fitted_frameworks,
     fitted_parameters,
@@ -48,6 +53,7 @@ from evals.fit import (
     pristine_profile,
     projected_value,
 )
+from evals.record_issues import DOCUMENTED_RECORD_ISSUES, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
 from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
@@ -68,8 +74,9 @@ MAX_NFEV = 30
 
 Progress = Callable[[str], None]
 
-__all__ = ["FITTABLE", "FitResult", "FitRun", "MIN_FIT_RUNS", "calibrate_all", "cross_validate", "fit_profile",
-           "fit_runs", "parameter_bounds", "start_profile", "write_profile"]
+__all__ = ["DOCUMENTED_RECORD_ISSUES", "FITTABLE", "FitResult", "FitRun", "MIN_FIT_RUNS", "calibrate_all",
+           "cross_validate", "documented_issue", "fit_profile", "fit_runs", "parameter_bounds", "start_profile",
+           "write_profile"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,10 +95,13 @@ def parameter_bounds(name: str) -> tuple[float, float]:
     return BOUNDS[name]
 
 
-def fit_runs(sweeps: Sequence[LoadedSweep], *, gpu: str | None = None, family: str | None = None) -> list[FitRun]:
-    """Complete throughput runs of one GPU and/or family (all when both are None)."""
-    return [r for r in collect_fit_runs(sweeps)
-            if (gpu is None or r.specs.hardware.id == gpu) and (family is None or r.specs.hardware.family == family)]
+def fit_runs(sweeps: Sequence[LoadedSweep], *, gpu: str | None = None,
+             family: str | None = None) -> tuple[list[FitRun], list[FitRun]]:
+    """Complete throughput runs of one GPU and/or family (all when both are None), split into the fit's
+    evidence and the runs left out of it (documented record issues, :func:`evals.record_issues.fit_evidence`)."""
+    return fit_evidence([r for r in collect_fit_runs(sweeps)
+                         if (gpu is None or r.specs.hardware.id == gpu)
+                         and (family is None or r.specs.hardware.family == family)])
 
 
 def start_profile(gpu: str | None, family: str | None, runs: Sequence[FitRun]) -> DeviceProfile:
@@ -141,12 +151,18 @@ def _write_framework(profile: FrameworkProfile, folder: Path, note: str, sweeps:
 
 def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progress | None = None,
                   *, framework_dir: Path | None = None) -> dict[str, FitResult | str]:
-    """Fit every device group and framework jointly; write profiles; return results or skip reasons."""
-    runs = collect_fit_runs(sweeps)
+    """Fit every device group and framework jointly; write profiles; return results or skip reasons.
+
+    The fit's evidence is :func:`evals.record_issues.fit_evidence` of the complete runs; ``progress`` says
+    how many runs it left out and under which CHECKS.md entries.
+    """
+    runs, left_out = fit_evidence(collect_fit_runs(sweeps))
     families = sorted({r.specs.hardware.family for r in runs})
     if progress:
         progress(f"joint fit on {len(runs)} runs: {len({r.device_group for r in runs})} device groups, "
                  f"frameworks {sorted({r.framework for r in runs})}")
+        if left_out:
+            progress(left_out_text(left_out))
     result = fit_profiles(runs, max_evaluations=MAX_NFEV)
     if progress:
         progress("fitted " + _fold_text(runs, fold_parameters(runs)))
@@ -188,6 +204,13 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
                 "device group with another framework, so the device profile carries their efficiency "
                 "(evals.fit.fitted_frameworks)")
         _write_framework(profile, frameworks, note, members)
+    for name in sorted({r.framework for r in left_out} - {r.framework for r in runs} - {REFERENCE_FRAMEWORK}):
+        members = sorted({r.sweep.name for r in left_out if r.framework == name})
+        note = (f"{datetime.date.today().isoformat()}: not fitted (multipliers 1.0): all {len(members)} of its "
+                "development sweeps have a record the fit leaves out (evals.record_issues; "
+                + ", ".join(sorted({str(documented_issue(r)).split(":", 1)[0] for r in left_out
+                                    if r.framework == name})) + ")")
+        _write_framework(pristine_framework(name), frameworks, note, [])
     for sweep in sweeps:
         gpu = sweep.sweep.cluster.gpu
         if gpu not in out and not any(r.specs.hardware.id == gpu for r in runs):
@@ -227,38 +250,12 @@ class SourceScore:
     """``mape_cv`` without the documented runs."""
 
 
-# Runs whose record cannot describe the run, each with the evals/data/CHECKS.md entry that says why: scored and
-# fitted like every other run, and also left out of the ``*_described`` figures of the cross-validation.
-DOCUMENTED_RECORD_ISSUES: dict[tuple[str, int], str] = {
-    **{(f"narayanan-sc21-gpt-{name}", 0): "CHECKS.md 15: ZeRO-3 layout needs recompute the record lacks"
-       for name in ("175b-a100-80gb-384g-gbs1536-s2k", "175b-a100-80gb-768g-gbs1536-s2k",
-                    "175b-a100-80gb-1536g-gbs1536-s2k", "530b-a100-80gb-640g-gbs2560-s2k",
-                    "530b-a100-80gb-1120g-gbs2240-s2k", "530b-a100-80gb-2240g-gbs2240-s2k")},
-    ("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
-    ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
-    ("megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k", 0): "CHECKS.md 17: PP/VP cells lost",
-    **{(name, 0): "CHECKS.md 11: half the throughput of the same layout in the neighbouring releases"
-       for name in ("megatron-bridge-25.11-qwen3-30b-a3b-b200-8g-gbs512-s4k",
-                    "megatron-bridge-25.11-qwen3-30b-a3b-h100-sxm-16g-gbs512-s4k",
-                    "megatron-bridge-26.02-qwen3-30b-a3b-b200-8g-gbs512-s4k",
-                    "megatron-bridge-26.02-qwen3-30b-a3b-h100-sxm-16g-gbs1024-s4k")},
-    **{(name, 0): "CHECKS.md 24: ran the VP 4 + moe_a2a_overlap preset NVIDIA withdrew on B300 as slower"
-       for name in ("megatron-bridge-26.02-qwen3-235b-a22b-b300-256g-gbs8192-s4k",
-                    "megatron-bridge-26.02.01-qwen3-235b-a22b-b300-256g-gbs8192-s4k")},
-}
-
-
-def documented_issue(item: FitRun) -> str | None:
-    """The CHECKS.md entry that says why a run's record cannot describe the run (None for most runs)."""
-    return DOCUMENTED_RECORD_ISSUES.get((item.sweep.sweep.name, item.run.index))
-
-
 def fold_parameters(train: Sequence[FitRun]) -> dict[str, list[str]]:
     """What a fit on ``train`` fits: each device group's parameters (by runs per parameter) and each
     framework's multipliers (``framework:<name>``) when it has enough runs."""
-    out = {g: list(fitted_parameters([r for r in train if r.device_group == g]))
-           for g in sorted({r.device_group for r in train})}
     fitted = fitted_frameworks(train)
+    out = {g: list(fitted_parameters(device_fit_runs(train, g, fitted)))  # as evals.fit.fit_profiles does
+           for g in sorted({r.device_group for r in train})}
     for name in sorted({r.framework for r in train} - {REFERENCE_FRAMEWORK}):
         out[f"framework:{name}"] = list(FRAMEWORK_PARAMS) if name in fitted else []
     return out
@@ -298,9 +295,15 @@ def held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> Device
                                     for name in TRANSFERRED})
 
 
+def fold_training_runs(runs: Sequence[FitRun], source: str) -> list[FitRun]:
+    """What the fold holding ``source`` out fits on: the other sources' runs, less documented record issues."""
+    return fit_evidence([r for r in runs if r.source != source])[0]
+
+
 def _fit_fold(runs: Sequence[FitRun], source: str) -> Any:
-    train = [r for r in runs if r.source != source]
-    return fit_profiles(train, max_evaluations=MAX_NFEV) if len(train) >= MIN_FIT_RUNS else None
+    """The fold's fit.  With too few training runs a group fits no parameter (``evals.fit.fitted_parameters``)
+    and the held-out runs are projected with the priors: never with the shipped, all-source profiles."""
+    return fit_profiles(fold_training_runs(runs, source), max_evaluations=MAX_NFEV)
 
 
 def _fit_folds(runs: Sequence[FitRun], sources: Sequence[str], progress: Progress | None) -> dict[str, Any]:
@@ -376,28 +379,26 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
     pooled_described: list[float] = []
     residuals: list[tuple[str, str, str, bool, float]] = []
     residual_runs: list[tuple[str, int]] = []      # (sweep, run index) of each residual, for the JSON
+    if progress and fit_evidence(runs)[1]:
+        progress("every fold " + left_out_text(fit_evidence(runs)[1]))
     fits = _fit_folds(runs, sources, progress)
     by_vendor: dict[str, list[float]] = {}
     for source in sources:
-        train = [r for r in runs if r.source != source]
+        train = fold_training_runs(runs, source)
         test = [r for r in runs if r.source == source]
         fitted = fits[source]
         row = SourceScore(source=source, runs=len(test), families=sorted({r.specs.hardware.family for r in test}),
                           mape_default=None, mape_cv=None,
-                          fitted=dict(Counter(r.device_group for r in train)) if fitted else {},
-                          fitted_parameters=fold_parameters(train) if fitted else {})
-        if progress and fitted:
+                          fitted=dict(Counter(r.device_group for r in train)),
+                          fitted_parameters=fold_parameters(train))
+        if progress:
             progress(f"held out {Path(source).name}: " + _fold_text(train, row.fitted_parameters))
         default_err, cv_err, described_err = [], [], []
-        default_vendor: list[str] = []
         cv_vendor: list[str] = []
         for item in test:
             base = projected_value(item, default_profile(item.specs.hardware), framework_profile(item.framework))
             if base is not None:
                 default_err.append(abs(base / item.measured - 1))
-                default_vendor.append(item.specs.hardware.vendor)
-            if fitted is None:
-                continue
             fw = fitted.framework_profiles.get(item.framework) or pristine_framework(item.framework)
             value = projected_value(item, held_out_profile(item, fitted.device_profiles), fw)
             if value is not None:
@@ -411,11 +412,11 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
                                   _throughput_ratio(item, value)))
                 residual_runs.append((item.sweep.sweep.name, item.run.index))
         row.mape_default = statistics.fmean(default_err) if default_err else None
-        row.mape_cv = statistics.fmean(cv_err) if cv_err else row.mape_default
+        row.mape_cv = statistics.fmean(cv_err) if cv_err else None
         row.mape_cv_described = statistics.fmean(described_err) if described_err else None
         pooled_default += default_err
-        pooled_cv += cv_err or default_err
-        for vendor, err in zip(cv_vendor or default_vendor, cv_err or default_err, strict=True):
+        pooled_cv += cv_err
+        for vendor, err in zip(cv_vendor, cv_err, strict=True):
             by_vendor.setdefault(vendor, []).append(err)    # the errors pooled_cv holds, by vendor
         pooled_described += described_err
         rows.append(row)
@@ -431,6 +432,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "by_vendor": {v: {"runs": len(e), "mape_cv": statistics.fmean(e)} for v, e in sorted(by_vendor.items())},
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
+        "runs_left_out_of_fits": len(fit_evidence(runs)[1]),
     }
     overall["residuals"] = [{"source": Path(s).name, "sweep": sweep, "run": index, "family": f, "framework": w,
                              "moe": m, "measured_over_projected": r}

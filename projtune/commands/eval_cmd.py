@@ -182,6 +182,7 @@ def calibrate_command(
 ) -> None:
     """Fit a device profile's free parameters to measured runs (or cross-validate the fit)."""
     from evals import calibrate
+    from evals.record_issues import left_out_text
     from evals.sweep_file import load_sweep_files
 
     loaded = load_sweep_files(paths)
@@ -206,11 +207,14 @@ def calibrate_command(
         return
     if gpu is None and family is None:
         fail("give --gpu ID or --family NAME (or --all / --cross-validate)")
-    runs = calibrate.fit_runs(loaded.sweeps, gpu=gpu, family=family)
+    runs, left_out = calibrate.fit_runs(loaded.sweeps, gpu=gpu, family=family)
     if not runs:
-        fail(f"no complete scored runs of {gpu or family} in the given files")
+        fail(f"no complete scored runs of {gpu or family} in the given files"
+             + (f" whose records describe them ({left_out_text(left_out)})" if left_out else ""))
     if note:
         note(f"fitting {gpu or family} on {len(runs)} complete runs")
+        if left_out:
+            note(left_out_text(left_out))
     result = calibrate.fit_profile(runs, calibrate.start_profile(gpu, family, runs))
     if out is not None:
         calibrate.write_profile(result, out)
@@ -274,7 +278,8 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
         typer.echo(f"held-out {vendor.upper()} runs: {item['runs']}, MAPE {_pct(item['mape_cv'])}")
     if o.get("mape_cv_described") is not None:
         typer.echo(f"without the runs evals/data/CHECKS.md says their records cannot describe: "
-                   f"{o['runs_described']} runs, MAPE {_pct(o['mape_cv_described'])}")
+                   f"{o['runs_described']} runs, MAPE {_pct(o['mape_cv_described'])}"
+                   f" (the {o.get('runs_left_out_of_fits', 0)} such runs are scored above but no fold fits on them)")
     if o.get("interval_coverage_cv") is not None:
         typer.echo(f"80%-interval coverage of held-out runs (bands built without their source): "
                    f"{_pct(o['interval_coverage_cv'])}")

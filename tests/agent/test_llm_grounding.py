@@ -34,7 +34,7 @@ def test_invented_constraints_and_numbers_in_a_parse_are_dropped(fast_llm: Calla
 
 
 def test_ungrounded_numbers_in_the_explanation_are_flagged(fast_llm: Callable[..., LLMConfig]) -> None:
-    invented = "The winner reaches 99,999 tokens/s/GPU at MFU 97.3%, 9,876.5x better than anything else."
+    invented = "The winner reaches 99,999 tokens/s/GPU at MFU 97.3%, 71,234.5x better than anything else."
     script = [reply(calls=[tool_call("propose_layouts", {"layouts": [], "done": True})]), reply(invented)]
     with FakeOpenAIServer(script) as server:
         out = tune(SMALL, policy=LLMPolicy(fast_llm(server.url)), budget={"max_rounds": 1})

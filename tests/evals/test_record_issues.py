@@ -1,0 +1,88 @@
+"""Runs whose record cannot describe the run are scored but never fitted on (``evals.record_issues``).
+
+Files: megatron-lm.yaml (3 H100 runs; the 8B and 405B rows record plain DDP and no recompute, CHECKS.md 16)
+and narayanan-sc21.yaml (its six DeepSpeed ZeRO-3 rows need a recompute their records lack, CHECKS.md 15).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from evals import calibrate
+from evals.fit import collect_fit_runs
+from evals.record_issues import DOCUMENTED_RECORD_ISSUES, documented_issue, fit_evidence, left_out_text
+from evals.sweep_file import load_sweep_files
+from projtune.cli import app
+
+DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
+KORTHIKANTI = DATA / "korthikanti-2022.yaml"
+MEGATRON_LM = DATA / "megatron-lm.yaml"
+NARAYANAN = DATA / "narayanan-sc21.yaml"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _fewer_iterations(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibrate, "MAX_NFEV", 3)
+
+
+def test_fit_evidence_leaves_out_exactly_the_documented_runs() -> None:
+    runs = collect_fit_runs(load_sweep_files([MEGATRON_LM, KORTHIKANTI]).sweeps)
+    kept, left_out = fit_evidence(runs)
+    assert len(kept) + len(left_out) == len(runs)
+    assert {(r.sweep.sweep.name, r.run.index) for r in left_out} == {
+        ("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0), ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0)}
+    assert all(documented_issue(r) is None for r in kept)
+    assert "left 2 runs out of the fit" in left_out_text(left_out) and "2 (entry 16)" in left_out_text(left_out)
+    assert left_out_text(kept[:0]) == ""
+
+
+def test_every_documented_run_cites_its_checks_entry() -> None:
+    for why in DOCUMENTED_RECORD_ISSUES.values():
+        assert why.startswith("CHECKS.md ") and ": " in why, why
+
+
+def test_calibrate_all_fits_profiles_on_described_runs_only(tmp_path: Path) -> None:
+    notes: list[str] = []
+    out = calibrate.calibrate_all(load_sweep_files([KORTHIKANTI, MEGATRON_LM]).sweeps, tmp_path / "profiles",
+                                  progress=notes.append, framework_dir=tmp_path / "frameworks")
+    hopper = out["hopper"]
+    assert isinstance(hopper, calibrate.FitResult)
+    assert hopper.runs == 1                                   # Megatron-LM's one described run
+    assert hopper.profile.fitted_on == ("megatron-lm-llama3-70b-h100-sxm-64g-gbs128-s8k",)
+    assert any(note.startswith("left 2 runs out of the fit") for note in notes)
+
+
+def test_a_framework_seen_only_in_left_out_runs_ships_unfitted(tmp_path: Path) -> None:
+    frameworks = tmp_path / "frameworks"
+    frameworks.mkdir()
+    shipped = Path(__file__).resolve().parents[2] / "projection" / "catalog" / "frameworks" / "deepspeed.yaml"
+    (frameworks / "deepspeed.yaml").write_text(shipped.read_text())
+    calibrate.calibrate_all(load_sweep_files([KORTHIKANTI, NARAYANAN]).sweeps, tmp_path / "profiles",
+                            framework_dir=frameworks)
+    written = yaml.safe_load((frameworks / "deepspeed.yaml").read_text())
+    # its multipliers would otherwise hold the recompute forward the records leave out (CHECKS.md 15)
+    assert written["compute_efficiency"] == 1.0 and written["dp_comm_efficiency"] == 1.0
+    assert written["fitted_on"] == [] and "not fitted" in written["fit_note"] and "CHECKS.md 15" in written["fit_note"]
+    # the shipped file's documented facts are kept
+    assert written["zero3_gathers_block_host"] is True
+
+
+def test_a_documented_run_still_counts_in_the_held_out_figures() -> None:
+    cv = calibrate.cross_validate(load_sweep_files([KORTHIKANTI, MEGATRON_LM]).sweeps)
+    overall = cv["overall"]
+    assert overall["runs"] == 8 + 3                            # every scored run, documented or not
+    assert overall["runs_described"] == 8 + 1
+    assert overall["runs_left_out_of_fits"] == 2
+
+
+def test_calibrate_gpu_says_what_it_left_out(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["calibrate", str(MEGATRON_LM), "--gpu", "h100-sxm", "--out",
+                                 str(tmp_path / "h100.yaml")])
+    # one described run is too few to fit: the error names the two left out and why
+    assert result.exit_code != 0
+    assert "need at least" in result.output or "left 2 runs out of the fit" in result.output
