@@ -94,20 +94,29 @@ def facts_text(facts: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-_EXTRA_KEYS = ("batch_tokens", "finetune", "framework", "nics_per_node", "nic_gbps", "nvlink_domain", "train_tokens",
-               "deadline_days")
+_EXTRA_KEYS = ("batch_tokens", "finetune", "packed_document_tokens", "framework", "nics_per_node", "nic_gbps",
+               "nvlink_domain", "train_tokens", "deadline_days")
 """The request fields :func:`_extra_parts` reads from the LLM's parse."""
 
 
 def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]:
-    """(request phrases, dropped): the LLM's batch-in-tokens, fine-tuning, framework and network fields, each
-    written the way the offline parser reads it, and only when the user's ``text`` states it (else dropped).
+    """(request phrases, dropped): the LLM's batch-in-tokens, fine-tuning (packed documents too), framework and
+    network fields, each written the way the offline parser reads it, and only when the user's ``text`` states it
+    (else dropped).
 
-    Stated means: the offline reader finds the same value in the text (LoRA/SFT, the framework name), or
-    the number is written there ('1M tokens', '8x400G', 'NVL72'; :func:`agent.grounding.stated_digits`).
+    Stated means: the offline reader finds the same value in the text (LoRA/SFT, packed documents, the framework
+    name), or the number is written there ('1M tokens', '8x400G', 'NVL72'; :func:`agent.grounding.stated_digits`).
     """
     from agent.grounding import stated_digits
-    from agent.request import FRAMEWORKS, find_budget, find_deadline, find_finetune, find_framework, normalise
+    from agent.request import (
+        FRAMEWORKS,
+        find_budget,
+        find_deadline,
+        find_finetune,
+        find_framework,
+        find_packed_documents,
+        normalise,
+    )
 
     said = normalise(text)[0] if text else ""
     parts: list[str] = []
@@ -126,6 +135,8 @@ def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]
         keep("batch_tokens", stated_number(int(tokens), text), f"global batch {int(tokens)} tokens")
     if (finetune := str(data.get("finetune") or "").lower()) in FINETUNES:
         keep("finetune", find_finetune(said) == finetune, finetune)
+    if isinstance(packed := data.get("packed_document_tokens"), int) and not isinstance(packed, bool) and packed >= 1:
+        keep("packed_document_tokens", find_packed_documents(said)[0] == packed, f"packed {packed}-token documents")
     if isinstance(data.get("framework"), str) and (framework := FRAMEWORKS.get(data["framework"].lower().strip())):
         keep("framework", find_framework(said) == framework, f"with {data['framework'].lower().strip()}")
     nics, rate = data.get("nics_per_node"), data.get("nic_gbps")

@@ -10,7 +10,8 @@ What it reads besides names and counts: sequence length ("seq 8k", "8k context")
 batch in sequences ("gbs 512") or in tokens ("1M tokens per step" -> gbs = tokens / seq_len;
 k = 1024, M = 1024^2 as for sequence lengths), precisions (constraints: "no FP8", "bf16 only",
 "with fp8", "mxfp8", "fp4"/"nvfp4", "fp16"; checked against the GPU), fine-tuning ("LoRA",
-"SFT"), a token budget and a deadline for the plan ("train on 15T tokens in 30 days"), a Hugging
+"SFT"), packed fine-tuning documents ("packed 200-token documents", "examples of ~200 tokens packed"),
+a token budget and a deadline for the plan ("train on 15T tokens in 30 days"), a Hugging
 Face ``config.json`` path (its fields are the model; an unsupported ``model_type`` or a bad field
 is asked back by name), a launch framework ("with torchtitan"), NICs ("8x400G NICs per node",
 "RoCE 400G"), the NVLink domain ("NVL72", "NVLink domain of 36"), GPUs per node ("4 gpus per
@@ -36,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
-from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN
+from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
 from projection.vocabulary import FINETUNES, PRECISIONS
 
 DEFAULT_GBS_FLOOR = 256
@@ -56,6 +57,16 @@ _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w
 _LORA = re.compile(r"\bq?lora\b", re.I)
 # "fine-tuning" (the noun) means SFT; "fine-tune the layout" (the verb) does not.
 _SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tuning)\b", re.I)
+# Packed fine-tuning documents: "packed 200-token documents", "packed documents of ~200 tokens", "documents of
+# ~200 tokens packed (into 4k)", "200-token examples packed into 4096"; the number is the mean document length.
+_DOC = r"(?:documents?|docs?|examples?|samples?)"
+_ABOUT = r"(?:~\s?|about |around |roughly |approx\.? |approximately )?"
+_PACKED = tuple(re.compile(p, re.I) for p in (
+    rf"\bpacked {_ABOUT}{_NUM}[\s-]?tokens?[\s-]{_DOC}\b",
+    rf"\bpacked {_DOC} of {_ABOUT}{_NUM}\s?tokens?\b",
+    rf"\b{_DOC} of {_ABOUT}{_NUM}\s?tokens?(?: each)?,? packed\b",
+    rf"(?<![\w.]){_ABOUT}{_NUM}[\s-]?tokens?[\s-]{_DOC},? packed\b",
+))
 _SPEED = r"(\d{2,4}(?:\.\d)?)\s?(?:gbit/s|gb/s|gbps|gbe|gbit|gb|g)\b"
 _NIC_WORD = r"(?:nics?|hcas?|infiniband|ib|roce|ethernet|connectx-?\d|cx-?\d|network(?:ing)?|links?)\b"
 _NIC_SPEED = re.compile(rf"(?:(\d{{1,2}})\s?[x×*]\s?)?{_SPEED}\s?(?:x\s?)?{_NIC_WORD}(?:\s?(?:per|/|a)\s?node)?",
@@ -113,6 +124,7 @@ class TuneRequest(BaseModel):
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
     finetune: str | None = Field(default=None, pattern=f"^({'|'.join(FINETUNES)})$",
                                  description="'lora' (frozen base weights) or 'sft'; None = pretraining.")
+    packed_document_tokens: PackedDocumentTokens = None
     framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
                                                             "torchtitan, primus, deepspeed, jax); None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
@@ -134,6 +146,8 @@ class TuneRequest(BaseModel):
         rules = f", {', '.join(self.constraints)}" if self.constraints else ""
         model = self.model if isinstance(self.model, str) else self.model.get("id", "custom model")
         extra = f", {self.finetune}" if self.finetune else ""
+        if self.packed_document_tokens:
+            extra += f", packed {self.packed_document_tokens}-token documents"
         return (f"{model} on {self.num_gpus} x {self.gpu} ({self.gpus_per_node}/node), gbs {self.gbs}, "
                 f"seq {self.seq_len}{extra}{rules}")
 
@@ -150,8 +164,8 @@ class Clarification(BaseModel):
 
 
 _PARTIAL_KEYS = ("model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", "constraints", "top_k", "finetune",
-                 "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain", "profile_path",
-                 "candidates", "train_tokens", "deadline_days")
+                 "packed_document_tokens", "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain",
+                 "profile_path", "candidates", "train_tokens", "deadline_days")
 _LIMITS = {"num_gpus": (1, MAX_GPUS), "gbs": (1, MAX_GBS), "seq_len": (1, MAX_SEQ_LEN), "top_k": (1, MAX_TOP_K),
            "gpus_per_node": (1, MAX_GPUS_PER_NODE)}
 
@@ -312,6 +326,14 @@ def find_finetune(text: str) -> str | None:
     return "sft" if _SFT.search(text) else None
 
 
+def find_packed_documents(text: str) -> tuple[int | None, tuple[int, int] | None]:
+    """('packed 200-token documents' -> 200, its span): the mean tokens per packed fine-tuning document."""
+    for pattern in _PACKED:
+        if m := pattern.search(text):
+            return _num(m), m.span()
+    return None, None
+
+
 def find_precision(text: str) -> str | None:
     """A precision the text asks for that agent.constraints_text does not read (fp4, mxfp8, blockwise, fp16)."""
     for pattern, precision in _PRECISION_WORDS:
@@ -428,6 +450,9 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     nvl = _NVL.search(_mask(text, nic_spans))
     if nvl is not None:
         nic_spans.append(nvl.span())     # masked like the NIC phrases: '72-GPU NVLink domain' is not a GPU count
+    packed, packed_span = find_packed_documents(_mask(text, nic_spans))
+    if packed_span is not None:
+        nic_spans.append(packed_span)    # masked too: '200-token documents' is neither a sequence length nor a count
     budget, budget_span = find_budget(_mask(text, nic_spans))
     deadline, deadline_span = find_deadline(_mask(text, nic_spans))
     nic_spans += [span for span in (budget_span, deadline_span) if span is not None]
@@ -508,6 +533,9 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         values["finetune"] = finetune
         notes.append("LoRA: frozen base weights, no weight gradients or optimizer state for them"
                      if finetune == "lora" else "SFT: full fine-tuning (trains like pretraining)")
+    if packed is not None:
+        values["packed_document_tokens"] = packed
+        notes.append(f"packed documents of {packed} tokens (as said): attention is per document (cu_seqlens / THD)")
     if (framework := find_framework(rest)) is not None:
         values["framework"] = framework
         assumed.discard("framework")
@@ -530,7 +558,8 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "request"
-        return Clarification(question=f"{where}: {first['msg']} (got {str(first.get('input'))[:40]!r}).",
+        message = first["msg"].removeprefix("Value error, ")
+        return Clarification(question=f"{where}: {message} (got {str(first.get('input'))[:40]!r}).",
                              missing=[where], partial=_partial(values, assumed))
 
 

@@ -69,6 +69,8 @@ class Job:
         self.explicit: set[str] | None = None
         self.finetune: str | None = get("finetune")
         """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""
+        self.packed_document_tokens: int | None = get("packed_document_tokens")
+        """Mean tokens per packed fine-tuning document (None = unpacked): every layout of the job carries it."""
         self.launch_framework = launch_framework_of(get("framework"))
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
@@ -95,6 +97,7 @@ class Job:
     def check(self, raw: dict[str, Any]) -> Checked:
         """Validate a proposed config dict: types, legality, then the request's constraints."""
         values = {"gbs": self.gbs, "seq_len": self.seq_len, "finetune": self.finetune,
+                  "packed_document_tokens": self.packed_document_tokens,
                   **{k: v for k, v in raw.items() if v is not None}}
         try:
             config = TrainingConfig(**values)
@@ -132,4 +135,4 @@ class Job:
         """Whether the search enumerates this layout for the request (or it is an explicit candidate)."""
         if self.explicit is not None:
             return self.key(config) in self.explicit
-        return in_space(self.space, config, self.finetune)
+        return in_space(self.space, config, self.finetune, self.packed_document_tokens)

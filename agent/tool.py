@@ -34,7 +34,8 @@ from tools.registry import call_tool, register
 
 __all__ = ["TUNE_TOOL", "call_tool", "tune"]
 
-_JOB_FIELDS = {"model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", *NETWORK_KEYS}
+_JOB_FIELDS = {"model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", "packed_document_tokens",
+               *NETWORK_KEYS}
 
 Reporter = Callable[[str, dict[str, Any]], None]
 
@@ -72,7 +73,8 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
     best layout and top-k with projected tokens/s/GPU and their 80% intervals, MFU against the GEMM
     precision's peak and against BF16, near-ties, every assumption made, a launch config, and job
     planning with tokens ('15T') and deadline ('30d'). Network overrides: nics_per_node, nic_gbps
-    (Gbit/s per NIC), nvlink_domain (72 for NVL72). A request it cannot read comes back as
+    (Gbit/s per NIC), nvlink_domain (72 for NVL72). Packed fine-tuning data: packed_document_tokens (mean tokens
+    per document, at most seq_len; attention is per document). A request it cannot read comes back as
     status 'clarification' with the question. Offline and deterministic; a few seconds. deadline_s
     bounds the call's wall time: past it the call fails with code 'deadline_exceeded' (no partial answer).
     """

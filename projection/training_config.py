@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from projection.collectives import HardwareNetworkFields, catalog_nics_for
 from projection.vocabulary import (
@@ -59,6 +59,28 @@ NvlinkDomain = Annotated[int | None, Field(
                 "span it. None = the hardware catalog's scale_up.domain_gpus.")]
 
 
+
+def _within_sequence(tokens: int | None, info: ValidationInfo) -> int | None:
+    """A packed document fits in one sequence: at most the ``seq_len`` validated before it (when known)."""
+    seq_len = info.data.get("seq_len")
+    if tokens is not None and isinstance(seq_len, int) and tokens > seq_len:
+        raise ValueError(f"{tokens} tokens per packed document is more than seq_len {seq_len}: documents are packed "
+                         f"into one sequence, so give at most {seq_len} (or leave it unset for unpacked data)")
+    return tokens
+
+
+# Packed fine-tuning documents, one definition for TrainingConfig and every request that carries it (the search,
+# the tune tool, the agent's request); a model using it declares ``seq_len`` before it.
+PackedDocumentTokens = Annotated[int | None, Field(
+    ge=1, le=MAX_SEQ_LEN,
+    description=(
+        "Fine-tuning on packed sequences whose attention is per document (cu_seqlens / THD: a query attends "
+        "only to its own document, NVIDIA NeMo 24.07 docs features/optimizations/sequence_packing): the mean "
+        "document length, tokens, at most seq_len. None = one document fills the sequence (pretraining-style "
+        "causal mask)."
+    )), AfterValidator(_within_sequence)]
+
+
 class TrainingConfig(BaseModel):
     """How one training job is laid out: parallel degrees, batch, precision, memory savers.
 
@@ -105,14 +127,7 @@ class TrainingConfig(BaseModel):
         ),
     )
     finetune: Finetune | None = None
-    packed_document_tokens: int | None = Field(
-        default=None, ge=1, le=MAX_SEQ_LEN,
-        description=(
-            "Fine-tuning on packed sequences whose attention is per document (cu_seqlens / THD: a query attends "
-            "only to its own document, NVIDIA NeMo 24.07 docs features/optimizations/sequence_packing): the mean "
-            "document length, tokens. None = one document fills the sequence (pretraining-style causal mask)."
-        ),
-    )
+    packed_document_tokens: PackedDocumentTokens = None
 
     @model_validator(mode="after")
     def _check_modules(self) -> TrainingConfig:

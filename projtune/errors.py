@@ -22,7 +22,7 @@ def validation_message(err: ValidationError) -> str:
     parts = []
     for item in err.errors():
         field = ".".join(str(x) for x in item["loc"]) or "input"
-        msg = item["msg"]
+        msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             msg = "unknown key"
         parts.append(f"{field}: {msg} (got {item.get('input')!r})")

@@ -16,7 +16,7 @@ from projection.flops import FlopsFormula
 from projection.hardware import Vendor
 from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
-from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, TrainingConfig
+from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens, TrainingConfig
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.launch_config import LaunchConfig
 from tools.layout_score import LayoutScore, ProjectedLayout
@@ -313,6 +313,7 @@ class TuneInput(BaseModel):
     nvlink_domain: NvlinkDomain = None
     gbs: int | None = Field(default=None, ge=1, description="Global batch size, sequences.")
     seq_len: int | None = Field(default=None, ge=1, description="Sequence length, tokens.")
+    packed_document_tokens: PackedDocumentTokens = None
     constraints: list[str] = Field(default_factory=list, description="Axis rules: 'tp<=8', 'precision=bf16', ...")
     top_k: int = Field(default=5, ge=1, le=50, description="Layouts to rank.")
     framework: ImportFramework = Field(default="megatron",

@@ -87,6 +87,8 @@ def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], l
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
         values = {"gbs": request.gbs, "seq_len": request.seq_len, **raw}
+        if request.packed_document_tokens is not None and raw.get("packed_document_tokens") is None:
+            values["packed_document_tokens"] = request.packed_document_tokens
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:
@@ -149,7 +151,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         groups = [[i] for i in range(len(configs))]
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
-                                            request.seq_len, request.finetune))
+                                            request.seq_len, request.finetune,
+                                            packed_document_tokens=request.packed_document_tokens))
         groups = group_by_recompute(configs)
     if request.framework is not None:  # keep only what the framework can launch (tools/framework_rules.py)
         from tools.framework_rules import check_framework, framework_violations

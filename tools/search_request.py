@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.job import DEFAULT_GPUS_PER_NODE
-from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain
+from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
 from tools.constraints import Constraints
 
@@ -34,9 +34,11 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=5, ge=1, le=100, description="How many ranked layouts to return.")
     candidates: list[dict[str, Any]] | None = Field(
         default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
-                                  "are checked, screened and ranked; gbs and seq_len fill missing keys.")
+                                  "are checked, screened and ranked; gbs, seq_len and packed_document_tokens "
+                                  "fill missing keys.")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
     finetune: Finetune | None = Field(
         default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")
+    packed_document_tokens: PackedDocumentTokens = None
     framework: str | None = Field(default=None, description="Only layouts this framework can launch "
                                   f"({', '.join(LAUNCH_FRAMEWORKS)}; tools/framework_rules.py).")

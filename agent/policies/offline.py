@@ -60,6 +60,7 @@ def request_search(request: dict[str, Any], top_k: int
             **network_fields(request), constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
             candidates=request.get("candidates"), profile_path=request.get("profile_path"),
             finetune=None if request.get("candidates") else request.get("finetune"),
+            packed_document_tokens=request.get("packed_document_tokens"),   # fills explicit candidates, as Job.check
             # Only layouts the launch framework can run (measured candidates are ranked as they ran).
             framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))

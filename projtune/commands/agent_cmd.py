@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt
+from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from tools.framework_rules import FRAMEWORKS
 from tools.json_out import json_text
@@ -87,8 +87,8 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
 
 
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             network: dict[str, Any] | None = None) -> Any:
-    """The typed request (flags merged), or the Clarification to answer with."""
+             flags: dict[str, Any] | None = None) -> Any:
+    """The typed request (flags merged: the network, packed documents), or the Clarification to answer with."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
     from agent.space import Job
@@ -101,7 +101,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
     if top is not None:
         update["top_k"] = top
-    update.update({k: v for k, v in (network or {}).items() if v is not None})   # flags win over the text
+    update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
     Job(request)                     # unknown names / bad constraints raise here (exit 2)
     return request
@@ -195,6 +195,7 @@ def tune_command(
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
+    packed_document_tokens: PackedOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
     from agent.planning import parse_duration, parse_tokens
@@ -211,7 +212,8 @@ def tune_command(
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
     with _Progress(enabled=True) as progress:
         parsed = _request(policy, request, constraint or [], top,
-                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain})
+                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
+                           "packed_document_tokens": packed_document_tokens})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
                                 policy=policy.name)

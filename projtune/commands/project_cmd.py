@@ -25,6 +25,9 @@ GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id,
 GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")]
 FileOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML/TOML layout file (flags override).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+PackedOpt = Annotated[int | None, typer.Option(
+    "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
+                                     "attention is per document.")]
 
 
 def _layout_values(config_file: Path | None, **flags: Any) -> dict[str, Any]:
@@ -62,6 +65,7 @@ def project_command(
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
     nvlink_domain: Annotated[Optional[int], typer.Option(help="GPUs in one NVLink domain (72 for NVL72).")] = None,
+    packed_document_tokens: PackedOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
     flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",
@@ -99,6 +103,7 @@ def memory_command(
     finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
     moe_routing: Annotated[Optional[str], typer.Option(help="MoE: balanced|dropless|token-drop")] = None,
     moe_capacity_factor: Annotated[Optional[float], typer.Option(help="MoE token-drop expert capacity factor.")] = None,
+    packed_document_tokens: PackedOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
     as_json: JsonOpt = False,

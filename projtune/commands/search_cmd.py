@@ -24,6 +24,9 @@ NicsOpt = Annotated[int | None, typer.Option("--nics", min=1, max=64,
                                              help="Scale-out NICs per node (default: the GPU's catalog node).")]
 NicGbpsOpt = Annotated[float | None, typer.Option("--nic-gbps", min=0.001, max=1e5,
                                                   help="Line rate of one NIC, Gbit/s (default: the catalog's).")]
+PackedOpt = Annotated[int | None, typer.Option(
+    "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
+                                     "attention is per document, and every layout carries it.")]
 DomainOpt = Annotated[int | None, typer.Option("--nvlink-domain", min=1, max=576,
                                                help="GPUs in one NVLink domain, e.g. 72 for GB200 NVL72 "
                                                     "(default: the catalog's); TP may span it.")]
@@ -47,6 +50,7 @@ def search_command(
         "--deadline-s", min=0.0, help="Stop after this many seconds with a partial result (JSON \"complete\": "
                                       "false, a notice on stderr, exit code 3). Default: no limit.")] = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
+    packed_document_tokens: PackedOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU.
@@ -59,7 +63,8 @@ def search_command(
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework,
-                            nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain)
+                            nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain,
+                            packed_document_tokens=packed_document_tokens)
     result = _run_with_progress(lambda *a, **k: run_search(*a, deadline_s=deadline_s, **k), request,
                                 show=not as_json)
     if as_json:
@@ -114,7 +119,8 @@ def _print_search(result: Any, pareto: bool) -> None:
 
     r = result.request
     console.print(f"[bold]{r.model if isinstance(r.model, str) else 'model'}[/] on {r.num_gpus} x {r.gpu}, "
-                  f"gbs {r.gbs}, seq {r.seq_len}")
+                  f"gbs {r.gbs}, seq {r.seq_len}"
+                  + (f", packed {r.packed_document_tokens}-token documents" if r.packed_document_tokens else ""))
     if result.ranked:
         console.print(_candidate_table("Best layouts", result.ranked))
         for c in result.ranked:

@@ -110,3 +110,15 @@ def test_invalid_llm_field_values_are_named_not_lost() -> None:
     noted = " ".join(request.notes)
     assert "nics_per_node='eight' (not a valid value)" in noted and "nvlink_domain=100000 (not a valid value)" in noted
     assert request.nic_gbps == 400
+
+
+def test_llm_parse_keeps_packed_documents_only_when_stated(fast_llm: Callable[..., LLMConfig]) -> None:
+    answer = {**FULL, "framework": None, "batch_tokens": None, "nics_per_node": None, "nic_gbps": None,
+              "nvlink_domain": None, "train_tokens": None, "deadline_days": None, "constraints": [],
+              "packed_document_tokens": 256}
+    said = _parse(fast_llm, "LoRA on the big mistral MoE, sixty-four MI300X, seq 8k, packed 256-token documents",
+                  answer)
+    assert (said.finetune, said.packed_document_tokens) == ("lora", 256)
+    unsaid = _parse(fast_llm, "LoRA on the big mistral MoE, sixty-four MI300X, seq 8k", answer)
+    assert unsaid.packed_document_tokens is None
+    assert "packed_document_tokens=256" in next(n for n in unsaid.notes if n.startswith("ignored what the LLM read"))

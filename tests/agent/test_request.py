@@ -100,6 +100,15 @@ MISTRAL_CONFIG = {"model_type": "mistral", "hidden_size": 4096, "intermediate_si
     # fine-tuning
     ("LoRA llama3 8b on 8 h100", {"finetune": "lora"}),
     ("SFT of llama3.1 70b on 64 h200", {"finetune": "sft", "model": "llama3.1-70b"}),
+    # packed fine-tuning documents (the number is neither a sequence length, a batch nor a GPU count)
+    ("SFT llama3 8b on 8 h100, seq 4k, packed 200-token documents",
+     {"finetune": "sft", "packed_document_tokens": 200, "seq_len": 4096, "num_gpus": 8, "gbs": 256}),
+    ("LoRA llama3 8b on 8 h100, seq 4096, documents of ~200 tokens packed", {"packed_document_tokens": 200}),
+    ("llama3 8b on 16 h100, packed examples of about 512 tokens, seq 8k",
+     {"packed_document_tokens": 512, "seq_len": 8192, "num_gpus": 16}),
+    ("SFT llama3 8b on 8 h100, 2k-token samples packed into seq 16k",
+     {"packed_document_tokens": 2048, "seq_len": 16384, "num_gpus": 8}),
+    ("llama3 8b on 8 h100, sequence packing, seq 4k", {"packed_document_tokens": None}),
     # NICs, GPUs per node, NVL72
     ("llama3 8b on 64 h100, 8x400G NICs per node", {"nics_per_node": 8, "nic_gbps": 400.0}),
     ("llama3 8b on 4 nodes of h100 with 8 NICs of 200 Gb/s", {"num_gpus": 32, "nics_per_node": 8,
@@ -175,6 +184,9 @@ def test_families_the_catalog_lacks_ask_for_a_config(text: str, model_type: str)
     ("llama3 8b on 64 h100, gbs 2147483648", ["request"], "too large"),
     ("llama3 8b on 64 h100, seq 8M", ["seq_len"], "seq_len 8388608 is out of range"),
     ("tune ./no/such/config.json on 8 h100", ["model"], "does not exist"),
+    ("SFT llama3 8b on 8 h100, seq 4k, packed 8k-token documents", ["packed_document_tokens"],
+     "8192 tokens per packed document is more than seq_len 4096"),
+    ("SFT llama3 8b on 8 h100, packed 0-token documents", ["packed_document_tokens"], "greater than or equal to 1"),
 ])
 def test_bad_values_are_asked_back_with_the_allowed_range(text: str, missing: list[str], says: str) -> None:
     answer = parse_request(text)
@@ -186,6 +198,7 @@ def test_bad_values_are_asked_back_with_the_allowed_range(text: str, missing: li
     "1" * 2000, "seq " + "9" * 3000, "tune foo" + "1" * 2000 + "b", "mi3" + "0" * 2000, "8 " * 1500,
     "llama3 8b on" + " " * 3000 + "8 h100", "x" * 10_000, "a-" * 1900, "\x00\x01 tune", "on 8 " + "q" * 3000,
     "tp in " + "1," * 1500, "headroom " * 400, "8x" * 1900, "\u00a0" * 3000, "1." * 1900,
+    "packed " * 500, "documents of " * 300, "1-token " * 500, "packed 1 " * 400,
 ])
 def test_adversarial_requests_answer_fast_and_never_raise(text: str) -> None:
     """Regression: a 2 KB request took 38 s (super-linear patterns) and some raised instead of asking back."""
@@ -202,3 +215,19 @@ def test_zero_gpus_in_a_follow_up_asks_back() -> None:
     assert isinstance(base, TuneRequest)
     answer = parse_request("on 0 gpus", base)
     assert isinstance(answer, Clarification) and "num_gpus 0 is out of range" in answer.question
+
+
+def test_packed_documents_round_trip_through_the_request_and_follow_ups() -> None:
+    request = parse_request("SFT llama3 8b on 8 h100, seq 16k, gbs 16, packed 256-token documents")
+    assert isinstance(request, TuneRequest) and request.packed_document_tokens == 256
+    assert TuneRequest.model_validate_json(request.model_dump_json()) == request
+    assert "packed 256-token documents" in request.summary()
+    assert any("packed documents of 256 tokens" in n for n in request.notes)
+    more = parse_request("32 gpus", request)            # a follow-up keeps it
+    assert isinstance(more, TuneRequest) and (more.num_gpus, more.packed_document_tokens) == (32, 256)
+    question = parse_request("llama 70b on 64 h100, seq 8k, packed 512-token documents")
+    assert isinstance(question, Clarification) and question.partial["packed_document_tokens"] == 512
+    answered = answer_clarification(question, "llama3.1-70b")
+    assert isinstance(answered, TuneRequest) and answered.packed_document_tokens == 512
+    shorter = parse_request("seq 128", request)           # the kept documents no longer fit in a sequence
+    assert isinstance(shorter, Clarification) and "more than seq_len 128" in shorter.question
