@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -25,7 +27,12 @@ def validation_message(err: ValidationError) -> str:
         msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             msg = "unknown key"
-        parts.append(f"{field}: {msg} (got {item.get('input')!r})")
+        hint = ""
+        if item["type"] == "literal_error" and isinstance(item.get("input"), str):
+            allowed = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+            near = difflib.get_close_matches(item["input"].lower(), allowed, n=1, cutoff=0.5)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+        parts.append(f"{field}: {msg} (got {item.get('input')!r}){hint}")
     return "; ".join(parts)
 
 

@@ -65,6 +65,7 @@ def project_command(
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
     nvlink_domain: Annotated[Optional[int], typer.Option(help="GPUs in one NVLink domain (72 for NVL72).")] = None,
+    finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
     packed_document_tokens: PackedOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from projection.vocabulary import LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
+from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
@@ -50,6 +50,8 @@ def search_command(
         "--deadline-s", min=0.0, help="Stop after this many seconds with a partial result (JSON \"complete\": "
                                       "false, a notice on stderr, exit code 3). Default: no limit.")] = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
+    finetune: Annotated[str | None, typer.Option(
+        help=f"Fine-tuning job: {choices_help(FINETUNES)} (lora: frozen base weights; none = pre-training).")] = None,
     packed_document_tokens: PackedOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -64,7 +66,7 @@ def search_command(
                             seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework,
                             nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain,
-                            packed_document_tokens=packed_document_tokens)
+                            finetune=finetune, packed_document_tokens=packed_document_tokens)
     result = _run_with_progress(lambda *a, **k: run_search(*a, deadline_s=deadline_s, **k), request,
                                 show=not as_json)
     if as_json:
@@ -120,6 +122,7 @@ def _print_search(result: Any, pareto: bool) -> None:
     r = result.request
     console.print(f"[bold]{r.model if isinstance(r.model, str) else 'model'}[/] on {r.num_gpus} x {r.gpu}, "
                   f"gbs {r.gbs}, seq {r.seq_len}"
+                  + (f", {r.finetune} fine-tuning" if r.finetune else "")
                   + (f", packed {r.packed_document_tokens}-token documents" if r.packed_document_tokens else ""))
     if result.ranked:
         console.print(_candidate_table("Best layouts", result.ranked))

@@ -54,9 +54,26 @@ def test_layout_file_with_flag_override(tmp_path) -> None:
      "not supported on a100-80gb"),
     (["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--recompute", "some"], "recompute"),
     (["--gpu", "h100-sxm", "--gpus", "8"], "no model given"),
+    (["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--precision", "bf61"], "did you mean 'bf16'?"),
+    (["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--finetune", "lorax"], "did you mean 'lora'?"),
 ])
 def test_bad_input_is_one_line_exit_2(args, fragment) -> None:
     result = runner.invoke(app, ["project", *args])
     assert result.exit_code == 2
     assert fragment in result.output
     assert "Traceback" not in result.output
+
+
+def test_project_and_search_take_a_fine_tuning_job() -> None:
+    job = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "8", "--gbs", "32", "--seq-len", "4096"]
+    full = runner.invoke(app, ["project", *job, "--mbs", "1", "--json"])
+    lora = runner.invoke(app, ["project", *job, "--mbs", "1", "--finetune", "lora", "--json"])
+    assert full.exit_code == 0 and lora.exit_code == 0, lora.output
+    assert json.loads(lora.stdout)["config"]["finetune"] == "lora"
+    # frozen base weights: no weight-gradient GEMMs, so the same layout steps faster
+    assert json.loads(lora.stdout)["tokens_per_sec_per_gpu"] > 1.3 * json.loads(full.stdout)["tokens_per_sec_per_gpu"]
+    found = runner.invoke(app, ["search", *job, "--finetune", "lora", "--top", "2", "--json"])
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["request"]["finetune"] == "lora"
+    bad = runner.invoke(app, ["search", *job, "--finetune", "lorax"])
+    assert bad.exit_code == 2 and "did you mean 'lora'?" in bad.output and "Traceback" not in bad.output
