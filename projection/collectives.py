@@ -232,6 +232,17 @@ def all_to_all_s(message_bytes: float, group: GroupPlacement, net: NetworkParams
     share while ``(g-1)/n`` moves over scale-up; both run at once, so the time is the
     larger of the two plus the latency of the peer steps on the slowest link. An xGMI
     domain reaches every peer over its own link in one step.
+
+    The cross-domain term is NCCL's own account of its all-to-all: "the portion that's going through the
+    network will determine the global time", busBw -> N/(N-1) x the network bandwidth per GPU over N nodes
+    (NVIDIA/nccl-tests issue #130, sjeaugey), and an all-to-all "cannot aggregate the bandwidth of multiple
+    NICs" (issue #267), i.e. each rank drives its own rail NIC share; NVIDIA quotes the same per-NIC rate for
+    it as for a ring (CX-7 NDR "up to 48-49 GB/s per NIC" in that all-to-all thread, "46-48 GB/s per NIC" for
+    a two-node ring in #290), so one ``scale_out_efficiency`` serves both. Megatron-core's alltoall dispatcher
+    pays it four times per MoE layer and micro-batch (dispatch + combine, each a
+    megatron/core/tensor_parallel/mappings.py ``_AllToAll`` whose backward is another all-to-all). Per-peer
+    messages of the cross-node Megatron-Bridge MoE rows are 3.7-5.9 MB, so the latency term is 3-6% of each
+    call (evals/data/CHECKS.md 32).
     """
     n, g, m = group.size, group.gpus_per_domain, group.num_domains
     if n == 1:
