@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from projection.collectives import GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s
+from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_to_all_s,
+                                   reduce_scatter_s)
 from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
@@ -173,6 +174,28 @@ EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus o
 CLAMPED_ACTIVATION_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
 ACTIVATION_CLAMP_BYTES = 16.0       # HBM bytes per routed token-copy x expert-FFN element, forward (see above)
 ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
+
+
+# Sequence-parallel all-gathers of a quantised GEMM input move the quantised bytes.  Megatron-core's Transformer
+# Engine layer spec fuses the LayerNorm into the QKV and FC1 column-parallel linears (TELayerNormColumnParallelLinear);
+# under an FP8 recipe TE's fused LayerNorm writes its output as FP8 and all-gathers that uint8 tensor across the TP
+# group (NVIDIA/TransformerEngine@0004dbd0 transformer_engine/pytorch/module/layernorm_linear.py, _LayerNormLinear
+# forward: ``ln_out_dtype = torch.uint8 if (fp8 and not return_layernorm_output)``, then
+# ``gather_along_first_dim(ln_out, tp_group)``), 1 B per element instead of bf16's 2; the reduce-scatters after the
+# row-parallel projection and FC2 carry the bf16 GEMM outputs.  Only the per-tensor FP8 recipe is priced so (the
+# cited code path); an MoE layer's MLP input is gathered by its token dispatcher in bf16, so only its attention
+# input counts.  The backward is charged as the forward, as before (its wgrad re-gathers stay uncounted).
+TP_GATHER_QUANTISED_BYTES = {"fp8": 1.0}
+TP_GATHER_QUANTISED_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+
+
+def tp_gather_bytes(config: TrainingConfig) -> float:
+    """Bytes per element of a sequence-parallel all-gather of a GEMM input that the framework quantises before
+    gathering (TP_GATHER_QUANTISED_BYTES), else bf16's ACT_BYTES.  Without sequence parallelism the input is
+    replicated and the layer all-reduces its bf16 output instead (the caller's choice)."""
+    if config.framework in TP_GATHER_QUANTISED_FRAMEWORKS:
+        return TP_GATHER_QUANTISED_BYTES.get(config.precision, ACT_BYTES)
+    return ACT_BYTES
 
 
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
@@ -559,7 +582,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     host_fwd = launches * rates.host_launch_s
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
-    tp_comm = 2.0 * all_reduce_s(ACT_BYTES * tokens * h, groups.tp, net) if t > 1 else 0.0
+    # (an all-reduce is a reduce-scatter + an all-gather; SP runs them as separate collectives)
+    tp_comm = 0.0
+    if t > 1:
+        quantised = tp_gather_bytes(config) if config.sequence_parallel else ACT_BYTES   # no SP: all-reduces
+        gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
+                   + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
+        tp_comm = gathers + 2.0 * reduce_scatter_s(ACT_BYTES * tokens * h, groups.tp, net)
     cp_comm = 0.0
     if dims.cp > 1:
         kv_bytes = ACT_BYTES * tokens * 2 * kv_heads * model.head_dim
