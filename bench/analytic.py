@@ -123,7 +123,8 @@ def analytic_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, 
     hardware, profile, framework = job.hardware, job.profile, job.framework
     dims = parallel_dims(config, cluster)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency,
-                         attention_multiplier=framework.attention_speed(hardware.family))
+                         attention_multiplier=framework.attention_speed(hardware.family),
+                         eager_elementwise=framework.eager_elementwise)
     net = network_params(hardware, cluster, profile)
     by_layer = _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net))
     kinds = layer_kinds(model)

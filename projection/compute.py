@@ -75,11 +75,12 @@ class DeviceRates:
     gemm_operand_bytes: float        # bytes per element of GEMM operands (2 for 16-bit, 1 for FP8)
     host_launch_s: float = 0.0       # host (CPU) time to dispatch one kernel: a layer is never faster than its launches
     exp_per_s: float = 0.0           # softmax exponentials per second (SFU_EXP_PER_CLOCK_PER_SM); 0 = no such bound
+    eager_elementwise: bool = False  # the framework runs a block's norms, rotary embedding and activation unfused
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
                  compute_multiplier: float = 1.0, host_launch_s: float = 0.0,
-                 attention_multiplier: float = 1.0) -> DeviceRates:
+                 attention_multiplier: float = 1.0, eager_elementwise: bool = False) -> DeviceRates:
     """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier).
 
     FP8 and FP4 GEMMs never reach a higher fraction of their peak than 16-bit GEMMs do (the narrower
@@ -87,6 +88,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
     ``host_launch_s`` is the framework's host dispatch cost per kernel (0 for compiled or graph-captured steps).
     ``attention_multiplier``: the speed of the framework's attention kernel on this chip relative to the kernel
     the profile's attention efficiency describes (``FrameworkProfile.attention_speed``).
+    ``eager_elementwise``: the framework's ``eager_elementwise`` (projection.workload.eager_elementwise_bytes).
     """
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
@@ -110,6 +112,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         host_launch_s=host_launch_s,
         exp_per_s=(hardware.num_compute_units * hardware.boost_clock_ghz * 1e9
                    * SFU_EXP_PER_CLOCK_PER_SM.get(hardware.family, 0)),
+        eager_elementwise=eager_elementwise,
     )
 
 

@@ -478,7 +478,7 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency, framework.host_launch_s,
-                         framework.attention_speed(hardware.family))
+                         framework.attention_speed(hardware.family), framework.eager_elementwise)
     net = network_for(hardware, cluster, profile)
     # measured-mode hook (bench/restore.py)
     costs = (dict(layer_costs) if layer_costs is not None

@@ -69,6 +69,13 @@ class FrameworkProfile(BaseModel):
         0.0, ge=0, le=1e-4, description="Host (CPU) time to dispatch one kernel in eager mode, seconds: a layer "
         "takes at least its kernel count times this (TP that halves GPU work does not halve launches). 0 for "
         "compiled programs (XLA) and CUDA-graph-captured steps.")
+    eager_elementwise: bool = Field(
+        False, description="The framework's default step runs a transformer block's element-wise code as eager "
+        "PyTorch, one ATen kernel per op: the RMSNorms, rotary embedding and SwiGLU product of its model file, and "
+        "their autograd backward, instead of the fused kernels the device profiles are fitted on (Transformer "
+        "Engine's fused RMSNorm, fused RoPE, Megatron-core's bias-SwiGLU fusion). Priced as HBM passes "
+        "(projection.workload.eager_elementwise_bytes). A documented default of the framework (torch.compile off), "
+        "not fitted.")
     recompute_regathers_params: bool = Field(
         True, description="With ZeRO-3 and full recompute, the recompute forward all-gathers the parameters again "
         "(DeepSpeed ZeRO-3 with activation checkpointing: 3 gathers per micro-batch); False when the backward's "

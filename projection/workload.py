@@ -198,6 +198,107 @@ def tp_gather_bytes(config: TrainingConfig) -> float:
     return ACT_BYTES
 
 
+# Eager element-wise code (FrameworkProfile.eager_elementwise: torchtitan, whose job config leaves torch.compile off by
+# default: ``--training.compile`` is a store_true flag, pytorch/torchtitan@0011fb90 torchtitan/config_manager.py, and
+# the 64-A100 presets of its docs/performance.md set ``compile = false`` with ``norm_type = "rmsnorm"``, not the
+# Triton ``fused_rmsnorm``, train_configs/llama2_13b.toml @0c355e6f, llama2_70b.toml @08e53794).  Each ATen op is one
+# kernel that reads its inputs from HBM and writes its output back; the bytes per element below are counted from the
+# model code (bf16 activations, fp32 where the code upcasts) and, for the backward, from the autograd formulas of
+# those ops (pytorch/pytorch@002ca671 torch/csrc/autograd/FunctionsManual.cpp: mul_tensor_backward ``grad *
+# other``, pow_backward ``grad * (exp * self.pow(exp - 1))``, mean_backward ``sum_backward(grad).expand / n``;
+# a weight's gradient is the product reduced over the tokens, and a tensor used twice has its gradients summed).
+# - RMSNorm (torchtitan/models/norms.py @22ac9448: ``output = self._norm(x.float()).type_as(x); output *
+#   self.weight``, ``_norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)``), per token x hidden
+#   element: forward float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 B in 8 kernels
+#   (the add and rsqrt are [T, 1]); backward: * weight (grad 2+2, weight grad 2+2+2 and its reduction 2) 12,
+#   to-fp32 2+4, * rsqrt (4+4, and the rsqrt grad 4+4+4 with its row sum 4) 24, mean 4, pow (self.pow(1) copy 4+4,
+#   * 2 4+4, * grad 4+4+4) 28, summing x's two gradients 4+4+4, to-bf16 4+2 = 92 B in about 15 kernels.
+# - RoPE (torchtitan/models/llama/model.py apply_rotary_emb: ``view_as_complex(xq.float()...)``, ``xq_ *
+#   freqs_cis``, ``view_as_real(...).type_as(xq)``, the same for xk), per element of q and of k: forward float()
+#   2+4, complex multiply 4+4, type_as 4+2 = 20 B in 3 kernels per tensor (the views are free, freqs_cis is a
+#   buffer without gradient); backward the same three passes in reverse, 20 B.
+# - SwiGLU (FeedForward.forward: ``self.w2(F.silu(self.w1(x)) * self.w3(x))``), per FFN element: forward silu 2+2,
+#   product 4+2 = 10 B in 2 kernels; backward both product gradients (4+2 each) and silu_backward (4+2) = 18 B in
+#   3 kernels.
+# The fused kernels every framework is charged (layer_cost: FUSED_*_BYTES forward, twice that backward) are replaced
+# by these; the residual adds are separate kernels under both stacks and stay as charged.  The host dispatch floor
+# (host_launch_s) counts these kernels as launches, but it is a max() against the GPU time, not a sum, so nothing is
+# charged twice.  Check (after the fact, nothing fitted on it): torchtitan's H100 Llama 3.1 8B eager / torch.compile
+# pairs (benchmarks/llama3_h100_202412_torchtitan.md @b5bcd76c, 8 and 128 GPUs, bf16, per-op SAC; left out of the
+# fits, seq_len not stated) measure a 1.157 / 1.162 compile speed-up; with the torchtitan default seq_len 8192 this
+# term accounts for 1.19 / 1.20 (compile keeps one read and write per fused group, so somewhat less is expected).
+EAGER_NORM_BYTES = (36.0, 92.0)       # (forward, backward) HBM bytes per token x hidden element of one RMSNorm
+EAGER_ROPE_BYTES = (20.0, 20.0)       # per element of q and of k
+EAGER_SWIGLU_BYTES = (10.0, 18.0)     # per FFN (gate) element
+EAGER_NORM_KERNELS = (8, 15)
+EAGER_ROPE_KERNELS = (6, 6)           # q and k
+EAGER_SWIGLU_KERNELS = (2, 3)
+# What layer_cost charges the same ops as fused kernels (per element, forward; the backward twice): a norm and the
+# rotary embedding read and write their tensor once (TE fused RMSNorm, fused apply_rotary_pos_emb), the fused
+# gated activation reads gate and up and writes the product.
+FUSED_NORM_BYTES = 2 * ACT_BYTES
+FUSED_ROPE_BYTES = 2 * ACT_BYTES
+FUSED_GATED_ACT_BYTES = 3 * ACT_BYTES
+# repeat_kv (torchtitan/models/llama/model.py: ``unsqueeze(x, dim=3).expand(bs, slen, n_kv_heads, n_rep,
+# head_dim).reshape(...)``: a reshape of an expanded tensor copies) materialises K and V at the query head count
+# before SDPA when n_rep > 1 (GQA): per token each of K and V reads its kv width and writes the q width (bf16), and
+# the backward (expand's gradient, a sum over the repeats) reads the q width and writes the kv width.  Flash and TE
+# attention take GQA K/V as they are, so only REPEATED_KV_FRAMEWORKS pay.  The copy stays under torch.compile (SDPA
+# is an extern kernel that needs its inputs materialised), so it is keyed on the framework, not on eager_elementwise.
+REPEAT_KV_KERNELS = 2                 # K and V, forward and backward
+
+
+@dataclass(frozen=True, slots=True)
+class EagerPasses:
+    """Element-wise work a framework's code adds beyond what layer_cost charges as fused kernels (one layer
+    forward of one micro-batch): HBM bytes and kernels of the forward and of the backward, by recompute module."""
+
+    norm_fwd: float = 0.0
+    rope_fwd: float = 0.0
+    act_fwd: float = 0.0
+    repeat_fwd: float = 0.0
+    bwd: float = 0.0
+    kernels_fwd: int = 0
+    kernels_bwd: int = 0
+
+    @property
+    def fwd(self) -> float:
+        return self.norm_fwd + self.rope_fwd + self.act_fwd + self.repeat_fwd
+
+
+NO_EAGER_PASSES = EagerPasses()
+
+
+def eager_elementwise_bytes(model: ModelSpec, config: TrainingConfig, rates: DeviceRates, norm_elements: float,
+                            rope_elements: float, act_elements: float, repeat_elements: float) -> EagerPasses:
+    """Extra HBM bytes and kernels of a layer's unfused element-wise code (see EAGER_NORM_BYTES).
+
+    ``norm_elements``: token x hidden elements of the two norms together; ``rope_elements``: elements of q and k;
+    ``act_elements``: gated-activation (gate) elements; ``repeat_elements``: token x (kv width + q width) elements of
+    one repeated tensor (0 without repeat_kv).  Eager passes apply under ``rates.eager_elementwise`` (gated MLPs only
+    for the activation); repeat_kv under REPEATED_KV_FRAMEWORKS.
+    """
+    eager = rates.eager_elementwise
+    repeat = repeat_elements if config.framework in REPEATED_KV_FRAMEWORKS else 0.0
+    if not eager and repeat <= 0:
+        return NO_EAGER_PASSES
+    norm = (EAGER_NORM_BYTES[0] - FUSED_NORM_BYTES, EAGER_NORM_BYTES[1] - 2 * FUSED_NORM_BYTES)
+    rope = (EAGER_ROPE_BYTES[0] - FUSED_ROPE_BYTES, EAGER_ROPE_BYTES[1] - 2 * FUSED_ROPE_BYTES)
+    gated = eager and model.gated_mlp
+    act = (EAGER_SWIGLU_BYTES[0] - FUSED_GATED_ACT_BYTES, EAGER_SWIGLU_BYTES[1] - 2 * FUSED_GATED_ACT_BYTES)
+    repeat_bytes = 2 * ACT_BYTES * repeat          # K and V
+    kernels = (2 * (EAGER_NORM_KERNELS[0] - 1) + EAGER_ROPE_KERNELS[0] - 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * gated,
+               2 * (EAGER_NORM_KERNELS[1] - 2) + EAGER_ROPE_KERNELS[1] - 2 + (EAGER_SWIGLU_KERNELS[1] - 2) * gated)
+    rk = REPEAT_KV_KERNELS if repeat > 0 else 0
+    if not eager:
+        return EagerPasses(repeat_fwd=repeat_bytes, bwd=repeat_bytes, kernels_fwd=rk, kernels_bwd=rk)
+    return EagerPasses(
+        norm_fwd=norm[0] * norm_elements, rope_fwd=rope[0] * rope_elements,
+        act_fwd=act[0] * act_elements * gated, repeat_fwd=repeat_bytes,
+        bwd=norm[1] * norm_elements + rope[1] * rope_elements + act[1] * act_elements * gated + repeat_bytes,
+        kernels_fwd=kernels[0] + rk, kernels_bwd=kernels[1] + rk)
+
+
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
     """(GPU kernel overheads, host launches) of one grouped GEMM over ``local_experts`` experts, beyond the one
     kernel every GEMM is charged (see TE_GROUPED_GEMM_FRAMEWORKS)."""
@@ -551,7 +652,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         clamp_bytes, clamp_kernels = activation_clamp(model, config, routed, ffn_local)
         stream_bytes += clamp_bytes
         kernels += clamp_kernels
-        act_bytes = 3 * ACT_BYTES * routed * ffn_local      # gated activation: read gate + up, write the product
+        act_elements = routed * ffn_local
+        act_bytes = FUSED_GATED_ACT_BYTES * act_elements    # gated activation: read gate + up, write the product
         dispatch_bytes = ACT_BYTES * tokens * model.top_k / t * h * cf
         if config.moe_dispatcher == "allgather":
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
@@ -562,14 +664,21 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     else:
         linear(tokens, mats * model.ffn_hidden_size / t, h, parts=(1.0 / mats,) * mats)
         linear(tokens, h, model.ffn_hidden_size / t)
-        act_bytes = 3 * ACT_BYTES * tokens * model.ffn_hidden_size / t
+        act_elements = tokens * model.ffn_hidden_size / t
+        act_bytes = FUSED_GATED_ACT_BYTES * act_elements
         stream_bytes += act_bytes
     mlp_gemms = fwd - mlp_start
     sp_div = t if config.sequence_parallel else 1
-    norm_bytes = 4 * ACT_BYTES * tokens * h / sp_div                  # 2 norms, read + write each
-    stream_bytes += 10 * ACT_BYTES * tokens * h / sp_div              # 2 norms, 2 residual adds (read+write)
-    rope_bytes = 2 * ACT_BYTES * tokens * (model.q_width + model.kv_width) / t   # rotary embedding of q and k
+    norm_elements = 2 * tokens * h / sp_div                           # 2 norms
+    norm_bytes = FUSED_NORM_BYTES * norm_elements                     # read + write each
+    stream_bytes += norm_bytes + 6 * ACT_BYTES * tokens * h / sp_div  # and 2 residual adds (read 2, write 1)
+    rope_elements = tokens * (model.q_width + model.kv_width) / t
+    rope_bytes = FUSED_ROPE_BYTES * rope_elements                     # rotary embedding of q and k
     stream_bytes += rope_bytes
+    repeat_elements = (tokens * (model.kv_width + model.q_width) / t
+                       if not model.uses_mla and model.num_kv_heads < model.num_attention_heads else 0.0)
+    eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, act_elements,
+                                    repeat_elements)
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
         stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
                                                                                     dims.etp)
@@ -578,7 +687,9 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         kernels += extra_casts
         launches += cast_launches - extra_casts
     stream = streaming_s(stream_bytes, kernels, rates)
-    launches += kernels + 1       # element-wise kernels and the attention kernel
+    launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
+    eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
+    eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
     host_fwd = launches * rates.host_launch_s
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
@@ -595,23 +706,27 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
     # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
-    fwd_total = max(fwd + attn_fwd + stream + fixed, host_fwd)
-    bwd_total = bwd_in + attn_bwd + 2 * stream + 2 * fixed
+    fwd_total = max(fwd + attn_fwd + stream + eager_fwd + fixed, host_fwd)
+    bwd_total = bwd_in + attn_bwd + 2 * stream + eager_bwd + 2 * fixed
     bwd_total = max(bwd_total, 2 * host_fwd - bwd_w)
     # What selective recompute of each module re-runs (Megatron-core TransformerConfig.recompute_modules):
     # its GEMMs at the same rates, its element-wise passes at the streaming rate (one kernel each).
-    act_s = streaming_s(act_bytes, 1, rates)
+    # Eager element-wise code re-runs with its module, at its own bytes and kernels (EAGER_*_KERNELS forward).
+    eager_act = bool(eager.act_fwd)
+    act_s = streaming_s(act_bytes + eager.act_fwd, 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * eager_act, rates)
     if moe:                       # recomputing moe_act re-runs the clamps in front of the fused activation too
         act_s += streaming_s(clamp_bytes, clamp_kernels, rates)
-    norm_s = streaming_s(norm_bytes, 2, rates)
+    eager_norm = bool(eager.norm_fwd)
+    norm_s = streaming_s(norm_bytes + eager.norm_fwd, 2 * (EAGER_NORM_KERNELS[0] if eager_norm else 1), rates)
     modules = {"layernorm": norm_s, "mlp": mlp_gemms + act_s} if not moe else {
         "layernorm": norm_s, "moe": mlp_gemms + act_s + fixed, "moe_act": act_s}
     if shared:
         modules["shared_experts"] = shared
     if up_proj:
         modules["mla_up_proj"] = up_proj
-    rope_s = streaming_s(rope_bytes, 1, rates)
-    modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s
+    rope_s = streaming_s(rope_bytes + eager.rope_fwd, EAGER_ROPE_KERNELS[0] if eager.rope_fwd else 1, rates)
+    repeat_s = streaming_s(eager.repeat_fwd, REPEAT_KV_KERNELS, rates) if eager.repeat_fwd else 0.0
+    modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s + repeat_s
     return LayerCost(
         module_fwd_s=tuple(sorted(modules.items())),
         fwd_s=fwd_total,
