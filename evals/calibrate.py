@@ -25,6 +25,7 @@ fitted on, so a setting its record lacks is not absorbed into the parameters oth
 from __future__ import annotations
 
 import datetime
+import difflib
 import multiprocessing
 import os
 import statistics
@@ -363,16 +364,37 @@ def _interval_summary(residuals: list[tuple[str, str, str, bool, float]]) -> tup
     }
 
 
+def held_out_sources(runs: Sequence[FitRun], hold_out: Sequence[str] | None) -> list[str]:
+    """The sources (sweep files) to hold out: all, or those whose file name contains one of ``hold_out``.
+
+    A name that matches no source is an error naming the sources there are (never an empty or partial run).
+    """
+    sources = sorted({r.source for r in runs})
+    if not hold_out:
+        return sources
+    names = [Path(s).name for s in sources]
+    for text in hold_out:
+        if not any(text in name for name in names):
+            near = difflib.get_close_matches(text, names, n=1, cutoff=0.3)
+            raise ProjtuneError(f"--hold-out '{text}' matches no source" + (f"; did you mean '{near[0]}'?" if near
+                                else "") + f" (sources: {', '.join(names)})")
+    return [s for s, name in zip(sources, names, strict=True) if any(text in name for text in hold_out)]
+
+
 def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None, *,
-                   bands_out: Path | None = None) -> dict[str, Any]:
+                   bands_out: Path | None = None, hold_out: Sequence[str] | None = None) -> dict[str, Any]:
     """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}.
 
     ``overall`` also carries the 80%-interval coverage (``interval_coverage_cv``: each source's runs
     against bands built from the other sources' held-out residuals); ``bands_out`` writes the band table
-    of all held-out residuals (what :mod:`projection.uncertainty` ships).
+    of all held-out residuals (what :mod:`projection.uncertainty` ships).  ``hold_out`` (substrings of file
+    names) runs only those sources' folds, each still fitted on every other source: a quick check of a few
+    sources, whose pooled figures cover those sources only (``overall.partial``; no interval table).
     """
     runs = collect_fit_runs(sweeps)
-    sources = sorted({r.source for r in runs})
+    if hold_out and bands_out is not None:
+        raise ProjtuneError("--bands-out needs every source held out: drop --hold-out to write the band table")
+    sources = held_out_sources(runs, hold_out)
     rows: list[SourceScore] = []
     pooled_default: list[float] = []
     pooled_cv: list[float] = []
@@ -433,11 +455,12 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
         "runs_left_out_of_fits": len(fit_evidence(runs)[1]),
+        "partial": bool(hold_out),
     }
     overall["residuals"] = [{"source": Path(s).name, "sweep": sweep, "run": index, "family": f, "framework": w,
                              "moe": m, "measured_over_projected": r}
                             for (s, f, w, m, r), (sweep, index) in zip(residuals, residual_runs, strict=True)]
-    if residuals:
+    if residuals and not hold_out:
         table, coverage = _interval_summary(residuals)
         overall.update(coverage)
         if bands_out is not None:

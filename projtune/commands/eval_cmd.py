@@ -176,6 +176,9 @@ def calibrate_command(
     bands_out: Annotated[Path | None, typer.Option(
         "--bands-out", help="With --cross-validate: write the 80%-interval table "
         "(projection/catalog/uncertainty/bands.yaml) from the held-out residuals.")] = None,
+    hold_out: Annotated[list[str] | None, typer.Option(
+        "--hold-out", help="With --cross-validate: only hold out the sources whose file name contains this "
+        "(repeatable); each fold still fits on every other source. A quick check; figures cover those sources.")] = None,
     fit_all: Annotated[bool, typer.Option("--all", help="Fit every family with enough runs.")] = False,
     out_dir: Annotated[Path | None, typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
     as_json: JsonOpt = False,
@@ -197,9 +200,12 @@ def calibrate_command(
              "(../shared/specs/sweep-format.md)")
     note = None if as_json else (lambda text: err.print(text, highlight=False))
     if cross_validate:
-        _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out),
+        _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out,
+                                                         hold_out=hold_out),
                                 as_json)
         return
+    if hold_out:
+        fail("--hold-out goes with --cross-validate (the sources to hold out)")
     if fit_all:
         if out_dir is None:
             fail("--all needs --out-dir (e.g. projection/catalog/profiles)")
@@ -272,8 +278,12 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
         table.add_row(Path(row.source).stem, str(row.runs), ",".join(row.families), _pct(row.mape_default),
                       _pct(row.mape_cv))
     o = cv["overall"]
-    table.add_row("overall", str(o["runs"]), "", _pct(o["mape_default"]), _pct(o["mape_cv"]), style="bold")
+    table.add_row("these sources" if o.get("partial") else "overall", str(o["runs"]), "", _pct(o["mape_default"]),
+                  _pct(o["mape_cv"]), style="bold")
     Console().print(table)
+    if o.get("partial"):
+        for item in o["residuals"]:
+            typer.echo(f"  {item['measured_over_projected']:.3f} measured/projected  {item['sweep']} #{item['run']}")
     for vendor, item in (o.get("by_vendor") or {}).items():
         typer.echo(f"held-out {vendor.upper()} runs: {item['runs']}, MAPE {_pct(item['mape_cv'])}")
     if o.get("mape_cv_described") is not None:

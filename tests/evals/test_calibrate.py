@@ -270,3 +270,20 @@ def test_calibrate_refuses_an_empty_folder(tmp_path) -> None:
     result = runner.invoke(app, ["calibrate", "--cross-validate", str(tmp_path)])
     assert result.exit_code == 2
     assert "no sweep in" in result.output
+
+
+def test_hold_out_runs_only_the_named_folds_with_the_same_figures() -> None:
+    sweeps = load_sweep_files([KORTHIKANTI, MEGATRON_LM]).sweeps
+    full = {Path(r.source).name: r.mape_cv for r in calibrate.cross_validate(sweeps)["sources"]}
+    quick = calibrate.cross_validate(sweeps, hold_out=["korthikanti"])
+    assert [Path(r.source).name for r in quick["sources"]] == ["korthikanti-2022.yaml"]
+    assert quick["sources"][0].mape_cv == pytest.approx(full["korthikanti-2022.yaml"])  # still fitted on the rest
+    assert quick["overall"]["partial"] and "interval_coverage_cv" not in quick["overall"]
+    with pytest.raises(calibrate.ProjtuneError, match="did you mean 'korthikanti-2022.yaml'"):
+        calibrate.cross_validate(sweeps, hold_out=["korthikant1"])
+    with pytest.raises(calibrate.ProjtuneError, match="--bands-out needs every source"):
+        calibrate.cross_validate(sweeps, hold_out=["korthikanti"], bands_out=Path("unused.yaml"))
+    result = runner.invoke(app, ["calibrate", "--cross-validate", str(KORTHIKANTI), str(MEGATRON_LM),
+                                 "--hold-out", "megatron-lm"])
+    assert result.exit_code == 0, result.output
+    assert "these sources" in result.stdout and "measured/projected  megatron-lm-" in result.stdout
