@@ -307,6 +307,22 @@ def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
     return -(-local_experts // TE_GROUPED_GEMM_STREAMS) - 1, local_experts - 1
 
 
+def single_expert_gemm(framework: str, local_experts: int) -> bool:
+    """True when a GPU's routed-expert GEMMs are ordinary dense GEMMs: one local expert under Transformer Engine.
+
+    Megatron-core builds the experts as TEGroupedMLP (``moe_grouped_gemm``) or SequentialMLP; with one local
+    expert (num_experts == ep, e.g. Mixtral 8x7B at EP 8) TEGroupedMLP's GroupedLinear holds ``num_gemms`` = 1
+    and TE's ``general_grouped_gemm`` hands that one GEMM to nvte_multi_stream_cublas_gemm, which issues one
+    cublasLtMatmul on the first compute stream (NVIDIA/TransformerEngine@5c62f728
+    transformer_engine/common/gemm/cublaslt_gemm.cu, see TE_GROUPED_GEMM_FRAMEWORKS); SequentialMLP runs the one
+    expert as a plain MLP of TE Linear layers.  Either way it is one ordinary cuBLAS GEMM over all the routed
+    rows, priced by the dense tile/wave model at the dense GEMM efficiency, not by the ragged grouped-GEMM
+    efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of several unequal expert GEMMs.  Other frameworks run a
+    single-group call through a grouped kernel (torch._grouped_mm, ragged_dot, Primus-Turbo), which keeps it.
+    """
+    return local_experts == 1 and framework in TE_GROUPED_GEMM_FRAMEWORKS
+
+
 def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, local_experts: int
                       ) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of TEGroupedMLP's unfused, per-expert fc2 bias add
@@ -634,8 +650,9 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        # batched dense GEMMs on the einsum path, a ragged grouped GEMM otherwise
-        grouped_eff = 1.0 if einsum_path else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
+        # batched dense GEMMs on the einsum path and for a lone TE expert, a ragged grouped GEMM otherwise
+        grouped_eff = (1.0 if einsum_path or single_expert_gemm(config.framework, local_experts)
+                       else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M))
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
