@@ -57,10 +57,10 @@ from evals.fit import (
 from evals.record_issues import DOCUMENTED_RECORD_ISSUES, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
-from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
-from projection.uncertainty import BandTable, band_for, build_table, write_table
 from projection.errors import ProjtuneError
 from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
+from projection.uncertainty import BandTable, band_for, build_table, write_table
 
 MIN_FIT_RUNS = 3
 """Fewest complete scored runs a GPU or family needs to be fitted."""

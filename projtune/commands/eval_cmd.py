@@ -178,7 +178,8 @@ def calibrate_command(
         "(projection/catalog/uncertainty/bands.yaml) from the held-out residuals.")] = None,
     hold_out: Annotated[list[str] | None, typer.Option(
         "--hold-out", help="With --cross-validate: only hold out the sources whose file name contains this "
-        "(repeatable); each fold still fits on every other source. A quick check; figures cover those sources.")] = None,
+        "(repeatable); each fold still fits on every other source. A quick check; figures cover those "
+        "sources.")] = None,
     fit_all: Annotated[bool, typer.Option("--all", help="Fit every family with enough runs.")] = False,
     out_dir: Annotated[Path | None, typer.Option("--out-dir", help="With --all: folder for <family>.yaml.")] = None,
     as_json: JsonOpt = False,

@@ -2,7 +2,8 @@
 
 Runs come from two small development files (korthikanti-2022.yaml: Korthikanti et al. 2022
 Table 5, 8 complete A100 runs; megatron-lm.yaml: Megatron-LM README tables, 3 runs of which 2 have a
-documented record issue and are never fitted on), so the fits here take seconds. Only the harness is checked, not how good the fit is.
+documented record issue and are never fitted on), so the fits here take seconds. Only the harness is
+checked, not how good the fit is.
 """
 
 from __future__ import annotations
@@ -105,9 +106,9 @@ def test_cross_validation_reports_interval_coverage(tmp_path: Path) -> None:
     overall = cv["overall"]
     assert 0 <= overall["interval_coverage_in_sample"] <= 1
     assert overall["interval_coverage_cv"] is not None
-    from projection.uncertainty import BandTable
-
     import yaml
+
+    from projection.uncertainty import BandTable
 
     table = BandTable.model_validate(yaml.safe_load(bands.read_text()))
     assert table.default.runs == overall["runs"]

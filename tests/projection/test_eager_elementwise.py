@@ -19,8 +19,15 @@ from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
-from projection.workload import (EAGER_NORM_BYTES, EAGER_ROPE_BYTES, EAGER_SWIGLU_BYTES, NO_EAGER_PASSES, OP_SAC,
-                                 eager_elementwise_bytes, layer_cost)
+from projection.workload import (
+    EAGER_NORM_BYTES,
+    EAGER_ROPE_BYTES,
+    EAGER_SWIGLU_BYTES,
+    NO_EAGER_PASSES,
+    OP_SAC,
+    eager_elementwise_bytes,
+    layer_cost,
+)
 
 A100 = load_hardware("a100-80gb")
 PROFILE = DeviceProfile(hardware_id="a100-80gb", gemm_efficiency=0.75, low_precision_gemm_efficiency=0.75,

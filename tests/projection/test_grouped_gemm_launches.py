@@ -11,14 +11,11 @@ from __future__ import annotations
 import pytest
 
 from projection import workload
-from projection.collectives import network_params_from_hardware, place_group
 from projection.compute import device_rates
 from projection.device_profile import DeviceProfile
 from projection.hardware import load_hardware
-from projection.layout import parallel_dims
 from projection.model_spec import load_model
-from projection.training_config import Cluster, TrainingConfig
-from projection.workload import CommGroups, grouped_gemm_kernels, layer_cost
+from projection.workload import grouped_gemm_kernels
 
 QWEN = load_model("qwen3-235b-a22b")
 B200 = load_hardware("b200")
@@ -35,29 +32,26 @@ def test_kernel_counts_follow_te_streams() -> None:
     assert grouped_gemm_kernels("torchtitan", 16) == (0, 0)
 
 
-def _moe_layer(framework: str, ep: int):
-    cluster = Cluster(gpu="b200", num_gpus=64)
-    config = TrainingConfig(framework=framework, mbs=1, gbs=64, seq_len=4096, ep=ep, zero=1)
-    dims = parallel_dims(config, cluster)
-    net = network_params_from_hardware(B200)
-    groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(1, 1, net), ep=place_group(ep, 1, net))
-    return layer_cost(QWEN, 0, config, dims, device_rates(B200, PROFILE, "bf16"), net, groups)
+@pytest.fixture
+def moe_layer(b200_moe_layer):
+    rates = device_rates(B200, PROFILE, "bf16")
+    return lambda framework, ep: b200_moe_layer(QWEN, framework, ep, rates, mbs=1, gbs=64)
 
 
-def test_per_expert_gemms_cost_kernel_overheads(monkeypatch: pytest.MonkeyPatch) -> None:
-    with_term = _moe_layer("megatron", 8)
+def test_per_expert_gemms_cost_kernel_overheads(monkeypatch: pytest.MonkeyPatch, moe_layer) -> None:
+    with_term = moe_layer("megatron", 8)
     monkeypatch.setattr(workload, "TE_GROUPED_GEMM_FRAMEWORKS", frozenset())
-    without = _moe_layer("megatron", 8)
+    without = moe_layer("megatron", 8)
     extra = 2 * 3 * PROFILE.kernel_overhead_s     # fc1 + fc2, 3 more kernel overheads each (16 experts, 4 streams)
     assert with_term.fwd_s - without.fwd_s == pytest.approx(extra)
     assert with_term.bwd_input_s - without.bwd_input_s == pytest.approx(extra)
     assert with_term.bwd_weight_s - without.bwd_weight_s == pytest.approx(extra)
 
 
-def test_fewer_local_experts_pay_less() -> None:
+def test_fewer_local_experts_pay_less(moe_layer) -> None:
     # EP32 holds 4 of the 128 experts: no extra kernel overheads beyond the one of every GEMM
-    ep8, ep32 = _moe_layer("megatron", 8), _moe_layer("megatron", 32)
-    gap8 = ep8.bwd_weight_s - _moe_layer("jax", 8).bwd_weight_s
-    gap32 = ep32.bwd_weight_s - _moe_layer("jax", 32).bwd_weight_s
+    ep8, ep32 = moe_layer("megatron", 8), moe_layer("megatron", 32)
+    gap8 = ep8.bwd_weight_s - moe_layer("jax", 8).bwd_weight_s
+    gap32 = ep32.bwd_weight_s - moe_layer("jax", 32).bwd_weight_s
     assert gap8 == pytest.approx(2 * 3 * PROFILE.kernel_overhead_s)
     assert gap32 == pytest.approx(0.0, abs=1e-12)
