@@ -54,7 +54,7 @@ from evals.fit import (
     pristine_profile,
     projected_value,
 )
-from evals.record_issues import DOCUMENTED_RECORD_ISSUES, documented_issue, fit_evidence, left_out_text
+from evals.record_issues import DOCUMENTED_RECORD_ISSUES, checks_entry, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
 from projection.errors import ProjtuneError
@@ -208,9 +208,8 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
     for name in sorted({r.framework for r in left_out} - {r.framework for r in runs} - {REFERENCE_FRAMEWORK}):
         members = sorted({r.sweep.name for r in left_out if r.framework == name})
         note = (f"{datetime.date.today().isoformat()}: not fitted (multipliers 1.0): all {len(members)} of its "
-                "development sweeps have a record the fit leaves out (evals.record_issues; "
-                + ", ".join(sorted({str(documented_issue(r)).split(":", 1)[0] for r in left_out
-                                    if r.framework == name})) + ")")
+                "development sweeps have a record the fit leaves out (evals.record_issues; CHECKS.md "
+                + ", ".join(sorted({str(checks_entry(r)) for r in left_out if r.framework == name}, key=int)) + ")")
         _write_framework(pristine_framework(name), frameworks, note, [])
     for sweep in sweeps:
         gpu = sweep.sweep.cluster.gpu
@@ -275,8 +274,8 @@ def _fold_text(train: Sequence[FitRun], parameters: dict[str, list[str]]) -> str
 
 # Parameters that describe the software stack and the network more than the die: a GPU no fold has
 # fitted borrows them (median over the fold's fitted groups) instead of the DeviceProfile defaults.
-TRANSFERRED = ("scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fraction", "tp_overlap_fraction", "ep_overlap_fraction",
-               "kernel_overhead_s", "moe_layer_overhead_s")
+TRANSFERRED = ("scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fraction", "tp_overlap_fraction",
+               "ep_overlap_fraction", "kernel_overhead_s", "moe_layer_overhead_s")
 
 
 def held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
@@ -401,8 +400,9 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
     pooled_described: list[float] = []
     residuals: list[tuple[str, str, str, bool, float]] = []
     residual_runs: list[tuple[str, int]] = []      # (sweep, run index) of each residual, for the JSON
-    if progress and fit_evidence(runs)[1]:
-        progress("every fold " + left_out_text(fit_evidence(runs)[1]))
+    left_out = fit_evidence(runs)[1]
+    if progress and left_out:
+        progress("every fold " + left_out_text(left_out))
     fits = _fit_folds(runs, sources, progress)
     by_vendor: dict[str, list[float]] = {}
     for source in sources:
@@ -454,7 +454,7 @@ def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = No
         "by_vendor": {v: {"runs": len(e), "mape_cv": statistics.fmean(e)} for v, e in sorted(by_vendor.items())},
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
-        "runs_left_out_of_fits": len(fit_evidence(runs)[1]),
+        "runs_left_out_of_fits": len(left_out),
         "partial": bool(hold_out),
     }
     overall["residuals"] = [{"source": Path(s).name, "sweep": sweep, "run": index, "family": f, "framework": w,

@@ -51,6 +51,12 @@ def documented_issue(item: FitRun) -> str | None:
     return DOCUMENTED_RECORD_ISSUES.get((item.sweep.sweep.name, item.run.index))
 
 
+def checks_entry(item: FitRun) -> str | None:
+    """The CHECKS.md entry number of a run's documented record issue ("15"), or None."""
+    why = documented_issue(item)
+    return why.split(":", 1)[0].removeprefix("CHECKS.md ") if why else None
+
+
 def fit_evidence(runs: Sequence[FitRun]) -> tuple[list[FitRun], list[FitRun]]:
     """Split ``runs`` into (fitted on, left out): the left-out runs are those with a documented record issue."""
     kept = [r for r in runs if documented_issue(r) is None]
@@ -61,7 +67,7 @@ def left_out_text(left_out: Sequence[FitRun]) -> str:
     """One line naming how many runs a fit left out, per CHECKS.md entry ("" when none)."""
     if not left_out:
         return ""
-    entries = Counter(str(documented_issue(r)).split(":", 1)[0].removeprefix("CHECKS.md ") for r in left_out)
+    entries = Counter(checks_entry(r) for r in left_out)
     listed = ", ".join(f"{n} (entry {e})" for e, n in sorted(entries.items(), key=lambda kv: int(kv[0])))
     return (f"left {len(left_out)} runs out of the fit, still scored: their records cannot describe the run "
             f"(evals/data/CHECKS.md): {listed}")
