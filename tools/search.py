@@ -86,9 +86,11 @@ def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], l
     configs: list[TrainingConfig] = []
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
-        values = {"gbs": request.gbs, "seq_len": request.seq_len, **raw}
-        if request.packed_document_tokens is not None and raw.get("packed_document_tokens") is None:
-            values["packed_document_tokens"] = request.packed_document_tokens
+        # the job's own fields fill what a candidate leaves out (a candidate may still state its own)
+        job_fields = {"gbs": request.gbs, "seq_len": request.seq_len, "finetune": request.finetune,
+                      "packed_document_tokens": request.packed_document_tokens}
+        values = {**{k: v for k, v in job_fields.items() if v is not None},
+                  **{k: v for k, v in raw.items() if v is not None or k not in job_fields}}
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:

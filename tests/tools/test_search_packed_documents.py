@@ -57,6 +57,17 @@ def test_explicit_candidates_take_the_jobs_packing_unless_they_give_their_own() 
     assert sorted(c.config["packed_document_tokens"] for c in result.ranked) == [256, 1024]
 
 
+def test_explicit_candidates_take_the_jobs_fine_tuning_mode() -> None:
+    # LoRA freezes the base weights (no Adam states or fp32 gradients for them): the layout that a full fine-tune
+    # cannot fit on 8 H100 fits as LoRA, and is projected as the job says, not as pre-training
+    job = {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 8, "gbs": 32, "seq_len": 4096}
+    layout = {"tp": 1, "pp": 1, "mbs": 1, "zero": 1}
+    full = run_search(SearchRequest(**job, candidates=[layout]), workers=1)
+    lora = run_search(SearchRequest(**job, finetune="lora", candidates=[layout]), workers=1)
+    assert not full.ranked and "memory screen" in (full.message or "")
+    assert [c.config.get("finetune") for c in lora.ranked] == ["lora"]
+
+
 @pytest.mark.parametrize(("value", "says"), [
     (32768, "32768 tokens per packed document is more than seq_len 16384"),
     (0, "greater than or equal to 1"),
