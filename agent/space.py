@@ -22,7 +22,7 @@ from projection.job import resolve_job
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
-from tools.candidates import SearchSpace, in_space
+from tools.candidates import SearchSpace, in_space, with_job_fields
 from tools.constraints import Constraints
 from tools.framework_rules import framework_violations, launch_framework_of
 
@@ -96,9 +96,8 @@ class Job:
 
     def check(self, raw: dict[str, Any]) -> Checked:
         """Validate a proposed config dict: types, legality, then the request's constraints."""
-        values = {"gbs": self.gbs, "seq_len": self.seq_len, "finetune": self.finetune,
-                  "packed_document_tokens": self.packed_document_tokens,
-                  **{k: v for k, v in raw.items() if v is not None}}
+        values = with_job_fields({k: v for k, v in raw.items() if v is not None}, gbs=self.gbs, seq_len=self.seq_len,
+                                 finetune=self.finetune, packed_document_tokens=self.packed_document_tokens)
         try:
             config = TrainingConfig(**values)
         except (ValidationError, TypeError) as err:

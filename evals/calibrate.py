@@ -25,7 +25,6 @@ fitted on, so a setting its record lacks is not absorbed into the parameters oth
 from __future__ import annotations
 
 import datetime
-import difflib
 import multiprocessing
 import os
 import statistics
@@ -56,6 +55,7 @@ from evals.fit import (
 )
 from evals.record_issues import DOCUMENTED_RECORD_ISSUES, checks_entry, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
+from evals.sweep_models import nearest
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
 from projection.errors import ProjtuneError
 from projection.framework_profile import FrameworkProfile, framework_profile
@@ -374,8 +374,8 @@ def held_out_sources(runs: Sequence[FitRun], hold_out: Sequence[str] | None) -> 
     names = [Path(s).name for s in sources]
     for text in hold_out:
         if not any(text in name for name in names):
-            near = difflib.get_close_matches(text, names, n=1, cutoff=0.3)
-            raise ProjtuneError(f"--hold-out '{text}' matches no source" + (f"; did you mean '{near[0]}'?" if near
+            near = nearest(text, names)
+            raise ProjtuneError(f"--hold-out '{text}' matches no source" + (f"; did you mean '{near}'?" if near
                                 else "") + f" (sources: {', '.join(names)})")
     return [s for s, name in zip(sources, names, strict=True) if any(text in name for text in hold_out)]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 import sys
@@ -12,6 +11,7 @@ from typing import Any, TypeVar
 import typer
 from pydantic import ValidationError
 
+from evals.sweep_models import nearest
 from projection.errors import ProjtuneError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,8 +30,8 @@ def validation_message(err: ValidationError) -> str:
         hint = ""
         if item["type"] == "literal_error" and isinstance(item.get("input"), str):
             allowed = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
-            near = difflib.get_close_matches(item["input"].lower(), allowed, n=1, cutoff=0.5)
-            hint = f"; did you mean '{near[0]}'?" if near else ""
+            near = nearest(item["input"].lower(), allowed)
+            hint = f"; did you mean '{near}'?" if near else ""
         parts.append(f"{field}: {msg} (got {item.get('input')!r}){hint}")
     return "; ".join(parts)
 

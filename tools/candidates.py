@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from projection.hardware import HardwareSpec
 from projection.legality import (
@@ -257,6 +257,13 @@ def job_template(space: SearchSpace, finetune: str | None, packed_document_token
     """
     return TrainingConfig(gbs=space.gbs, seq_len=space.seq_len, finetune=finetune,
                           packed_document_tokens=packed_document_tokens)
+
+
+def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
+    """A candidate config dict with the job's fields (gbs, seq_len, finetune, packed_document_tokens, ...) filled
+    in where the candidate leaves them out or sets them to None; a candidate may still state its own."""
+    return {**{k: v for k, v in job.items() if v is not None},
+            **{k: v for k, v in raw.items() if v is not None or k not in job}}
 
 
 def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = None,

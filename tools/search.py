@@ -23,7 +23,7 @@ from projection.memory import MemoryResult
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
-from tools.candidates import break_ties, enumerate_candidates
+from tools.candidates import break_ties, enumerate_candidates, with_job_fields
 from tools.constraints import Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
@@ -86,11 +86,8 @@ def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], l
     configs: list[TrainingConfig] = []
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
-        # the job's own fields fill what a candidate leaves out (a candidate may still state its own)
-        job_fields = {"gbs": request.gbs, "seq_len": request.seq_len, "finetune": request.finetune,
-                      "packed_document_tokens": request.packed_document_tokens}
-        values = {**{k: v for k, v in job_fields.items() if v is not None},
-                  **{k: v for k, v in raw.items() if v is not None or k not in job_fields}}
+        values = with_job_fields(raw, gbs=request.gbs, seq_len=request.seq_len, finetune=request.finetune,
+                                 packed_document_tokens=request.packed_document_tokens)
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:

@@ -34,8 +34,8 @@ class SearchRequest(BaseModel):
     top_k: int = Field(default=5, ge=1, le=100, description="How many ranked layouts to return.")
     candidates: list[dict[str, Any]] | None = Field(
         default=None, description="Explicit candidate set (sweep-format config dicts): when given, only these "
-                                  "are checked, screened and ranked; gbs, seq_len and packed_document_tokens "
-                                  "fill missing keys.")
+                                  "are checked, screened and ranked; gbs, seq_len, finetune and "
+                                  "packed_document_tokens fill missing keys.")
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
     finetune: Finetune | None = Field(
         default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")

@@ -85,4 +85,4 @@ def test_calibrate_gpu_says_what_it_left_out(tmp_path: Path) -> None:
                                  str(tmp_path / "h100.yaml")])
     # one described run is too few to fit: the error names the two left out and why
     assert result.exit_code != 0
-    assert "need at least" in result.output or "left 2 runs out of the fit" in result.output
+    assert "need at least" in result.output and "left 2 runs out of the fit" in result.output
