@@ -72,6 +72,9 @@ class Diagnosis(BaseModel):
     gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU.")
     change_flags: list[str] = Field(default_factory=list, description="The framework's options to change.")
     searched: int = 0
+    notes: list[str] = Field(default_factory=list, description="What reading the file assumed: framework defaults "
+                             "taken for what it leaves out, layouts and partial recompute as projected, unresolved "
+                             "shell variables.")
     summary: str
 
 
@@ -123,26 +126,38 @@ def _yaml(text: str, source: str) -> Any:
 
 
 def check_megatron_text(text: str, source: str) -> None:
-    """One-line errors for misspelt layout flags and non-integer sizes, naming the line."""
+    """One-line errors for misspelt layout flags and non-integer sizes, naming the line.
+
+    The words are those of the training command after shell expansion (:mod:`tools.launch_shell`); a flag's
+    line is the first line of the file that holds it.
+    """
     from tools.launch_config import known_options
+    from tools.launch_shell import ShellScriptError, command_words
 
     known = sorted(known_options("megatron"))
-    lines = text.replace("\\\n", " \n").splitlines()
-    for number, line in enumerate(lines, 1):
-        words = line.split("#", 1)[0].split()
-        for i, word in enumerate(words):
-            if not word.startswith("--"):
-                continue
-            flag = word.split("=", 1)[0]
-            if flag not in known:
-                near = difflib.get_close_matches(flag, known, n=1, cutoff=0.88)
-                if near:
-                    raise ProjtuneError(f"{source}: line {number}: unknown flag {flag} (did you mean {near[0]}?)")
-            if flag in _INT_FLAGS:
-                value = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
-                if not value.isdigit():
-                    raise ProjtuneError(f"{source}: line {number}: {flag} needs a positive integer, got "
-                                        f"'{value or '(nothing)'}'")
+    lines = text.splitlines()
+
+    def line_of(flag: str) -> int:
+        return next((n for n, line in enumerate(lines, 1) if flag in line.split("#", 1)[0]), 1)
+
+    try:
+        words, unresolved = command_words(text)
+    except ShellScriptError as err:
+        raise ProjtuneError(f"{source}: {err}") from err
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        flag = word.split("=", 1)[0]
+        if flag not in known:
+            near = difflib.get_close_matches(flag, known, n=1, cutoff=0.88)
+            if near:
+                raise ProjtuneError(f"{source}: line {line_of(flag)}: unknown flag {flag} (did you mean {near[0]}?)")
+        if flag in _INT_FLAGS:
+            value = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
+            if not value.isdigit():
+                unset = f"; unresolved in the file: {', '.join(unresolved[:3])}" if unresolved else ""
+                raise ProjtuneError(f"{source}: line {line_of(flag)}: {flag} needs a positive integer, got "
+                                    f"'{value if value and not value.startswith('--') else '(nothing)'}'{unset}")
 
 
 def _norm(text: str) -> str:
@@ -175,6 +190,28 @@ def _catalog_match(shape: dict[str, Any]) -> str | None:
         raise ProjtuneError(f"the model shape matches {', '.join(tied)} (the arguments carry no vocabulary); "
                             "pass --model")
     return tied[0]
+
+
+def _named_model(kind: str, text: str) -> str | None:
+    """The catalog model a Primus ``modules.pre_trainer.model`` file or a torchtitan ``[model]`` names."""
+    from tools.launch_shell import expand_primus
+
+    hints: list[str] = []
+    try:
+        if kind == "primus-yaml":
+            data = yaml.safe_load(expand_primus(text)[0])
+            hints.append(str(data["modules"]["pre_trainer"].get("model") or "").removesuffix(".yaml"))
+        elif kind == "torchtitan-toml":
+            section = tomllib.loads(text).get("model", {})
+            hints += [str(section.get("hf_assets_path", "")).rstrip("/").rsplit("/", 1)[-1],
+                      f"{section.get('name', '')}{section.get('flavor', '')}"]
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
+        return None
+    for hint in (_norm(h) for h in hints if h):
+        found = sorted((m for m in list_model_ids() if _norm(m) == hint or _norm(m) in hint), key=len, reverse=True)
+        if found:
+            return found[0]
+    return None
 
 
 def _megatron_shape(args: dict[str, Any]) -> dict[str, Any]:
@@ -275,13 +312,15 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     from projection.errors import IllegalLayoutError
     from projection.job import resolve_job
     from tools.framework_rules import framework_violations
-    from tools.launch_import import import_launch_config, megatron_args
+    from tools.launch_defaults import fill_defaults
+    from tools.launch_import import import_with_notes, megatron_args
 
     kind, framework, text = read_source(source)
     name = Path(source).name if kind != "megatron-args" or _is_file(source) else (
         source if len(source) < 60 else source[:57] + "...")
     header = (m.groupdict() if (m := _HEADER.search(text)) else {})
     measured: dict[str, float] = {}
+    notes: list[str] = []
     guessed = None
     if kind == "training-log":
         if log_reader is None:
@@ -308,11 +347,17 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
                 tomllib.loads(text)
             except tomllib.TOMLDecodeError as err:
                 raise ProjtuneError(f"{name}: cannot parse TOML: {err}") from err
+        if model is None and not header:
+            guessed = guessed or _named_model(kind, text)
         model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
-        keys = import_launch_config(text, framework, num_layers=load_model(model_id).num_layers)
+        keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers)
+        if model is None and not header.get("model") and guessed:
+            notes.insert(0, f"model {guessed}: named by the file")
     model_id, gpu_id, count = _job(header, model, gpu, num_gpus, guessed, name)
     job = resolve_job(model_id, gpu_id, count, gpus_per_node=gpus_per_node)
     spec, hardware, cluster = job.model, job.hardware, job.cluster
+    if kind != "training-log":
+        notes += fill_defaults(framework, keys, text, count)
     keys.pop("dp", None)
     config = _config(keys, name)
     reasons = layout_violations(spec, hardware, cluster, config)
@@ -321,7 +366,8 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     yours = projected(spec, cluster, config)
     problems = framework_violations(framework, spec, cluster, config)
     result = Diagnosis(source=name, kind=kind, framework=framework, model=spec.name, gpu=hardware.id,
-                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, summary="")
+                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, notes=notes,
+                       summary="")
     if search:
         _compare(result, spec, cluster, config, kind, text)
     result.summary = summary_line(result)

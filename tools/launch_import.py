@@ -11,7 +11,6 @@ only where the format gives per-stage layer counts instead of degrees (Megatron
 from __future__ import annotations
 
 import re
-import shlex
 import tomllib
 from typing import Any
 
@@ -40,22 +39,18 @@ _INT_ARGS = {
 def megatron_args(text: str) -> dict[str, Any]:
     """Parse Megatron command-line arguments into dest -> value (True for bare flags, lists for nargs).
 
-    Numbers are converted; ``torchrun ... pretrain_gpt.py`` launcher words before the first flag are skipped.
+    ``text`` is an argument list or a launch script: :func:`tools.launch_shell.command_words` expands its
+    variables (with their defaults), arrays and conditionals and keeps the words after the training script.
+    Numbers are converted.
     """
-    lines = [line.split("#", 1)[0] for line in text.replace("\\\n", " ").splitlines()]
-    script = next((i for i, line in enumerate(lines) if re.search(r"\S+\.py(\s|$)", line)), None)
-    if script is not None:  # "torchrun ... pretrain_gpt.py --flags": launcher options end at the script
-        lines[script] = re.split(r"\S+\.py(?=\s|$)", lines[script], maxsplit=1)[1]
-        lines[:script] = [""] * script
+    from tools.launch_shell import ShellScriptError, command_words
+
+    try:
+        tokens, _ = command_words(text)
+    except ShellScriptError as err:
+        raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
     args: dict[str, Any] = {}
-    key: str | None = None
-    for number, line in enumerate(lines, 1):
-        try:
-            tokens = shlex.split(line)
-        except ValueError as err:
-            raise LaunchConfigError(f"line {number}: cannot parse Megatron arguments: {err}: {line.strip()[:80]}") \
-                from err
-        key = _megatron_tokens(tokens, args, key)
+    _megatron_tokens(tokens, args, None)
     return args
 
 
@@ -140,6 +135,10 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
 
 
 def _primus_overrides(text: str) -> dict[str, Any]:
+    """The overrides of a Primus experiment YAML, ``${VAR:default}`` read as the default."""
+    from tools.launch_shell import expand_primus
+
+    text, _ = expand_primus(text)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -149,7 +148,7 @@ def _primus_overrides(text: str) -> dict[str, Any]:
     overrides = data.get("modules", {}).get("pre_trainer", {}).get("overrides") if "modules" in data else data
     if not isinstance(overrides, dict):
         raise LaunchConfigError("Primus YAML has no modules.pre_trainer.overrides mapping")
-    return {k: v for k, v in overrides.items() if v is not False}
+    return dict(overrides)
 
 
 def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
@@ -170,7 +169,7 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
     shard, replicate = int(par.get("data_parallel_shard_degree", -1)), int(par.get("data_parallel_replicate_degree", 1))
     if shard > 0:
         config["dp"] = shard * replicate
-    if shard <= 1:
+    if shard in (0, 1):  # -1: FSDP over the ranks left (resolved with the GPU count, tools.launch_defaults)
         config["zero"] = 0
     elif par.get("fsdp_reshard_after_forward") == "never":
         config["zero"] = 2
@@ -252,10 +251,30 @@ def import_launch_config(text: str, framework: str, *, num_layers: int | None = 
     Raises:
         LaunchConfigError: unknown framework, unparsable text, or a per-stage layer count without ``num_layers``.
     """
+    return import_with_notes(text, framework, num_layers=num_layers)[0]
+
+
+def import_with_notes(text: str, framework: str, *, num_layers: int | None = None) -> tuple[dict[str, Any], list[str]]:
+    """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell)."""
+    from tools.launch_defaults import LayoutError, primus_switches, primus_with_defaults
+    from tools.launch_shell import ShellScriptError, command_words
+
     if framework == "megatron":
-        return _from_megatron_dests(megatron_args(text), num_layers)
+        try:
+            unresolved = command_words(text)[1]
+        except ShellScriptError as err:
+            raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
+        notes = [f"not resolved in the script (empty): {'; '.join(unresolved)}"] if unresolved else []
+        return _from_megatron_dests(megatron_args(text), num_layers), notes
     if framework == "primus":
-        return _from_megatron_dests(_primus_overrides(text), num_layers)
+        overrides, notes = primus_with_defaults(_primus_overrides(text))
+        overrides = {k: v for k, v in overrides.items() if v is not False}
+        config = _from_megatron_dests(overrides, num_layers)
+        try:
+            switches, more = primus_switches(overrides, num_layers)
+        except LayoutError as err:
+            raise LaunchConfigError(str(err)) from err
+        return config | switches, notes + more
     if framework == "torchtitan":
-        return _from_torchtitan(text, num_layers)
+        return _from_torchtitan(text, num_layers), []
     raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")

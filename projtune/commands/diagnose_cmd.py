@@ -43,6 +43,8 @@ def diagnose_command(
                                                 for k, v in sorted(y.time_s.items(), key=lambda kv: -kv[1]) if v))
     typer.echo(f"  memory (fullest stage, {y.peak_memory_gib:.1f} GiB): "
                + ", ".join(f"{k.removesuffix('_gib')} {v:.1f}" for k, v in y.memory_gib.items()))
+    for note in result.notes:
+        typer.echo(f"  read: {note}")
     if result.measured:
         typer.echo("  measured: " + ", ".join(f"{k} {v:,.4g}" for k, v in result.measured.items()))
     typer.echo(result.summary)
