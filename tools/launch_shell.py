@@ -188,7 +188,7 @@ def _arithmetic(expression: str) -> int:
 
     if len(expression) > 200:
         raise ValueError("too long")
-    return walk(ast.parse(expression.replace("/", "//").replace("////", "//"), mode="eval"))
+    return walk(ast.parse(expression.strip().replace("//", "/").replace("/", "//"), mode="eval"))
 
 
 def _dollar(text: str, i: int, state: ShellState) -> tuple[list[str] | str, int]:

@@ -1,0 +1,111 @@
+"""`diagnose` reads real public launch files as they are (tests/fixtures/launch, sources in its README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from projtune.cli import app
+from tools.diagnose import diagnose
+from tools.launch_defaults import LayoutError, pipeline_layout_stages
+from tools.launch_import import import_launch_config, megatron_args
+from tools.launch_shell import ShellScriptError, command_words, expand_primus
+
+LAUNCH = Path(__file__).parents[1] / "fixtures" / "launch"
+# file -> (gpu, gpus, what the reading must give back, a note it must make)
+REAL: dict[str, tuple[str, int, dict[str, Any], str]] = {
+    "megatron_llama3_8b_h100_fp8.sh": ("h100-sxm", 8, dict(
+        model="llama3-8b", tp=1, pp=1, cp=1, mbs=1, gbs=128, seq_len=8192, precision="fp8", zero=1), ""),
+    "megatron_gpt3_175b_distributed.sh": ("h100-sxm", 128, dict(
+        model="gpt3-175b", tp=8, pp=16, mbs=1, gbs=1536, seq_len=2048, precision="fp16", zero=0), ""),
+    "torchtitan_llama3_8b.toml": ("h100-sxm", 8, dict(
+        model="llama3.1-8b", tp=1, pp=1, mbs=1, gbs=8, seq_len=8192, zero=3, recompute="selective"),
+        "training.global_batch_size not set"),
+    "torchtitan_llama3_70b.toml": ("a100-80gb", 64, dict(
+        model="llama3.1-70b", tp=8, pp=1, mbs=8, gbs=64, seq_len=8192, zero=3, recompute="full"),
+        "local_batch_size x data-parallel degree = 8 x 8 = 64"),
+    "primus_mi355x_llama3.1_8b_bf16.yaml": ("mi355x", 8, dict(
+        model="llama3.1-8b", tp=1, pp=1, mbs=4, gbs=256, seq_len=8192, precision="bf16", zero=1),
+        "Primus default taken"),
+    "primus_mi355x_deepseek_v3_fp8.yaml": ("mi355x", 256, dict(
+        model="deepseek-v3", tp=1, pp=16, vpp=2, ep=8, mbs=2, gbs=4096, seq_len=4096, precision="fp8", zero=1,
+        recompute="full", recompute_num_layers=2, moe_dispatcher="deepep"), "recompute_layer_ids: 21 of 61"),
+}
+
+
+@pytest.mark.parametrize("name", list(REAL))
+def test_real_launch_files_diagnose_without_edits(name: str) -> None:
+    gpu, gpus, want, note = REAL[name]
+    result = diagnose(str(LAUNCH / name), gpu=gpu, num_gpus=gpus, search=False)
+    got = {"model": result.model} | {k: result.yours.config.get(k) for k in want if k != "model"}
+    assert got == want
+    assert result.yours.tokens_per_sec_per_gpu > 0
+    assert not note or any(note in n for n in result.notes), result.notes
+
+
+def test_the_cli_prints_what_it_read() -> None:
+    runner = CliRunner()
+    out = runner.invoke(app, ["diagnose", str(LAUNCH / "torchtitan_llama3_70b.toml"), "--gpu", "a100-80gb",
+                              "--gpus", "64", "--no-search"])
+    assert out.exit_code == 0, out.output
+    assert "read: training.global_batch_size not set" in out.output
+
+
+def test_deepseek_v3_advice_keeps_what_an_expert_keeps() -> None:
+    """The Primus DeepSeek-V3 recipe recomputes 21 of 61 layers: read as full recompute it was 11% slower and
+    the comparison told the user to drop PP and EP for FSDP; read as it is, no such advice."""
+    result = diagnose(str(LAUNCH / "primus_mi355x_deepseek_v3_fp8.yaml"), gpu="mi355x", num_gpus=256)
+    assert result.yours.config["recompute_num_layers"] == 2
+    if result.best is not None:
+        assert result.best.config["pp"] > 1 or result.best.config["ep"] > 1, result.summary
+
+
+def test_a_script_is_read_as_bash_would_run_it() -> None:
+    script = """#!/bin/bash
+TP=${TP:-4}
+PP=${1:-"2"}
+LAYERS=32
+WORLD=$(( 8 * 2 ))
+ARGS=(
+    --tensor-model-parallel-size $TP   # a comment
+    --pipeline-model-parallel-size "$PP"
+)
+if [[ "$TP" == "4" ]] && [ -z "$UNSET" ]; then
+    ARGS+=("--sequence-parallel" "--num-layers ${LAYERS}")
+else
+    ARGS+=(--bf16)
+fi
+EXTRA='--micro-batch-size 1'
+torchrun --nproc-per-node 8 pretrain_gpt.py "${ARGS[@]}" $EXTRA --global-batch-size ${GBS:-$WORLD}
+"""
+    words, unresolved = command_words(script)
+    assert words == ["--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "2",
+                     "--sequence-parallel", "--num-layers 32", "--micro-batch-size", "1", "--global-batch-size", "16"]
+    assert unresolved == ["$UNSET is not set in the file"]
+    args = megatron_args(script.replace('"${ARGS[@]}"', "${ARGS[@]}"))  # unquoted: "--num-layers 32" splits
+    assert args["num_layers"] == 32 and args["sequence_parallel"] is True and "bf16" not in args
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("ARGS=(\n --tp 1\n", "array ( ... ) is not closed"),
+    ("torchrun pretrain_gpt.py --seq-length '4096\n", "unterminated ' quote"),
+    ("X=${Y\n", "unclosed ${"),
+])
+def test_broken_scripts_get_one_line(text: str, message: str) -> None:
+    with pytest.raises(ShellScriptError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
+        command_words(text)
+
+
+def test_primus_defaults_and_layouts() -> None:
+    assert expand_primus("tp: ${PRIMUS_TP:1}\npath: ${DATA:null}\nx: ${NO_DEFAULT}\n") == (
+        "tp: 1\npath: null\nx: ${NO_DEFAULT}\n", ["NO_DEFAULT"])
+    assert pipeline_layout_stages("Et*3|(tt|)*2,m|L") == [3, 2, 2, 0, 0]
+    assert sum(pipeline_layout_stages("Et*1|t*1|" + "t*2|" * 29 + "t*1,L")) == 61
+    with pytest.raises(LayoutError, match="cannot read"):
+        pipeline_layout_stages("Et*3|x")
+    keys = import_launch_config("modules:\n  pre_trainer:\n    overrides:\n      use_distributed_optimizer: false\n"
+                                "      seq_length: 4096\n      global_batch_size: 8\n", "primus", num_layers=32)
+    assert keys["zero"] == 0 and keys["precision"] == "bf16" and keys["mbs"] == 2  # Primus defaults
