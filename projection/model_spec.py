@@ -378,6 +378,13 @@ def _alias_index() -> dict[str, str]:
     return index
 
 
+def catalog_config(model_id: str) -> dict[str, Any]:
+    """The Hugging Face config fields of a catalog model as its entry gives them ({} for a model not in the
+    catalog): fields the projection does not use (``rope_theta``) but a launch config must carry."""
+    entry = _catalog().get(model_id)
+    return dict(entry.get("config") or {}) if entry else {}
+
+
 def list_model_ids() -> list[str]:
     """Return the catalog's model ids, sorted."""
     return sorted(_catalog())

@@ -113,8 +113,8 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
     elif granularity == "full":
         config["recompute"] = "full"
         method, count = args.get("recompute_method"), args.get("recompute_num_layers")
-        if method == "block" and count is not None:
-            config["recompute_num_layers"] = int(count)
+        if method == "block" and count is not None:  # per model chunk: a stage of vpp chunks recomputes vpp x
+            config["recompute_num_layers"] = int(count) * config.get("vpp", 1)
     elif granularity in (None, False, "none"):
         config["recompute"] = "none"
     config["sequence_parallel"] = bool(args.get("sequence_parallel"))

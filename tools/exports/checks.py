@@ -25,8 +25,11 @@ from __future__ import annotations
 import contextlib
 import io
 import shlex
+import sys
+import tempfile
 import tomllib
 import warnings
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -176,6 +179,14 @@ def _transformer_kwargs(d: dict[str, Any]) -> tuple[type, dict[str, Any]]:
         kw["virtual_pipeline_model_parallel_size"] = int(d["num_virtual_stages_per_pipeline_rank"])
     if d.get("swiglu"):
         kw["activation_func"], kw["gated_linear_unit"] = F.silu, True
+    elif d.get("quick_geglu"):  # arguments.py core_transformer_config_from_args: quick_gelu, gated
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+
+        kw["activation_func"], kw["gated_linear_unit"] = quick_gelu, True
+    if isinstance(kw.get("window_size"), str):  # arguments.py tuple_type
+        kw["window_size"] = tuple(int(x) for x in kw["window_size"].strip("()").split(","))
+    if isinstance(kw.get("window_attn_skip_freq"), str):
+        kw["window_attn_skip_freq"] = yaml.safe_load(kw["window_attn_skip_freq"])
     if not d.get("group_query_attention"):
         kw.pop("num_query_groups", None)
     if isinstance(kw.get("moe_layer_freq"), str):
@@ -297,29 +308,41 @@ def validate_torchtitan(launch: LaunchConfig, model: ModelSpec, cluster: Cluster
         _get_pp_rank_to_stage_indices_mapping,
     )
 
-    from tools.exports.torchtitan import cli_args
+    from tools.exports.torchtitan import CONFIG_FUNCTION
 
     options = titan_options_from_text(launch.text)
-    words = shlex.split(launch.command or "")
-    if "--module" not in words or "--config" not in words:
-        return ["the torchtitan command names no --module/--config"]
-    module, config_name = words[words.index("--module") + 1], words[words.index("--config") + 1]
-    args = ["--module", module, "--config", config_name, *cli_args(options)]
+    if not launch.files:
+        return ["the torchtitan export has no config module to load its TOML"]
+    module = next(iter(launch.files)).removesuffix(".py")
+    args = ["--module", module, "--config", CONFIG_FUNCTION]
     err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings(), \
-                _target_gpu(cluster.gpu):
-            warnings.simplefilter("ignore")
-            cfg = ConfigManager().parse_args(args)
-    except SystemExit:
-        text = " ".join(line.strip("│ ╭╮╰╯─") for line in err.getvalue().splitlines() if line.strip("│ ╭╮╰╯─ "))
-        return [f"torchtitan ConfigManager rejected the config: {text[:400]}"]
-    except (ValueError, ImportError) as error:
-        return [f"torchtitan ConfigManager: {error}"]
+    with tempfile.TemporaryDirectory() as folder:  # ConfigManager loads the TOML from file through the module
+        for name, text in {launch.filename: launch.text, **launch.files}.items():
+            (Path(folder) / name).write_text(text)
+        sys.path.insert(0, folder)
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                    warnings.catch_warnings(), _target_gpu(cluster.gpu):
+                warnings.simplefilter("ignore")
+                cfg = ConfigManager().parse_args(args)
+        except SystemExit:
+            text = " ".join(line.strip("│ ╭╮╰╯─") for line in err.getvalue().splitlines() if line.strip("│ ╭╮╰╯─ "))
+            return [f"torchtitan ConfigManager rejected the config: {text[:400]}"]
+        except (ValueError, ImportError, AttributeError, KeyError) as error:
+            return [f"torchtitan ConfigManager: {error}"]
+        finally:
+            sys.path.remove(folder)
+            sys.modules.pop(module, None)
+    config_name = CONFIG_FUNCTION
     problems: list[str] = []
     for name, value in options.items():
         section, _, key = name.rpartition(".")
         if section == "activation_checkpoint":
+            from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+            kind = {"none": type(None), "selective": SelectiveAC.Config, "full": FullAC.Config}.get(value)
+            if kind is None or type(cfg.activation_checkpoint) is not kind:
+                problems.append(f"{name}: loaded {type(cfg.activation_checkpoint).__qualname__}, exported {value!r}")
             continue
         got = getattr(getattr(cfg, section), key)
         if got != value:

@@ -31,6 +31,12 @@ class LaunchConfig(BaseModel):
     user_must_add: list[str] = Field(default_factory=list, description="What the user must add (data, tokenizer).")
     command: str | None = Field(default=None, description="A launch command line, where the framework takes one.")
     filename: str = Field(description="Suggested file name.")
+    launcher: str = Field("", description="An executable bash script that launches the job (torchrun / the "
+                          "framework's runner, with the entry point; data and tokenizer as <placeholders>); for "
+                          "Megatron-LM it is ``text`` itself.")
+    launcher_filename: str = Field("", description="Suggested file name of the launcher (run.sh style).")
+    files: dict[str, str] = Field(default_factory=dict, description="Other files the launcher reads, name -> text "
+                                  "(e.g. the torchtitan config module that loads the TOML).")
 
 
 class Job:
@@ -41,6 +47,7 @@ class Job:
         resolved = job_on(model, cluster, config)
         self.hardware, self.profile = resolved.hardware, resolved.profile
         self.dp = parallel_dims(config, cluster).dp
+        self.framework = resolved.framework
         self.warnings: list[str] = []
         self.assumptions: list[str] = []
 
@@ -63,6 +70,19 @@ class Job:
     def ep_overlap(self) -> bool:
         return self.config.ep > 1 and self.profile.ep_overlap_fraction > OVERLAP_ON
 
+    def fp8_primary_weights(self) -> bool:
+        """Whether the memory model holds FP8 primary weights and no bf16 copy (the framework profile's
+        ``fp8_param_gather_precisions``): the export must turn FP8 parameter gathering on."""
+        return self.framework.keeps_fp8_primary_weights(self.config.precision)
+
+    @property
+    def nodes(self) -> int:
+        return max(1, -(-self.cluster.num_gpus // self.cluster.gpus_per_node))
+
+    @property
+    def procs_per_node(self) -> int:
+        return min(self.cluster.gpus_per_node, self.cluster.num_gpus)
+
 
 def comment_block(job: Job, source: str, *, prefix: str = "# ") -> list[str]:
     """Header, source, assumptions, what to add and warnings, as comment lines."""
@@ -75,3 +95,38 @@ def comment_block(job: Job, source: str, *, prefix: str = "# ") -> list[str]:
 def layout_line(config: dict[str, Any]) -> str:
     """Compact one-line layout (:func:`tools.formatting.layout_text`)."""
     return layout_text(config)
+
+
+# Placeholders of every launcher: name -> (value the user must replace, what it is).
+PLACEHOLDERS = {"DATA_PATH": ("<path/to/dataset>", "training data (a Megatron prefix ..._text_document, or a "
+                              "dataset path / name for torchtitan and MaxText)"),
+                "TOKENIZER": ("<tokenizer name or path>", "the model's tokenizer (Hugging Face name or local path)"),
+                "CHECKPOINT_DIR": ("<checkpoint dir>", "where checkpoints are written")}
+
+
+def launcher_script(job: Job, source: str, body: list[str], *, env: dict[str, str] | None = None,
+                    placeholders: tuple[str, ...] = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR")) -> str:
+    """A bash launcher: header comments, the placeholders (refused while still <...>), the rendezvous of
+    ``torchrun`` on every node (Slurm: ``srun --nodes=N --ntasks-per-node=1 bash FILE``), then ``body``."""
+    lines = ["#!/bin/bash", *comment_block(job, source),
+             f"# run: bash THIS_FILE on each of the {job.nodes} node(s), e.g. srun --nodes={job.nodes} "
+             "--ntasks-per-node=1 bash THIS_FILE; set the <placeholders> below (or in the environment) first",
+             "set -euo pipefail"]
+    lines += [f"export {k}={v}" for k, v in (env or {}).items()]
+    for name in placeholders:
+        value, what = PLACEHOLDERS[name]
+        lines.append(f'{name}=${{{name}:-"{value}"}}  # {what}')
+    if placeholders:
+        joined = "".join(f"${name}" for name in placeholders)
+        lines.append(f'case "{joined}" in *"<"*) echo "error: set {", ".join(placeholders)} (still <placeholders>) '
+                     'in this file or the environment" >&2; exit 2;; esac')
+    lines += [f"NNODES=${{SLURM_NNODES:-{job.nodes}}}", "NODE_RANK=${SLURM_NODEID:-${NODE_RANK:-0}}",
+              "MASTER_ADDR=${MASTER_ADDR:-localhost}  # the first node's address when NNODES > 1",
+              "MASTER_PORT=${MASTER_PORT:-29500}"]
+    return "\n".join(lines + body) + "\n"
+
+
+def torchrun_words(job: Job) -> str:
+    """The torchrun launcher options of a job (one process per GPU of a node)."""
+    return (f'torchrun --nproc-per-node {job.procs_per_node} --nnodes "$NNODES" --node-rank "$NODE_RANK" '
+            '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"')

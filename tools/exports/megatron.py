@@ -27,10 +27,9 @@ SPECIAL_FLAGS: dict[tuple[str, Any], str] = {
 }
 RENAMED = {"fp8": "--fp8-format"}
 SOURCE = "flags: NVIDIA/Megatron-LM megatron/training/arguments.py (pretrain_gpt.py)"
-USER_MUST_ADD = ["data: --data-path PREFIX [--split 99,1,0] (or --mock-data)",
-                 "tokenizer: --tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH",
-                 "schedule: --train-iters N --lr LR --lr-decay-style cosine --lr-warmup-iters N",
-                 "checkpoints: --save DIR --load DIR --save-interval N"]
+USER_MUST_ADD = ["data: DATA_PATH (a Megatron prefix ..._text_document; or replace --data-path by --mock-data)",
+                 "tokenizer: TOKENIZER (Hugging Face name or path)", "checkpoints: CHECKPOINT_DIR",
+                 "schedule: TRAIN_ITERS, LR, WARMUP_ITERS (defaults are placeholders for a smoke run)"]
 
 
 def model_dests(job: Job) -> dict[str, Any]:
@@ -53,14 +52,23 @@ def model_dests(job: Job) -> dict[str, Any]:
     d["seq_length"] = c.seq_len
     d["max_position_embeddings"] = max(c.seq_len, m.learned_positions or 0)
     d["position_embedding_type"] = "learned_absolute" if m.learned_positions else "rope"
+    d.update(_rope_and_window_dests(job))
     d["normalization"] = "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"
-    if m.gated_mlp and m.activation == "silu":
+    if m.model_type == "gpt_oss":
+        # gpt-oss: clamped SwiGLU with alpha 1.702 and (linear + 1) (Megatron-LM examples/gptoss/02_train.sh)
+        # and a learned attention sink per head (softmax_type learnable)
+        d.update({"quick_geglu": True, "glu_linear_offset": 1.0, "softmax_type": "learnable"})
+    elif m.gated_mlp and m.activation == "silu":
         d["swiglu"] = True
     elif m.activation == "relu2":
         d["squared_relu"] = True
+    if m.activation_clamp:
+        d["activation_func_clamp_value"] = m.activation_clamp
     if not m.tie_embeddings:
         d["untie_embeddings_and_output_weights"] = True
-    if not m.linear_bias:
+    if not m.linear_bias and not (m.attention_bias and m.expert_bias):
+        # Megatron has one switch for every linear's bias (add_bias_linear, default on) and one for q/k/v
+        # (add_qkv_bias); gpt-oss has biases on attention and expert linears alike: the default
         d["add_bias_linear"] = False
         if m.attention_bias:
             d["add_qkv_bias"] = True
@@ -68,6 +76,33 @@ def model_dests(job: Job) -> dict[str, Any]:
         d["qk_layernorm"] = True
     if m.is_moe:
         d.update(_moe_dests(job))
+    return d
+
+
+def _rope_and_window_dests(job: Job) -> dict[str, Any]:
+    """Rotary base (the catalog config's ``rope_theta``; Megatron's default is 10000) and sliding windows.
+
+    Windows: ``--window-size W-1,0`` for a Hugging Face ``sliding_window`` W (the window counts the token itself;
+    Megatron-LM examples/gptoss/02_train.sh writes 127,0 for gpt-oss' 128) and ``--window-attn-skip-freq`` as the
+    per-layer list (1 = sliding window, 0 = full attention, arguments.py moe_freq_type).
+    """
+    from projection.model_spec import catalog_config
+
+    m, d = job.model, {}
+    if not m.learned_positions:
+        theta = catalog_config(m.name).get("rope_theta")
+        if theta is None:
+            job.warnings.append("the model's rotary base (rope_theta) is not in the catalog entry: add --rotary-base "
+                                "from its config.json (Megatron's default is 10000)")
+        else:
+            d["rotary_base"] = int(float(theta))
+    windows = [w for w in m.attention_windows if w]
+    if windows:
+        if len(set(windows)) > 1:
+            job.warnings.append("layers have different window sizes; Megatron takes one (the largest is written)")
+        d["window_size"] = f"{max(windows) - 1},0"
+        if not all(m.attention_windows):
+            d["window_attn_skip_freq"] = "[" + ",".join("1" if w else "0" for w in m.attention_windows) + "]"
     return d
 
 
@@ -92,16 +127,26 @@ def _moe_dests(job: Job) -> dict[str, Any]:
 def recompute_dests(c: TrainingConfig) -> dict[str, Any]:
     """Megatron-core recompute settings of a layout (``recompute_granularity`` None = no recompute).
 
-    Full: block + N recomputes the first N layers of each stage; uniform + 1 recomputes every layer.
-    Megatron-LM and Megatron-Bridge (``model.`` overrides) share these TransformerConfig fields.
+    Full: block + N recomputes the first N layers of each model chunk; uniform + 1 recomputes every layer.
+    The projection's ``recompute_num_layers`` counts layers per pipeline stage; with VPP a rank holds ``vpp``
+    chunks and megatron-core applies the block count to each (transformer_block.py ``_checkpointed_forward``
+    runs per chunk), so the stage count is split over the chunks: ``ceil(N / vpp)`` each (see
+    :func:`chunk_recompute_layers`).  Megatron-LM and Megatron-Bridge (``model.`` overrides) share these
+    TransformerConfig fields.
     """
     if c.recompute == "selective":
         return {"recompute_granularity": "selective", "recompute_modules": list(c.recompute_modules)}
     if c.recompute == "full":
         return {"recompute_granularity": "full",
                 "recompute_method": "uniform" if c.recompute_num_layers is None else "block",
-                "recompute_num_layers": 1 if c.recompute_num_layers is None else c.recompute_num_layers}
+                "recompute_num_layers": 1 if c.recompute_num_layers is None else chunk_recompute_layers(c)}
     return {"recompute_granularity": None}
+
+
+def chunk_recompute_layers(c: TrainingConfig) -> int:
+    """Megatron's per-chunk ``--recompute-num-layers`` for the projection's per-stage count (exact when vpp
+    divides it)."""
+    return -(-int(c.recompute_num_layers or 0) // c.vpp)
 
 
 def parallel_dests(job: Job) -> dict[str, Any]:
@@ -126,12 +171,47 @@ def parallel_dests(job: Job) -> dict[str, Any]:
         d["fp8"] = "hybrid"
         d["fp8_recipe"] = MEGATRON_FP8_RECIPE[c.precision]
     d.update({k: v for k, v in recompute_dests(c).items() if v is not None})
-    if c.recompute == "full":
-        if c.vpp > 1 and c.recompute_num_layers is not None:
-            job.warnings.append("Megatron applies --recompute-num-layers to each virtual chunk; the projection "
-                                "applies it to the whole stage")
+    if c.recompute == "full" and c.vpp > 1 and c.recompute_num_layers is not None:
+        per_chunk = chunk_recompute_layers(c)
+        note = (f"--recompute-num-layers {per_chunk} applies to each of the {c.vpp} virtual chunks of a stage: "
+                f"{per_chunk * c.vpp} layers per stage")
+        if per_chunk * c.vpp == c.recompute_num_layers:
+            job.assumptions.append(note + ", as projected")
+        else:
+            job.warnings.append(note + f"; the projection recomputes {c.recompute_num_layers}")
     d.update(_sharding_dests(job))
+    d.update(_fp8_and_moe_overlap_dests(job, d))
     return d
+
+
+def _fp8_and_moe_overlap_dests(job: Job, d: dict[str, Any]) -> dict[str, Any]:
+    """``--fp8-param-gather`` where the memory model holds FP8 primary weights, and the expert all-to-all overlap
+    where the projection hides it (megatron-core TransformerConfig.__post_init__ rules of
+    ``overlap_moe_expert_parallel_comm``: EP > 1, alltoall or flex dispatcher, VPP under PP, no full recompute)."""
+    c, out = job.config, {}
+    if job.fp8_primary_weights():
+        if c.zero in (1, 3):
+            out["fp8_param_gather"] = True
+            job.assumptions.append("FP8 primary weights (--fp8-param-gather): no bf16 copy of the GEMM weights is "
+                                   "held and the parameter all-gather moves FP8, as the memory model assumes")
+        else:
+            job.warnings.append("the memory model holds FP8 primary weights, but --fp8-param-gather needs the "
+                                "distributed optimizer (validate_args): this run keeps bf16 weights too")
+    if job.ep_overlap():
+        blockers = [why for bad, why in ((c.pp > 1 and c.vpp == 1, "it needs VPP under PP"),
+                                         (c.recompute == "full", "it excludes full recompute"),
+                                         (c.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall "
+                                          "or flex dispatcher")) if bad]
+        if blockers:
+            job.warnings.append(f"the projection hides {job.profile.ep_overlap_fraction:.0%} of expert all-to-all, "
+                                "but Megatron cannot turn on --overlap-moe-expert-parallel-comm here ("
+                                + "; ".join(blockers) + "): that comm is exposed")
+        else:
+            out["overlap_moe_expert_parallel_comm"] = True
+            job.assumptions[:] = [a for a in job.assumptions if "overlap-moe-expert-parallel-comm" not in a]
+            job.assumptions.append(f"expert all-to-all overlaps compute (--overlap-moe-expert-parallel-comm; the "
+                                   f"projection hides {job.profile.ep_overlap_fraction:.0%} of it)")
+    return out
 
 
 def _sharding_dests(job: Job) -> dict[str, Any]:
@@ -157,13 +237,18 @@ def _sharding_dests(job: Job) -> dict[str, Any]:
     elif c.tp > 1:
         job.assumptions.append("TP comm is not overlapped (the profile's tp_overlap_fraction is "
                                f"{p.tp_overlap_fraction:.1%})")
-    if job.ep_overlap():
-        job.assumptions.append(f"the projection hides {p.ep_overlap_fraction:.0%} of expert all-to-all; Megatron "
-                               "needs --overlap-moe-expert-parallel-comm (with VPP under PP) to match")
-    if c.tp > 1 or c.cp > 1:
-        job.assumptions.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args requires it with TP or CP "
-                               "before Blackwell)")
     return d
+
+
+def device_connections(job: Job) -> dict[str, str]:
+    """CUDA_DEVICE_MAX_CONNECTIONS as validate_args wants it: 1 with TP or CP (before Blackwell), more than 1
+    with torch FSDP2 or the expert all-to-all overlap."""
+    c = job.config
+    if c.zero == 3 or (job.ep_overlap() and c.tp == 1 and c.cp == 1):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "8"}
+    if c.tp > 1 or c.cp > 1:
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
 
 
 def megatron_dests(job: Job) -> dict[str, Any]:
@@ -193,15 +278,29 @@ def flags(dests: dict[str, Any]) -> list[str]:
     return lines
 
 
+# What the launcher adds after the layout: data, tokenizer, schedule and checkpoints (real Megatron-LM flags).
+RUN_ARGS = ['--data-path "$DATA_PATH"', "--split 99,1,0", "--tokenizer-type HuggingFaceTokenizer",
+            '--tokenizer-model "$TOKENIZER"', '--train-iters "$TRAIN_ITERS"', '--lr "$LR"', "--min-lr 0.0",
+            "--lr-decay-style cosine", '--lr-warmup-iters "$WARMUP_ITERS"', '--save "$CHECKPOINT_DIR"',
+            '--load "$CHECKPOINT_DIR"', "--save-interval 1000", "--log-interval 10"]
+ENTRY = "pretrain_gpt.py"
+
+
 def export(job: Job) -> LaunchConfig:
+    """A runnable bash launcher: the layout as a LAYOUT_ARGS array, torchrun on each node, data and tokenizer
+    as <placeholders>."""
+    from tools.exports.common import launcher_script, torchrun_words
+
     dests = megatron_dests(job)
     body = flags(dests)
     options = {flag_of(k, v): v for k, v in dests.items()}
-    head = comment_block(job, SOURCE)
-    text = "\n".join(head + [f"# add: {u}" for u in USER_MUST_ADD]
-                     + [line + " \\" for line in body[:-1]] + body[-1:]) + "\n"
-    command = "torchrun --nproc-per-node {n} pretrain_gpt.py {args}".format(
-        n=min(job.cluster.gpus_per_node, job.cluster.num_gpus), args=" ".join(body))
+    run = ["TRAIN_ITERS=${TRAIN_ITERS:-1000}  # your schedule", "LR=${LR:-3.0e-4}",
+           "WARMUP_ITERS=${WARMUP_ITERS:-100}", "", "LAYOUT_ARGS=(", *[f"    {line}" for line in body], ")",
+           f"{torchrun_words(job)} \\", f'    {ENTRY} "${{LAYOUT_ARGS[@]}}" \\',
+           *[f"    {arg} \\" for arg in RUN_ARGS[:-1]], f"    {RUN_ARGS[-1]}"]
+    text = launcher_script(job, SOURCE + f"; entry point {ENTRY} (run from the Megatron-LM checkout)", run,
+                           env=device_connections(job))
+    filename = job.stem() + ".megatron.sh"
     return LaunchConfig(framework="megatron", text=text, options=options, warnings=job.warnings,
-                        assumptions=job.assumptions, user_must_add=USER_MUST_ADD, command=command,
-                        filename=job.stem() + ".megatron.args")
+                        assumptions=job.assumptions, user_must_add=USER_MUST_ADD, command=f"bash {filename}",
+                        filename=filename, launcher=text, launcher_filename=filename)

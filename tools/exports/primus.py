@@ -8,16 +8,34 @@ architecture keys are written as overrides too so the run matches the projection
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import yaml
 
-from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.exports.common import Job, LaunchConfig, comment_block, launcher_script
 from tools.exports.megatron import megatron_dests
 
 SOURCE = ("Primus experiment YAML (examples/megatron/configs/*.yaml); run: "
           "EXP=this.yaml bash examples/run_pretrain.sh")
-USER_MUST_ADD = ["modules.pre_trainer.model: your Primus model file (e.g. llama3.1_8B.yaml)",
-                 "data: train_data_path / mock_data, tokenizer_type and tokenizer_model",
+USER_MUST_ADD = ["data: DATA_PATH in the launcher (train_data_path reads ${PRIMUS_TOKENIZED_DATA_PATH})",
+                 "modules.pre_trainer.model where the catalog model has no Primus model file (PRIMUS_MODEL)",
                  "train_iters, lr and checkpoint settings"]
+PRIMUS_MODELS = Path(__file__).parents[1] / "launch_options" / "primus_models.txt"
+
+
+def primus_model_file(model_name: str) -> str | None:
+    """The Primus model file of a catalog model (``llama3.1-8b`` -> ``llama3.1_8B.yaml``), None when there is
+    none (tools/launch_options/primus_models.txt lists them)."""
+    def norm(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    files = [line.strip() for line in PRIMUS_MODELS.read_text().splitlines() if line.strip()
+             and not line.startswith("#")]
+    want = norm(model_name)
+    exact = [f for f in files if norm(f.removesuffix(".yaml")) == want]
+    close = sorted((f for f in files if norm(f.removesuffix(".yaml")).startswith(want)), key=len)
+    return (exact or close or [None])[0]
 
 
 def primus_overrides(job: Job) -> dict[str, object]:
@@ -44,13 +62,24 @@ def primus_overrides(job: Job) -> dict[str, object]:
 
 def export(job: Job) -> LaunchConfig:
     overrides = primus_overrides(job)
+    overrides["train_data_path"] = "${PRIMUS_TOKENIZED_DATA_PATH:null}"
+    model_file = primus_model_file(job.model.name)
+    if model_file is None:
+        job.warnings.append(f"Primus has no model file for {job.model.name}: set PRIMUS_MODEL to one whose "
+                            "architecture matches (the overrides carry the architecture)")
+    model = "${PRIMUS_MODEL:" + (model_file or "<primus model file>.yaml").removesuffix(".yaml") + "}.yaml"
+    filename = job.stem() + ".primus.yaml"
     overlay = {"work_group": "${TEAM:amd}", "user_name": "${USER:root}", "exp_name": job.stem(),
                "workspace": "./output",
-               "modules": {"pre_trainer": {"framework": "megatron", "config": "pre_trainer.yaml",
+               "modules": {"pre_trainer": {"framework": "megatron", "config": "pre_trainer.yaml", "model": model,
                                            "overrides": overrides}}}
     body = yaml.safe_dump(overlay, sort_keys=False).splitlines()
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
+    launcher = launcher_script(job, SOURCE + "; this launcher runs it from the Primus checkout", [
+        "export NNODES NODE_RANK MASTER_ADDR MASTER_PORT", f"export GPUS_PER_NODE={job.procs_per_node}",
+        'export PRIMUS_TOKENIZED_DATA_PATH="$DATA_PATH"',
+        f'EXP=${{EXP:-"{filename}"}} bash examples/run_pretrain.sh'], placeholders=("DATA_PATH",))
     return LaunchConfig(framework="primus", text="\n".join(head + body) + "\n", options=overrides,
                         warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
-                        command="EXP=" + job.stem() + ".primus.yaml bash examples/run_pretrain.sh",
-                        filename=job.stem() + ".primus.yaml")
+                        command=f"EXP={filename} bash examples/run_pretrain.sh", filename=filename,
+                        launcher=launcher, launcher_filename=job.stem() + ".primus.sh")

@@ -1,10 +1,15 @@
-"""torchtitan job config: a TOML of the config sections plus the torchtitan 0.3.0 command line that sets them.
+"""torchtitan job config: a TOML of the config sections, the config module that loads it, and a launcher.
 
-torchtitan 0.3.0 reads no TOML: ``torchtitan.train --module M --config F`` picks a
-``config_registry`` function and every ``[section] key = value`` below becomes
-``--section.key value`` (``torchtitan/config/manager.py`` ConfigManager, tyro);
-activation checkpointing is a subcommand (``activation-checkpoint:full``).  The TOML keeps the
-section layout of the older ``--job.config_file`` releases, so it also reads as one.  Sections:
+torchtitan 0.3.0's ConfigManager reads no TOML itself: ``torchtitan.train --module M --config F``
+imports ``M`` (a short name of ``torchtitan.models``, else any importable module path) and calls
+its function ``F`` (``torchtitan/config/manager.py`` ``_load_config``), then tyro applies
+``--section.key value`` overrides.  So the export writes the TOML plus a small config module
+(:func:`config_module`) whose function builds the model's ``config_registry`` config and sets
+every ``[section] key = value`` of the TOML on it, read from the file at start-up; the launcher
+runs ``torchrun -m torchtitan.train --module <that module> --config projtune_job`` with the
+module's folder on ``PYTHONPATH``.  The command line of the same settings
+(:func:`cli_args`) is kept as ``command``.  The TOML keeps the section layout of the older
+``--job.config_file`` releases, so it also reads as one.  Sections:
 ``[training]`` (local/global batch, seq_len, mixed precision, CUDA graphs off with PP or EP:
 ``Trainer.Config._validate_cuda_graphs``), ``[parallelism]`` (FSDP shard/replicate degrees,
 TP, PP with layers per stage and first/last stage less-layers, CP, EP), ``[activation_checkpoint]``.
@@ -13,9 +18,10 @@ TP, PP with layers per stage and first/last stage less-layers, CP, EP), ``[activ
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.exports.common import Job, LaunchConfig, comment_block, launcher_script, torchrun_words
 from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_stage_split
 
 TORCHTITAN_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble", "gpipe": "GPipe"}
@@ -122,13 +128,77 @@ def toml_text(options: dict[str, Any]) -> list[str]:
     return lines[:-1]
 
 
+CONFIG_FUNCTION = "projtune_job"
+
+
+def module_name(job: Job) -> str:
+    """The config module's import name (a valid Python identifier from the job stem)."""
+    return "projtune_" + re.sub(r"[^0-9a-zA-Z_]", "_", job.stem()).lower()
+
+
+def config_module(toml_filename: str, base: tuple[str, str]) -> str:
+    """Python source of the config module: ``projtune_job()`` = the base ``config_registry`` function's config
+    with the TOML next to this file applied (tables onto config sections, top-level keys onto the config,
+    ``[activation_checkpoint] mode`` as the AC policy: none / selective / full)."""
+    return f'''"""torchtitan 0.3.0 config module written by projtune: --module <this module> --config {CONFIG_FUNCTION}.
+
+Builds {base[0]}.config_registry.{base[1]}() and sets every value of {toml_filename} (next to this file) on it.
+"""
+
+import importlib
+import pathlib
+import tomllib
+
+TOML = pathlib.Path(__file__).with_name({toml_filename!r})
+BASE = {base!r}
+
+
+def _set(target, path, values):
+    for key, value in values.items():
+        if isinstance(value, dict):
+            _set(getattr(target, key), f"{{path}}{{key}}.", value)
+        elif not hasattr(target, key):
+            raise ValueError(f"{{TOML.name}}: {{path}}{{key}} is not a torchtitan config field")
+        else:
+            setattr(target, key, value)
+
+
+def {CONFIG_FUNCTION}():
+    from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC
+
+    config = getattr(importlib.import_module(f"torchtitan.models.{{BASE[0]}}.config_registry"), BASE[1])()
+    data = tomllib.loads(TOML.read_text())
+    mode = data.pop("activation_checkpoint", {{}}).get("mode")
+    if mode is not None:
+        config.activation_checkpoint = {{"none": None, "selective": SelectiveAC.Config(),
+                                         "full": FullAC.Config()}}[mode]
+    _set(config, "", data)
+    return config
+'''
+
+
 def export(job: Job) -> LaunchConfig:
     options = titan_options(job)
-    chosen = module_and_config(job) or ("<module>", "<config>")
+    chosen = module_and_config(job)
+    if chosen is None:
+        job.warnings.append(f"torchtitan 0.3.0 has no config_registry function for {job.model.name} at "
+                            f"{job.config.precision}: set BASE in the config module")
+    base = chosen or ("<module>", "<config>")
     args = cli_args(options)
-    command = (f"torchrun --nproc-per-node {min(job.cluster.gpus_per_node, job.cluster.num_gpus)} -m torchtitan.train "
-               f"--module {chosen[0]} --config {chosen[1]} " + " ".join(args))
-    head = comment_block(job, SOURCE) + [f"# torchtitan 0.3.0: {command}"] + [f"# add: {u}" for u in USER_MUST_ADD]
+    command = (f"torchrun --nproc-per-node {job.procs_per_node} -m torchtitan.train "
+               f"--module {base[0]} --config {base[1]} " + " ".join(args))
+    filename, module = job.stem() + ".torchtitan.toml", module_name(job)
+    head = comment_block(job, SOURCE) + [f"# torchtitan 0.3.0: {command}",
+                                         f"# this file is loaded by {module}.py: torchtitan.train --module {module} "
+                                         f"--config {CONFIG_FUNCTION}"] + [f"# add: {u}" for u in USER_MUST_ADD]
+    launcher = launcher_script(job, SOURCE + f"; this launcher runs torchtitan.train with {module}.py", [
+        'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        f"PYTHONPATH=\"$HERE${{PYTHONPATH:+:$PYTHONPATH}}\" {torchrun_words(job)} \\",
+        f"    -m torchtitan.train --module {module} --config {CONFIG_FUNCTION} \\",
+        '    --hf_assets_path "$TOKENIZER" --dataloader.dataset_path "$DATA_PATH" '
+        '--checkpoint.folder "$CHECKPOINT_DIR"'])
     return LaunchConfig(framework="torchtitan", text="\n".join(head + toml_text(options)) + "\n", options=options,
                         warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
-                        command=command, filename=job.stem() + ".torchtitan.toml")
+                        command=command, filename=filename, launcher=launcher,
+                        launcher_filename=job.stem() + ".torchtitan.sh",
+                        files={f"{module}.py": config_module(filename, base)})
