@@ -219,10 +219,14 @@ class ChatTurns:
         warnings = "".join(f"\nwarning: {w}" for w in out["result"].get("warnings", []))
         target = re.search(r"\b(?:to|as|into|in)\s+([\w./~-]+\.(?:sh|ya?ml|toml|txt|json|args|cfg))\b", text)
         if target:
-            path = Path(target.group(1)).expanduser()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(out["result"]["text"] + ("\n" if not out["result"]["text"].endswith("\n") else ""))
-            return f"Wrote #{index} for {framework} to {path} ({path.stat().st_size} bytes).{warnings}"
+            from tools.exports.files import write_export
+
+            written = write_export(exported, Path(target.group(1)).expanduser())
+            first = written[0]
+            runnable = ", executable: bash " + str(first) if first.suffix == ".sh" else ""
+            others = f"; with {', '.join(str(p) for p in written[1:])}" if written[1:] else ""
+            return (f"Wrote #{index} for {framework} to {first} ({first.stat().st_size} bytes{runnable}){others}."
+                    f"{warnings}")
         return f"#{index} for {framework} ({out['result'].get('filename', '')}):\n{out['result']['text']}{warnings}"
 
     def _compare(self, text: str, last: TuneReport) -> str:

@@ -259,10 +259,22 @@ def framework_violations(framework: str, model: ModelSpec, cluster: Cluster, con
     """One readable, cited reason per rule of ``framework`` that the (projection-legal) layout breaks."""
     check_framework(framework)
     if framework in MEGATRON_FAMILY:
-        return _megatron(framework, model, config)
+        return _finetune(framework, config) + _megatron(framework, model, config)
     if framework == "torchtitan":
         return _torchtitan(model, cluster, config)
-    return _maxtext(model, cluster, config)
+    return _finetune(framework, config) + _maxtext(model, cluster, config)
+
+
+# Frameworks with a LoRA implementation the export can switch on: Megatron-Bridge (src/megatron/bridge/peft/lora.py,
+# ConfigContainer.peft) and torchtitan 0.3.0 (components/lora.py LoRAConverter on the model config).  Megatron-LM's
+# pretrain_gpt.py (and Primus' Megatron backend that runs it) and MaxText's base.yml train no adapters.
+LORA_FRAMEWORKS = frozenset({"megatron-bridge", "torchtitan"})
+
+
+def _finetune(framework: str, config: TrainingConfig) -> list[str]:
+    if config.finetune == "lora" and framework not in LORA_FRAMEWORKS:
+        return [f"{framework} trains no LoRA adapters (frameworks that do: {', '.join(sorted(LORA_FRAMEWORKS))})"]
+    return []
 
 
 def legal_frameworks(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list[str]:

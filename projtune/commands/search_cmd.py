@@ -155,15 +155,20 @@ def export_command(
     zero: IntOpt = None, fsdp_size: IntOpt = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
     dispatcher: Annotated[str | None, typer.Option("--dispatcher", help=choices_help(MOE_DISPATCHERS))] = None,
+    finetune: Annotated[str | None, typer.Option("--finetune", help="sft|lora: write the fine-tuning settings "
+                                                 "(PEFT for LoRA) as projected")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Write one layout as Megatron-LM arguments, a Primus YAML overlay or a torchtitan TOML section."""
+    """Write one layout as a runnable launcher plus the config file the framework reads (Megatron-LM script,
+    Primus YAML, torchtitan TOML + config module, Megatron-Bridge overrides, MaxText YAML).  With --out, a .sh
+    path gets the launcher (executable) and the config beside it; another path gets the config and the
+    launcher beside it."""
     from tools.registry import call_tool
 
     layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "etp": etp, "mbs": mbs, "gbs": gbs,
               "seq_len": seq_len, "precision": precision, "recompute": recompute,
               "recompute_num_layers": recompute_num_layers, "zero": zero, "fsdp_size": fsdp_size,
-              "pp_schedule": schedule, "moe_dispatcher": dispatcher}
+              "pp_schedule": schedule, "moe_dispatcher": dispatcher, "finetune": finetune}
     config: dict[str, Any] = {k: v for k, v in layout.items() if v is not None}
     if recompute_modules:
         config["recompute_modules"] = [m for m in recompute_modules.split(",") if m]
@@ -176,13 +181,16 @@ def export_command(
         fail(payload["error"]["message"])
     result = payload["result"]
     if out is not None:
-        out.write_text(result["text"])
+        from tools.exports.common import LaunchConfig
+        from tools.exports.files import write_export
+
+        written = write_export(LaunchConfig.model_validate(result), out)
     if as_json:
         typer.echo(json_text(result))
     elif out is None:
         typer.echo(result["text"], nl=False)
     else:
-        typer.echo(f"wrote {out}", err=True)
+        typer.echo("wrote " + ", ".join(str(p) for p in written), err=True)
     for warning in result["warnings"]:
         typer.echo(f"warning: {warning}", err=True)
 

@@ -101,11 +101,16 @@ def layout_line(config: dict[str, Any]) -> str:
 PLACEHOLDERS = {"DATA_PATH": ("<path/to/dataset>", "training data (a Megatron prefix ..._text_document, or a "
                               "dataset path / name for torchtitan and MaxText)"),
                 "TOKENIZER": ("<tokenizer name or path>", "the model's tokenizer (Hugging Face name or local path)"),
-                "CHECKPOINT_DIR": ("<checkpoint dir>", "where checkpoints are written")}
+                "CHECKPOINT_DIR": ("<checkpoint dir>", "where checkpoints are written (and, for SFT, the pretrained "
+                                   "checkpoint --finetune loads)"),
+                "PRETRAINED": ("<pretrained checkpoint>", "the checkpoint fine-tuning starts from"),
+                "BRIDGE_SCRIPT": ("<examples/recipes/FAMILY/pretrain_MODEL.py>", "the Megatron-Bridge recipe script of "
+                                  "the model (it sets the architecture and tokenizer)")}
 
 
 def launcher_script(job: Job, source: str, body: list[str], *, env: dict[str, str] | None = None,
-                    placeholders: tuple[str, ...] = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR")) -> str:
+                    placeholders: tuple[str, ...] = ("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR"),
+                    known: dict[str, str] | None = None) -> str:
     """A bash launcher: header comments, the placeholders (refused while still <...>), the rendezvous of
     ``torchrun`` on every node (Slurm: ``srun --nodes=N --ntasks-per-node=1 bash FILE``), then ``body``."""
     lines = ["#!/bin/bash", *comment_block(job, source),
@@ -115,7 +120,7 @@ def launcher_script(job: Job, source: str, body: list[str], *, env: dict[str, st
     lines += [f"export {k}={v}" for k, v in (env or {}).items()]
     for name in placeholders:
         value, what = PLACEHOLDERS[name]
-        lines.append(f'{name}=${{{name}:-"{value}"}}  # {what}')
+        lines.append(f'{name}=${{{name}:-"{(known or {}).get(name, value)}"}}  # {what}')
     if placeholders:
         joined = "".join(f"${name}" for name in placeholders)
         lines.append(f'case "{joined}" in *"<"*) echo "error: set {", ".join(placeholders)} (still <placeholders>) '

@@ -113,10 +113,24 @@ def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: i
 
 
 def export(job: Job) -> LaunchConfig:
+    """The YAML of the layout, and a launcher that passes the same keys as MaxText's ``key=value`` overrides of
+    ``base.yml`` (``python3 -m MaxText.train src/MaxText/configs/base.yml k=v ...``), one process per node."""
+    from tools.exports.common import launcher_script
+
     options = maxtext_options(job)
+    if job.config.finetune is not None:
+        job.warnings.append("MaxText fine-tuning loads the base weights with load_parameters_path=PATH: add it")
     body = yaml.safe_dump(options, sort_keys=False).splitlines()
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
+    pairs = [f"{k}={v}" for k, v in options.items()]
+    run = ["export JAX_COORDINATOR_ADDRESS=${JAX_COORDINATOR_ADDRESS:-$MASTER_ADDR}",
+           "export NNODES NODE_RANK", "KEYS=(", *[f"    {p}" for p in pairs], ")",
+           'python3 -m MaxText.train src/MaxText/configs/base.yml "${KEYS[@]}" run_name="${RUN_NAME:-projtune}" \\',
+           '    base_output_directory="$CHECKPOINT_DIR" dataset_path="$DATA_PATH" tokenizer_path="$TOKENIZER"']
+    launcher = launcher_script(job, SOURCE + "; this launcher passes the same keys to base.yml (run it on each node)",
+                               run)
     return LaunchConfig(framework="maxtext", text="\n".join(head + body) + "\n", options=options,
                         warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
                         command="python3 -m MaxText.train " + job.stem() + ".maxtext.yml",
-                        filename=job.stem() + ".maxtext.yml")
+                        filename=job.stem() + ".maxtext.yml", launcher=launcher,
+                        launcher_filename=job.stem() + ".maxtext.sh")

@@ -180,28 +180,32 @@ def parallel_dests(job: Job) -> dict[str, Any]:
         else:
             job.warnings.append(note + f"; the projection recomputes {c.recompute_num_layers}")
     d.update(_sharding_dests(job))
-    d.update(_fp8_and_moe_overlap_dests(job, d))
+    d.update(_fp8_and_moe_overlap_dests(job))
+    if c.finetune == "sft":
+        d["finetune"] = True
+        job.assumptions.append("SFT: --finetune loads only the model weights of --load (CHECKPOINT_DIR: the "
+                               "pretrained checkpoint) and restarts the iteration count; all weights train, as "
+                               "projected")
     return d
 
 
-def _fp8_and_moe_overlap_dests(job: Job, d: dict[str, Any]) -> dict[str, Any]:
+def _fp8_and_moe_overlap_dests(job: Job) -> dict[str, Any]:
     """``--fp8-param-gather`` where the memory model holds FP8 primary weights, and the expert all-to-all overlap
     where the projection hides it (megatron-core TransformerConfig.__post_init__ rules of
     ``overlap_moe_expert_parallel_comm``: EP > 1, alltoall or flex dispatcher, VPP under PP, no full recompute)."""
     c, out = job.config, {}
     if job.fp8_primary_weights():
-        if c.zero in (1, 3):
+        if c.zero == 1:
             out["fp8_param_gather"] = True
             job.assumptions.append("FP8 primary weights (--fp8-param-gather): no bf16 copy of the GEMM weights is "
                                    "held and the parameter all-gather moves FP8, as the memory model assumes")
         else:
-            job.warnings.append("the memory model holds FP8 primary weights, but --fp8-param-gather needs the "
-                                "distributed optimizer (validate_args): this run keeps bf16 weights too")
+            why = ("validate_args turns it off under torch FSDP2 (TE >= 2.0)" if c.zero == 3
+                   else "it needs the distributed optimizer (validate_args)")
+            job.warnings.append(f"the memory model holds FP8 primary weights, but --fp8-param-gather is not "
+                                f"written: {why}; this run keeps bf16 weights too")
     if job.ep_overlap():
-        blockers = [why for bad, why in ((c.pp > 1 and c.vpp == 1, "it needs VPP under PP"),
-                                         (c.recompute == "full", "it excludes full recompute"),
-                                         (c.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall "
-                                          "or flex dispatcher")) if bad]
+        blockers = moe_overlap_blockers(c)
         if blockers:
             job.warnings.append(f"the projection hides {job.profile.ep_overlap_fraction:.0%} of expert all-to-all, "
                                 "but Megatron cannot turn on --overlap-moe-expert-parallel-comm here ("
@@ -238,6 +242,16 @@ def _sharding_dests(job: Job) -> dict[str, Any]:
         job.assumptions.append("TP comm is not overlapped (the profile's tp_overlap_fraction is "
                                f"{p.tp_overlap_fraction:.1%})")
     return d
+
+
+def moe_overlap_blockers(c: TrainingConfig) -> list[str]:
+    """Why megatron-core refuses ``overlap_moe_expert_parallel_comm`` for a layout (TransformerConfig.__post_init__;
+    empty = allowed)."""
+    return [why for bad, why in ((c.ep == 1, "it needs expert parallelism"),
+                                 (c.pp > 1 and c.vpp == 1, "it needs VPP under PP"),
+                                 (c.recompute == "full", "it excludes full recompute"),
+                                 (c.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall or flex "
+                                  "dispatcher")) if bad]
 
 
 def device_connections(job: Job) -> dict[str, str]:

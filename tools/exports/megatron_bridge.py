@@ -25,8 +25,14 @@ BRIDGE_FP8 = {"bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
               "bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed"),
               "bf16_with_fp8_subchannel_scaling_mixed": ("e4m3", "blockwise"),
               "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8")}
-USER_MUST_ADD = ["a recipe for the model (e.g. examples/recipes/llama/pretrain_llama3_8b.py) that sets the "
-                 "architecture and tokenizer", "dataset.blend / data paths, checkpoint.save",
+# Recipe scripts shipped in Megatron-Bridge v0.2.2 examples/recipes (catalog model -> script).
+BRIDGE_SCRIPTS = {"llama3-8b": "examples/recipes/llama/pretrain_llama3_8b.py"}
+# Recipes that set fp8_param_gather=True (mixed_precision.py, v0.2.2).
+FP8_PARAM_GATHER_RECIPES = frozenset({"bf16_with_fp8_current_scaling_mixed", "bf16_with_fp8_delayed_scaling_mixed",
+                                      "bf16_with_fp8_subchannel_scaling_mixed", "bf16_with_mxfp8_mixed"})
+USER_MUST_ADD = ["a recipe script for the model (e.g. examples/recipes/llama/pretrain_llama3_8b.py) that sets the "
+                 "architecture and tokenizer (BRIDGE_SCRIPT in the launcher)",
+                 "data: the recipe's data_paths (the shipped scripts call pretrain_config() and train on mock data)",
                  "train.train_iters and optimizer settings"]
 
 
@@ -70,7 +76,46 @@ def bridge_overrides(job: Job) -> dict[str, Any]:
         job.assumptions.append(f"DP comm overlaps the backward pass (the projection hides "
                                f"{p.dp_overlap_fraction:.0%} of it)")
     o["comm_overlap.tp_comm_overlap"] = job.tp_overlap()
+    o.update(_fp8_overlap_and_peft(job))
     return {k: v for k, v in o.items() if v is not None or k == "model.recompute_granularity"}
+
+
+# LoRA as the projection prices it (projection/memory.py LORA_RANK: rank 16 on linear_qkv and linear_proj); Bridge's
+# LoRA (src/megatron/bridge/peft/lora.py) is built from ``_target_`` as optional ConfigContainer fields are.
+LORA_OVERRIDES = {"peft._target_": "megatron.bridge.peft.lora.LoRA", "peft.dim": 16, "peft.alpha": 32,
+                  "peft.target_modules": ["linear_qkv", "linear_proj"]}
+
+
+def _fp8_overlap_and_peft(job: Job) -> dict[str, Any]:
+    from projection.memory import LORA_RANK
+    from tools.exports.megatron import moe_overlap_blockers
+
+    c, o = job.config, {}
+    if job.fp8_primary_weights():
+        if BRIDGE_PRECISION[c.precision] in FP8_PARAM_GATHER_RECIPES and c.zero == 1:
+            job.assumptions.append(f"{BRIDGE_PRECISION[c.precision]} sets fp8_param_gather=True (FP8 primary "
+                                   "weights, as the memory model assumes)")
+        else:
+            job.warnings.append("the memory model holds FP8 primary weights; this recipe and sharding keep bf16 "
+                                "weights too")
+    if job.ep_overlap():
+        blockers = moe_overlap_blockers(c)
+        if blockers:
+            job.warnings.append(f"the projection hides {job.profile.ep_overlap_fraction:.0%} of expert all-to-all, "
+                                f"but overlap_moe_expert_parallel_comm cannot be on ({'; '.join(blockers)})")
+        else:
+            o["comm_overlap.overlap_moe_expert_parallel_comm"] = True
+            job.assumptions.append(f"expert all-to-all overlaps compute (the projection hides "
+                                   f"{job.profile.ep_overlap_fraction:.0%} of it)")
+    if c.finetune is not None:
+        o["checkpoint.pretrained_checkpoint"] = "<pretrained-checkpoint>"
+    if c.finetune == "lora":
+        o.update(LORA_OVERRIDES | {"peft.dim": LORA_RANK})
+        job.assumptions.append(f"LoRA rank {LORA_RANK} on linear_qkv and linear_proj, base weights frozen, as "
+                               "projected")
+    elif c.finetune == "sft":
+        job.assumptions.append("SFT: every weight trains from checkpoint.pretrained_checkpoint, as projected")
+    return o
 
 
 def _value(v: Any) -> str:
@@ -84,11 +129,30 @@ def _value(v: Any) -> str:
 
 
 def export(job: Job) -> LaunchConfig:
+    from tools.exports.common import launcher_script, torchrun_words
+
     overrides = bridge_overrides(job)
     lines = [f"{k}={_value(v)}" for k, v in overrides.items()]
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
     text = "\n".join(head + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
+    pretrained = job.config.finetune is not None
+    lines = [line.replace("=<pretrained-checkpoint>", '="$PRETRAINED"') for line in lines]
+    run = ["OVERRIDES=(", *[f"    {_shell_word(line) if '$PRETRAINED' not in line else line}" for line in lines],
+           ")",
+           f"{torchrun_words(job)} \\",
+           '    "$BRIDGE_SCRIPT" "${OVERRIDES[@]}" checkpoint.save="$CHECKPOINT_DIR"']
+    launcher = launcher_script(job, SOURCE + "; this launcher runs the recipe script with them", run,
+                               placeholders=("BRIDGE_SCRIPT", "CHECKPOINT_DIR")
+                               + (("PRETRAINED",) if pretrained else ()),
+                               known={"BRIDGE_SCRIPT": BRIDGE_SCRIPTS[job.model.name]}
+                               if job.model.name in BRIDGE_SCRIPTS else None)
     return LaunchConfig(framework="megatron-bridge", text=text, options=overrides, warnings=job.warnings,
                         assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
                         command="python examples/recipes/<model>/pretrain_<model>.py " + " ".join(lines),
-                        filename=job.stem() + ".bridge.overrides")
+                        filename=job.stem() + ".bridge.overrides", launcher=launcher,
+                        launcher_filename=job.stem() + ".bridge.sh")
+
+
+def _shell_word(text: str) -> str:
+    """One bash word: single-quoted when it holds characters bash would read."""
+    return text if not any(ch in text for ch in " []$<>'\"*?;&|()") else "'" + text.replace("'", "'\\''") + "'"

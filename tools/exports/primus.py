@@ -78,7 +78,9 @@ def export(job: Job) -> LaunchConfig:
     launcher = launcher_script(job, SOURCE + "; this launcher runs it from the Primus checkout", [
         "export NNODES NODE_RANK MASTER_ADDR MASTER_PORT", f"export GPUS_PER_NODE={job.procs_per_node}",
         'export PRIMUS_TOKENIZED_DATA_PATH="$DATA_PATH"',
-        f'EXP=${{EXP:-"{filename}"}} bash examples/run_pretrain.sh'], placeholders=("DATA_PATH",))
+        'HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)',
+        f'EXP=${{EXP:-"$HERE/{filename}"}} bash examples/run_pretrain.sh  # from the Primus checkout'],
+        placeholders=("DATA_PATH",))
     return LaunchConfig(framework="primus", text="\n".join(head + body) + "\n", options=overrides,
                         warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
                         command=f"EXP={filename} bash examples/run_pretrain.sh", filename=filename,

@@ -136,7 +136,13 @@ def module_name(job: Job) -> str:
     return "projtune_" + re.sub(r"[^0-9a-zA-Z_]", "_", job.stem()).lower()
 
 
-def config_module(toml_filename: str, base: tuple[str, str]) -> str:
+# LoRA as the projection prices it (projection/memory.py LORA_RANK on the attention projections): torchtitan 0.3.0
+# components/lora.py LoRAConverter; llama3's attention linears are wq, wkv, wo (config_registry.py
+# llama3_debugmodel_float8_emulate_lora).
+LORA_TARGETS = {"llama3": ["wq", "wkv", "wo"]}
+
+
+def config_module(toml_filename: str, base: tuple[str, str], lora: dict[str, Any] | None = None) -> str:
     """Python source of the config module: ``projtune_job()`` = the base ``config_registry`` function's config
     with the TOML next to this file applied (tables onto config sections, top-level keys onto the config,
     ``[activation_checkpoint] mode`` as the AC policy: none / selective / full)."""
@@ -151,6 +157,7 @@ import tomllib
 
 TOML = pathlib.Path(__file__).with_name({toml_filename!r})
 BASE = {base!r}
+LORA = {lora!r}  # LoRAConverter settings (rank, alpha, target_modules), or None
 
 
 def _set(target, path, values):
@@ -173,6 +180,10 @@ def {CONFIG_FUNCTION}():
         config.activation_checkpoint = {{"none": None, "selective": SelectiveAC.Config(),
                                          "full": FullAC.Config()}}[mode]
     _set(config, "", data)
+    if LORA is not None:
+        from torchtitan.components.lora import LoRAConverter
+
+        config.model_spec.model = LoRAConverter.Config(**LORA).build().convert(config.model_spec.model)
     return config
 '''
 
@@ -188,6 +199,18 @@ def export(job: Job) -> LaunchConfig:
     command = (f"torchrun --nproc-per-node {job.procs_per_node} -m torchtitan.train "
                f"--module {base[0]} --config {base[1]} " + " ".join(args))
     filename, module = job.stem() + ".torchtitan.toml", module_name(job)
+    lora = None
+    if job.config.finetune == "lora":
+        from projection.memory import LORA_RANK
+
+        targets = LORA_TARGETS.get(base[0])
+        if targets is None:
+            job.warnings.append(f"LoRA target module names of torchtitan's {base[0]} are not known here: set LORA "
+                                "in the config module")
+        lora = {"rank": LORA_RANK, "alpha": 2.0 * LORA_RANK, "target_modules": targets}
+        job.assumptions.append(f"LoRA rank {LORA_RANK} on the attention projections, base weights frozen, as "
+                               "projected")
+    initial = ' --checkpoint.initial_load_path "$PRETRAINED"' if job.config.finetune else ""
     head = comment_block(job, SOURCE) + [f"# torchtitan 0.3.0: {command}",
                                          f"# this file is loaded by {module}.py: torchtitan.train --module {module} "
                                          f"--config {CONFIG_FUNCTION}"] + [f"# add: {u}" for u in USER_MUST_ADD]
@@ -196,9 +219,10 @@ def export(job: Job) -> LaunchConfig:
         f"PYTHONPATH=\"$HERE${{PYTHONPATH:+:$PYTHONPATH}}\" {torchrun_words(job)} \\",
         f"    -m torchtitan.train --module {module} --config {CONFIG_FUNCTION} \\",
         '    --hf_assets_path "$TOKENIZER" --dataloader.dataset_path "$DATA_PATH" '
-        '--checkpoint.folder "$CHECKPOINT_DIR"'])
+        '--checkpoint.folder "$CHECKPOINT_DIR"' + initial],
+        placeholders=("DATA_PATH", "TOKENIZER", "CHECKPOINT_DIR") + (("PRETRAINED",) if initial else ()))
     return LaunchConfig(framework="torchtitan", text="\n".join(head + toml_text(options)) + "\n", options=options,
                         warnings=job.warnings, assumptions=job.assumptions, user_must_add=USER_MUST_ADD,
                         command=command, filename=filename, launcher=launcher,
                         launcher_filename=job.stem() + ".torchtitan.sh",
-                        files={f"{module}.py": config_module(filename, base)})
+                        files={f"{module}.py": config_module(filename, base, lora)})
