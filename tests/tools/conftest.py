@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,3 +46,46 @@ def valid_arguments() -> dict[str, dict[str, Any]]:
         "run_benchmark": {**JOB, "layout": LAYOUT},
         "tune": {**JOB, "gbs": 32, "seq_len": 4096, "top_k": 2, "max_rounds": 1, "constraints": ["precision=bf16"]},
     }
+
+
+MEGATRON_LM = Path(__file__).parents[1] / "fixtures" / "megatron_lm"
+
+
+@pytest.fixture()
+def megatron_validate_args(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A function (Megatron-LM export, gpu, gpus) -> args: the launcher's training command (after the entry point)
+    parsed by Megatron-LM core_v0.16.1's ``parse_args`` and checked by its ``validate_args``
+    (tests/fixtures/megatron_lm, on megatron-core 0.16.1), with WORLD_SIZE and CUDA_DEVICE_MAX_CONNECTIONS as the
+    launcher sets them and the target GPU's compute capability.  Raises what validate_args raises."""
+    pytest.importorskip("megatron.core")
+    import megatron
+
+    from projection.hardware import load_hardware
+    from tools.launch_shell import command_words, run_script
+
+    monkeypatch.setattr(megatron, "__path__", [*megatron.__path__, str(MEGATRON_LM / "megatron")])
+    for name in [m for m in sys.modules if m.startswith("megatron.training")]:
+        monkeypatch.delitem(sys.modules, name)
+    from megatron.training import arguments, utils
+
+    def check(exported: Any, gpu: str, num_gpus: int) -> Any:
+        commands, state = run_script(exported.text)
+        assert commands[-1].words[0] == "torchrun" and "pretrain_gpt.py" in commands[-1].words
+        family = load_hardware(gpu).family
+        major = {"ampere": 8, "hopper": 9}.get(family, 10 if "blackwell" in family else 9)
+        monkeypatch.setattr(utils, "DEVICE_ARCH", major)
+        monkeypatch.setattr("torch.cuda.get_device_capability", lambda *_: (major, 0))
+        for key, value in {"WORLD_SIZE": str(num_gpus), "RANK": "0", "LOCAL_RANK": "0"}.items():
+            monkeypatch.setenv(key, value)
+        if "CUDA_DEVICE_MAX_CONNECTIONS" in state.scalars:
+            monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", state.scalars["CUDA_DEVICE_MAX_CONNECTIONS"])
+        else:
+            monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
+        monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *command_words(exported.text)[0]])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            args = arguments.parse_args()
+            arguments.validate_args(args)
+        return args
+
+    return check

@@ -8,8 +8,6 @@ import os
 import random
 import shutil
 import subprocess
-import sys
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +23,8 @@ from tools.exports import export_launch_config
 from tools.exports.common import Job
 from tools.exports.files import write_export
 from tools.framework_rules import framework_violations
-from tools.launch_shell import command_words, run_script
+from tools.launch_shell import command_words
 
-MEGATRON_LM = Path(__file__).parents[1] / "fixtures" / "megatron_lm"
 KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "precision", "recompute",
         "recompute_num_layers", "sequence_parallel", "zero", "fsdp_size", "schedule", "moe_dispatcher")
 # (model, gpu, gpus): the jobs the generated layouts are drawn for
@@ -111,45 +108,11 @@ def _megatron_cases() -> list[tuple[str, str, int, TrainingConfig]]:
     return legal_layouts("megatron", 10, seed=29)
 
 
-@pytest.fixture()
-def megatron_lm(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """Megatron-LM core_v0.16.1's megatron.training.arguments (tests/fixtures/megatron_lm) on megatron-core."""
-    pytest.importorskip("megatron.core")
-    import megatron
-
-    monkeypatch.setattr(megatron, "__path__", [*megatron.__path__, str(MEGATRON_LM / "megatron")])
-    for name in [m for m in sys.modules if m.startswith("megatron.training")]:
-        monkeypatch.delitem(sys.modules, name)
-    from megatron.training import arguments, utils
-
-    return arguments, utils
-
-
 @pytest.mark.parametrize("case", _megatron_cases(), ids=_layout_id)
-def test_megatron_validate_args_accepts_the_full_command(megatron_lm: Any, monkeypatch: pytest.MonkeyPatch,
-                                                         case: Any) -> None:
-    arguments, utils = megatron_lm
+def test_megatron_validate_args_accepts_the_full_command(megatron_validate_args: Any, case: Any) -> None:
     model_id, gpu, n, config = case
     exported = export_launch_config(load_model(model_id), Cluster(gpu=gpu, num_gpus=n), config, "megatron")
-    commands, state = run_script(exported.text)
-    words = command_words(exported.text)[0]
-    assert commands[-1].words[0] == "torchrun" and "pretrain_gpt.py" in commands[-1].words
-    family = load_hardware(gpu).family  # the compute capability validate_args asks the device for
-    major = {"ampere": 8, "hopper": 9}.get(family, 10 if "blackwell" in family else 9)
-    monkeypatch.setattr(utils, "DEVICE_ARCH", major)
-    monkeypatch.setattr("torch.cuda.get_device_capability", lambda *_: (major, 0))
-    env = {"WORLD_SIZE": str(n), "RANK": "0", "LOCAL_RANK": "0"}
-    if "CUDA_DEVICE_MAX_CONNECTIONS" in state.scalars:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = state.scalars["CUDA_DEVICE_MAX_CONNECTIONS"]
-    else:
-        monkeypatch.delenv("CUDA_DEVICE_MAX_CONNECTIONS", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(sys, "argv", ["pretrain_gpt.py", *words])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        args = arguments.parse_args()
-        arguments.validate_args(args)
+    args = megatron_validate_args(exported, gpu, n)
     assert args.tensor_model_parallel_size == config.tp and args.pipeline_model_parallel_size == config.pp
     assert args.global_batch_size == config.gbs and args.data_parallel_size == n // (config.tp * config.pp * config.cp)
     if config.recompute_num_layers:  # per model chunk: the stage recomputes vpp x that many

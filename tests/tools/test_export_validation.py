@@ -136,3 +136,18 @@ def test_primus_zero_bubble_presets_pass_the_megatron_checks() -> None:
         assert import_launch_config(exported.text, "primus", num_layers=80)["pp_schedule"] == schedule
         with pytest.raises(FrameworkRuleError):
             export_launch_config(spec, cluster, config, "megatron")
+
+
+@pytest.mark.parametrize("name", list(SEARCHES))
+def test_megatron_lm_validate_args_accepts_the_full_command(name: str, megatron_validate_args: Any) -> None:
+    """Megatron-LM's own argument parser and validate_args (core_v0.16.1) on every Megatron-LM export's full
+    training command."""
+    model, gpu, n = SEARCHES[name][:3]
+    spec, cluster = load_model(model), Cluster(gpu=gpu, num_gpus=n)
+    checked = 0
+    for framework, config in dict.fromkeys(_cases(name)):
+        if framework == "megatron":
+            args = megatron_validate_args(export_launch_config(spec, cluster, config, framework), gpu, n)
+            assert args.global_batch_size == config.gbs and args.tensor_model_parallel_size == config.tp
+            checked += 1
+    assert checked >= 1
