@@ -176,3 +176,31 @@ def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int
             notes.append(f"--global-batch-size not set: Megatron-LM takes micro-batch x data-parallel size = "
                          f"{keys['gbs']} (arguments.py validate_args)")
     return notes
+
+
+# Megatron dests that change memory or speed but that no projection input carries: what the run does differently.
+_UNMODELLED = {
+    "grad_reduce_in_bf16": "bf16 gradient buffers and reduction (the projection keeps the profile's fp32 gradient "
+                           "buffer: 2 bytes per parameter more than this run holds)",
+    "use_precision_aware_optimizer": "precision-aware optimizer (main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype "
+                                     "as set; the projection keeps fp32 moments and main weights)",
+    "cpu_offloading": "activation CPU offloading (not projected)",
+    "optimizer_cpu_offload": "optimizer CPU offload (not projected)",
+    "moe_shared_expert_overlap": "shared-expert overlap (not projected)",
+    "cuda_graph_impl": "CUDA graphs (not projected)",
+    "enable_cuda_graph": "CUDA graphs (not projected)",
+}
+
+
+def switch_notes(dests: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """Notes for Megatron-family switches the file sets that the projection does not model, and for FP8 primary
+    weights where the file and the memory model (framework profile ``fp8_param_gather_precisions``) disagree."""
+    from projection.framework_profile import framework_profile
+
+    notes = [f"{dest}: {what}" for dest, what in _UNMODELLED.items() if dests.get(dest) not in (None, False, "none")]
+    precision = str(config.get("precision", "bf16"))
+    assumed = framework_profile("megatron").keeps_fp8_primary_weights(precision)
+    if assumed and not dests.get("fp8_param_gather"):
+        notes.append("no --fp8-param-gather: this run keeps bf16 GEMM weights besides the FP8 copies; the memory "
+                     "model assumes FP8 primary weights (about 2 bytes per GEMM weight per shard less than the run)")
+    return notes

@@ -256,7 +256,7 @@ def import_launch_config(text: str, framework: str, *, num_layers: int | None = 
 
 def import_with_notes(text: str, framework: str, *, num_layers: int | None = None) -> tuple[dict[str, Any], list[str]]:
     """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell)."""
-    from tools.launch_defaults import LayoutError, primus_switches, primus_with_defaults
+    from tools.launch_defaults import LayoutError, primus_switches, primus_with_defaults, switch_notes
     from tools.launch_shell import ShellScriptError, command_words
 
     if framework == "megatron":
@@ -265,7 +265,9 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
         except ShellScriptError as err:
             raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
         notes = [f"not resolved in the script (empty): {'; '.join(unresolved)}"] if unresolved else []
-        return _from_megatron_dests(megatron_args(text), num_layers), notes
+        dests = megatron_args(text)
+        config = _from_megatron_dests(dests, num_layers)
+        return config, notes + switch_notes(dests, config)
     if framework == "primus":
         overrides, notes = primus_with_defaults(_primus_overrides(text))
         overrides = {k: v for k, v in overrides.items() if v is not False}
@@ -274,7 +276,7 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
             switches, more = primus_switches(overrides, num_layers)
         except LayoutError as err:
             raise LaunchConfigError(str(err)) from err
-        return config | switches, notes + more
+        return config | switches, notes + more + switch_notes(overrides, config)
     if framework == "torchtitan":
         return _from_torchtitan(text, num_layers), []
     raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")
