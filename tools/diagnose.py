@@ -28,6 +28,7 @@ from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.training_config import Cluster, TrainingConfig
 
 _HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>\d+) x (?P<gpu>[\w.-]+):", re.MULTILINE)
+_BRIDGE_WORDS = re.compile(r"^(?:model|train|ddp|dist)\.\w+=", re.MULTILINE)  # Megatron-Bridge overrides
 _LOG_HINT = re.compile(r"elapsed time per iteration \(ms\)|step:\s*\d+\s.*?(?:tps|wps):")
 _INT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
               "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
@@ -59,7 +60,8 @@ class Diagnosis(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str
-    kind: str = Field(description="megatron-args | primus-yaml | torchtitan-toml | training-log")
+    kind: str = Field(description="megatron-args | primus-yaml | torchtitan-toml | bridge-overrides | bridge-yaml | "
+                      "training-log")
     framework: str
     model: str
     gpu: str
@@ -101,10 +103,15 @@ def read_source(source: str) -> tuple[str, str, str]:
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return "torchtitan-toml", "torchtitan", text
+    if _BRIDGE_WORDS.search(text) and not text.lstrip().startswith("--"):
+        return "bridge-overrides", "megatron-bridge", text
     if suffix in (".yaml", ".yml"):
         data = _yaml(text, source)
         if isinstance(data, dict) and "modules" in data:
             return "primus-yaml", "primus", text
+        if isinstance(data, dict) and {"model", "train"} & set(data) and not any(str(k).startswith("ici_")
+                                                                                  for k in data):
+            return "bridge-yaml", "megatron-bridge", text
         if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
             raise ProjtuneError(f"{source}: MaxText YAML is not read back yet (diagnose reads Megatron arguments, "
                                 "Primus YAML, torchtitan TOML and training logs)")
@@ -192,8 +199,9 @@ def _catalog_match(shape: dict[str, Any]) -> str | None:
     return tied[0]
 
 
-def _named_model(kind: str, text: str) -> str | None:
-    """The catalog model a Primus ``modules.pre_trainer.model`` file or a torchtitan ``[model]`` names."""
+def _named_model(kind: str, text: str, source: str = "") -> str | None:
+    """The catalog model a Primus ``modules.pre_trainer.model`` file or a torchtitan ``[model]`` names (a
+    Megatron-Bridge override file: its name, e.g. llama3_8b_pretrain_override_example.yaml)."""
     from tools.launch_shell import expand_primus
 
     hints: list[str] = []
@@ -205,6 +213,8 @@ def _named_model(kind: str, text: str) -> str | None:
             section = tomllib.loads(text).get("model", {})
             hints += [str(section.get("hf_assets_path", "")).rstrip("/").rsplit("/", 1)[-1],
                       f"{section.get('name', '')}{section.get('flavor', '')}"]
+        elif kind.startswith("bridge-"):
+            hints.append(Path(source).name.split("_pretrain")[0].split("_finetune")[0])
     except (yaml.YAMLError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
         return None
     for hint in (_norm(h) for h in hints if h):
@@ -272,6 +282,10 @@ def _options_of(kind: str, text: str) -> dict[str, Any]:
         return dict(data["modules"]["pre_trainer"].get("overrides") or {})
     if kind == "torchtitan-toml":
         return titan_options_from_text(text)
+    if kind.startswith("bridge-"):
+        from tools.exports.megatron_bridge import read_overrides
+
+        return read_overrides(text)
     return {}
 
 
@@ -348,7 +362,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
             except tomllib.TOMLDecodeError as err:
                 raise ProjtuneError(f"{name}: cannot parse TOML: {err}") from err
         if model is None and not header:
-            guessed = guessed or _named_model(kind, text)
+            guessed = guessed or _named_model(kind, text, source)
         model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
         keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers)
         if model is None and not header.get("model") and guessed:
@@ -357,7 +371,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     job = resolve_job(model_id, gpu_id, count, gpus_per_node=gpus_per_node)
     spec, hardware, cluster = job.model, job.hardware, job.cluster
     if kind != "training-log":
-        notes += fill_defaults(framework, keys, text, count)
+        notes += fill_defaults(framework, keys, text, count, model=spec.name)
     keys.pop("dp", None)
     config = _config(keys, name)
     reasons = layout_violations(spec, hardware, cluster, config)

@@ -136,11 +136,36 @@ def primus_with_defaults(overrides: dict[str, Any]) -> tuple[dict[str, Any], lis
     return merged, notes
 
 
-def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int) -> list[str]:
+# Megatron-Bridge recipe defaults (v0.2.2 src/megatron/bridge/recipes/llama/llama3.py: llama3_8b_pretrain_config's
+# recommended kwargs over _llama3_common's defaults), for override files that leave them out.
+BRIDGE_RECIPE_DEFAULTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "llama3-8b": ("llama3_8b_pretrain_config", {"tp": 1, "pp": 1, "cp": 2, "sequence_parallel": False, "gbs": 512,
+                                                "mbs": 1, "seq_len": 8192, "precision": "bf16", "zero": 1}),
+}
+
+
+# Config key -> the override fields that set it (absent from the file: the recipe's default applies).
+_BRIDGE_FIELDS = {"tp": "tensor_model_parallel_size", "pp": "pipeline_model_parallel_size",
+                  "cp": "context_parallel_size", "sequence_parallel": "sequence_parallel",
+                  "gbs": "global_batch_size", "mbs": "micro_batch_size", "seq_len": "seq_length|sequence_length",
+                  "precision": "mixed_precision", "zero": "use_distributed_optimizer"}
+
+
+def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int, model: str | None = None
+                  ) -> list[str]:
     """Fill the batch and sequence a file leaves out with its framework's defaults (in place); say which."""
+    notes: list[str] = []
+    if framework == "megatron-bridge":
+        recipe, defaults = BRIDGE_RECIPE_DEFAULTS.get(model or "", ("", {}))
+        taken = {k: v for k, v in defaults.items()
+                 if not any(name in text for name in _BRIDGE_FIELDS[k].split("|"))
+                 and not (k == "zero" and keys.get("zero") == 3)}
+        keys.update(taken)
+        if taken:
+            notes.append(f"not in the file, Megatron-Bridge recipe {recipe} default taken (v0.2.2 "
+                         f"recipes/llama/llama3.py): " + ", ".join(f"{k} {v}" for k, v in taken.items()))
     tp, pp, cp = (int(keys.get(k, 1)) for k in ("tp", "pp", "cp"))
     dp = max(1, num_gpus // (tp * pp * cp))
-    notes: list[str] = []
     if framework == "torchtitan":
         import tomllib
 
@@ -167,7 +192,7 @@ def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int
                          f"data-parallel degree = {local} x {dp} = {keys['gbs']} ({TORCHTITAN_SOURCE})")
         if pp == 1:
             keys.setdefault("mbs", local)
-    elif framework == "megatron":
+    elif framework in ("megatron", "megatron-bridge"):
         if "mbs" not in keys:
             keys["mbs"] = 1
             notes.append("--micro-batch-size not set: Megatron-LM default 1 (arguments.py)")

@@ -277,6 +277,15 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
         except LayoutError as err:
             raise LaunchConfigError(str(err)) from err
         return config | switches, notes + more + switch_notes(overrides, config)
+    if framework == "megatron-bridge":
+        from tools.exports.megatron_bridge import megatron_dests_of, read_overrides
+
+        try:
+            dests = megatron_dests_of(read_overrides(text))
+        except ProjtuneError as err:
+            raise LaunchConfigError(str(err)) from err
+        config = _from_megatron_dests(dests, num_layers)
+        return config, switch_notes(dests, config)
     if framework == "torchtitan":
         return _from_torchtitan(text, num_layers), []
     raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")

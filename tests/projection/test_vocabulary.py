@@ -30,6 +30,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("projection/hardware.py", "precision"): "GemmDtype: tensor-core dtypes, another set that shares names",
     ("projection/pipeline.py", "pp_schedule"): "the schedules one simulator branch handles",
     ("tools/framework_rules.py", "launch_framework"): "MEGATRON_FAMILY: the launch frameworks that run Megatron-core",
+    ("tools/framework_rules.py", "import_framework"): "MEGATRON_FAMILY (three of the four import frameworks)",
     ("tools/framework_rules.py", "pp_schedule"): "schedules a framework lacks or has: framework rules, cited there",
     ("evals/eval_run.py", "recompute"): "--fill-unknown tries the recipe default (selective) first: its own order",
 }

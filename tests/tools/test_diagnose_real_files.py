@@ -33,6 +33,9 @@ REAL: dict[str, tuple[str, int, dict[str, Any], str]] = {
     "primus_mi355x_deepseek_v3_fp8.yaml": ("mi355x", 256, dict(
         model="deepseek-v3", tp=1, pp=16, vpp=2, ep=8, mbs=2, gbs=4096, seq_len=4096, precision="fp8", zero=1,
         recompute="full", recompute_num_layers=2, moe_dispatcher="deepep"), "recompute_layer_ids: 21 of 61"),
+    "bridge_llama3_8b_pretrain_override_example.yaml": ("h100-sxm", 8, dict(
+        model="llama3-8b", tp=1, pp=1, cp=2, mbs=1, gbs=8, seq_len=4096, precision="bf16", zero=1),
+        "recipe llama3_8b_pretrain_config default taken"),
 }
 
 

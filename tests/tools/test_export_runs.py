@@ -30,7 +30,7 @@ KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "precisio
 # (model, gpu, gpus): the jobs the generated layouts are drawn for
 JOBS = [("llama3-8b", "h100-sxm", 64), ("llama3.1-405b", "h100-sxm", 1024), ("mixtral-8x7b", "mi300x", 64),
         ("deepseek-v3", "h100-sxm", 1024), ("gpt-oss-120b", "b200", 64), ("qwen3-30b-a3b", "mi355x", 32)]
-ROUND_TRIP_FRAMEWORKS = ("megatron", "primus", "torchtitan")
+ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan")
 
 
 def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str, str, int, TrainingConfig]]:

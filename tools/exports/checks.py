@@ -74,24 +74,10 @@ def megatron_text_dests(launch: LaunchConfig) -> dict[str, Any]:
 
 
 def bridge_dests(text: str) -> dict[str, Any]:
-    """Megatron dests from Bridge overrides (model.* are TransformerConfig fields; train.*, ddp.*, dist.*)."""
-    from tools.exports.megatron_bridge import BRIDGE_FP8
+    """Megatron dests from Bridge overrides text (:func:`tools.exports.megatron_bridge.megatron_dests_of`)."""
+    from tools.exports.megatron_bridge import megatron_dests_of, read_overrides
 
-    body = " ".join(line for line in text.splitlines() if not line.startswith("#")).replace("\\", " ")
-    d: dict[str, Any] = {}
-    for token in shlex.split(body):
-        key, _, raw = token.partition("=")
-        value: Any = yaml.safe_load(raw) if raw else None
-        section, _, name = key.partition(".")
-        if section == "mixed_precision" or key == "mixed_precision":
-            d["bf16" if "bf16" in raw else "fp16"] = True
-            if raw in BRIDGE_FP8:
-                d["fp8"], d["fp8_recipe"] = BRIDGE_FP8[raw]
-        elif section in ("model", "train", "ddp", "dist"):
-            d[name] = value
-    if d.get("virtual_pipeline_model_parallel_size"):
-        d["num_virtual_stages_per_pipeline_rank"] = d.pop("virtual_pipeline_model_parallel_size")
-    return d
+    return megatron_dests_of(read_overrides(text))
 
 
 def _validate_args_rules(d: dict[str, Any], world: int) -> list[str]:

@@ -156,3 +156,70 @@ def export(job: Job) -> LaunchConfig:
 def _shell_word(text: str) -> str:
     """One bash word: single-quoted when it holds characters bash would read."""
     return text if not any(ch in text for ch in " []$<>'\"*?;&|()") else "'" + text.replace("'", "'\\''") + "'"
+
+
+_SECTIONS = ("model", "train", "ddp", "dist", "dataset", "mixed_precision", "comm_overlap", "checkpoint", "peft",
+             "optimizer", "scheduler", "logger", "tokenizer", "rng", "profiling")
+
+
+def read_overrides(text: str) -> dict[str, Any]:
+    """'section.field' -> value of Bridge overrides: dotted ``section.field=value`` words (comments and line
+    continuations allowed) or a nested YAML override file (``--config-file``, e.g. Megatron-Bridge
+    examples/recipes/llama/conf/llama3_8b_pretrain_override_example.yaml)."""
+    import shlex
+
+    import yaml
+
+    from projection.errors import ProjtuneError
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None
+    if isinstance(data, dict) and any(k in _SECTIONS for k in data):
+        flat: dict[str, Any] = {}
+
+        def walk(node: dict[str, Any], prefix: str) -> None:
+            for key, value in node.items():
+                path = f"{prefix}.{key}" if prefix else str(key)
+                if isinstance(value, dict):
+                    walk(value, path)
+                else:
+                    flat[path] = value
+        walk(data, "")
+        return flat
+    body = " ".join(line.split("#", 1)[0] for line in text.splitlines()).replace("\\", " ")
+    try:
+        words = shlex.split(body)
+    except ValueError as err:
+        raise ProjtuneError(f"cannot parse Megatron-Bridge overrides: {err}") from err
+    pairs: dict[str, Any] = {}
+    for word in words:
+        key, sep, raw = word.partition("=")
+        if not sep:
+            continue
+        try:
+            pairs[key] = yaml.safe_load(raw) if raw else None
+        except yaml.YAMLError:
+            pairs[key] = raw
+    return pairs
+
+
+def megatron_dests_of(pairs: dict[str, Any]) -> dict[str, Any]:
+    """Megatron dests from Bridge overrides: model.* are TransformerConfig fields (= dests); train.*, ddp.*, dist.*
+    carry the batch and sharding; ``mixed_precision`` names a recipe (BRIDGE_FP8)."""
+    d: dict[str, Any] = {}
+    for key, value in pairs.items():
+        section, _, name = key.partition(".")
+        if key == "mixed_precision":
+            recipe = str(value)
+            d["bf16" if "bf16" in recipe else "fp16"] = True
+            if recipe in BRIDGE_FP8:
+                d["fp8"], d["fp8_recipe"] = BRIDGE_FP8[recipe]
+        elif section in ("model", "train", "ddp", "dist") and name:
+            d[name] = value
+    if d.get("virtual_pipeline_model_parallel_size"):
+        d["num_virtual_stages_per_pipeline_rank"] = d.pop("virtual_pipeline_model_parallel_size")
+    if pairs.get("dataset.sequence_length") is not None:
+        d.setdefault("seq_length", pairs["dataset.sequence_length"])
+    return d
