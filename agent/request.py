@@ -600,6 +600,13 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         assumed.add("precision")
     else:
         assumed.discard("precision")
+    if not values.get("framework") and values.get("finetune") == "lora":
+        # Megatron-LM trains no adapters (tools/framework_rules.py LORA_FRAMEWORKS): the Megatron-core trainer with
+        # LoRA is Megatron-Bridge (NeMo)
+        values["framework"] = "nemo"
+        notes.append("framework not said: LoRA layouts are Megatron-Bridge (NeMo) style, the Megatron-core trainer "
+                     "with LoRA adapters (export with --framework)")
+        assumed.add("framework")
     if not values.get("framework"):
         if "framework" not in assumed:
             notes.append("framework not said: layouts are Megatron-style (export with --framework)")

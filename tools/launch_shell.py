@@ -135,6 +135,9 @@ def _push(out: list[tuple[str, int]], buf: list[str], start: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- expansion
+MAX_NESTING = 50  # ${...} / $(...) inside each other: real scripts nest two or three
+
+
 def _closing(text: str, i: int, opening: str, closing: str) -> int:
     """Index of the bracket closing the one at ``i`` (quotes respected); -1 when there is none."""
     depth, quote = 0, ""
@@ -148,6 +151,8 @@ def _closing(text: str, i: int, opening: str, closing: str) -> int:
             quote = c
         elif c == opening:
             depth += 1
+            if depth > MAX_NESTING:
+                raise ShellScriptError(f"expansions nested more than {MAX_NESTING} deep")
         elif c == closing:
             depth -= 1
             if depth == 0:
@@ -437,6 +442,8 @@ def run_script(text: str) -> tuple[list[Command], ShellState]:
             active = _statement(statement, line, state, commands, stack, active)
         except ShellScriptError as err:
             raise ShellScriptError(f"line {line}: {err}") from err
+        except RecursionError as err:
+            raise ShellScriptError(f"line {line}: expansions nested too deep") from err
     return commands, state
 
 
