@@ -41,3 +41,17 @@ def test_sessions_are_listed() -> None:
     assert _chat("listed-a", [SMALL_8]).exit_code == 0
     listed = runner.invoke(app, ["chat", "--list"])
     assert listed.exit_code == 0 and "listed-a" in listed.stdout.splitlines()
+
+
+def test_export_to_run_sh_writes_an_executable_launcher(tmp_path: Path) -> None:
+    """Issue 28: 'export to run.sh' writes a launcher bash can run (mode 755), not a flag list."""
+    import os
+    import subprocess
+
+    target = tmp_path / "run.sh"
+    result = _chat("runsh", [SMALL_8, f"export #1 to {target}"])
+    assert result.exit_code == 0, result.output
+    assert f"Wrote #1 for megatron to {target}" in result.stdout and "executable: bash" in result.stdout
+    assert os.access(target, os.X_OK) and target.read_text().startswith("#!/bin/bash")
+    subprocess.run(["bash", "-n", str(target)], check=True)
+    assert "pretrain_gpt.py" in target.read_text()
