@@ -66,6 +66,11 @@ class LLMPolicy:
         self.anchor_search, self.max_turns = anchor_search, max_turns
         self.offline = OfflinePolicy()
 
+    @property
+    def endpoint(self) -> str:
+        """'MODEL at URL' (the answer names the endpoint it used)."""
+        return self.config.describe()
+
     @staticmethod
     def _fallen_back(err: LLMUnavailable) -> str:
         return f"{err.reason}; fell back to the offline policy"
