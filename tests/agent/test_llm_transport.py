@@ -187,3 +187,20 @@ def test_model_tool_calls_that_cannot_run_are_recorded_failures() -> None:
     not_object = box.call_from_model("legal_axes", ["seq_len", 4096])  # type: ignore[arg-type]
     assert not_object["ok"] is False and not_object["error"]["field"] == "arguments"
     assert [(f.tool, f.kind) for f in box.failures] == [("projekt", "unknown_name"), ("legal_axes", "invalid_input")]
+
+
+def test_headers_dripped_a_line_at_a_time_are_cut_at_the_wall_clock(raw_server) -> None:
+    """Regression (issue 30): an endpoint that sent one header line every few hundred ms ran 267 s past a 3 s timeout
+    and a 12 s deadline; the limit now covers connecting, the headers and the body."""
+    def body(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for i in range(600):
+            conn.sendall(f"X-Drip-{i}: {'z' * 20}\r\n".encode())
+            time.sleep(0.1)
+
+    client = LLMClient(_config(raw_server(body), timeout_s=1.0, deadline_s=2.5))
+    start = time.monotonic()
+    with pytest.raises(LLMUnavailable) as err:
+        client.complete([{"role": "user", "content": "hi"}], max_tokens=64)
+    assert time.monotonic() - start < 4.0
+    assert err.value.transient and client.attempts == 2
