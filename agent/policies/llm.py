@@ -267,8 +267,9 @@ class LLMPolicy:
             text = text[:EXPLANATION_MAX_CHARS].rstrip() + " [cut]"
         grounded, flagged = ground_numbers(text, facts)
         if flagged:
+            more = f" and {len(flagged) - 8} more" if len(flagged) > 8 else ""
             notes.append(f"removed {len(flagged)} number(s) from the LLM's explanation that no tool result contains "
-                         f"({', '.join(flagged[:6])}); they show as [?]")
+                         f"as that kind of number: {', '.join(flagged[:8])}{more}; they show as [?]")
         return Explained(text=grounded, notes=notes)
 
 
