@@ -225,6 +225,50 @@ def _read(token: str) -> float | None:
         return None
 
 
+NAME_CUTOFF = 0.8
+"""difflib ratio at which a word of the request names a catalog word ('mistral' ~ 'mixtral' 0.86, 'h100s' ~
+'h100' 0.89)."""
+
+
+def stated_name(name: str, aliases: list[str], text: str) -> bool:
+    """Whether the request's words name a catalog entry (or its family): a word of 3+ characters of its id or an
+    alias equals, or is close to, a word of the text."""
+    import difflib
+
+    said = {w for w in re.findall(r"[a-z0-9.]+", normalise(text).lower()) if len(w) >= 3}
+    names = {w for n in [name, *aliases] for w in re.findall(r"[a-z0-9.]+", n.lower().split("/")[-1])
+             if len(w) >= 3 and not w.replace(".", "").isdigit()}
+    return bool(said & names) or any(difflib.get_close_matches(w, list(said), n=1, cutoff=NAME_CUTOFF)
+                                     for w in names if len(w) <= 40)
+
+
+def stated_count(value: Any, text: str) -> bool:
+    """Whether a count the LLM read is written in the request, as digits or words ('64', 'sixty-four')."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return any(n.value == number for n in read_numbers(normalise(text)))
+
+
+def unstated_job(data: dict[str, Any], text: str) -> list[str]:
+    """What of the job (model, GPU type, GPU count) the LLM read that the request's words do not state."""
+    from agent.names import gpu_index, model_catalog
+
+    missing = []
+    entry = model_catalog().get(str(data.get("model") or ""))
+    if entry is None or not stated_name(str(entry["id"]), [str(a) for a in entry.get("aliases") or []]
+                                        + [str(entry.get("display_name") or "")], text):
+        missing.append("the model")
+    gpu = str(data.get("gpu") or "")
+    aliases = [k for k, v in gpu_index().items() if v == gpu]
+    if not aliases or not stated_name(gpu, aliases, text):
+        missing.append("the GPU type")
+    if not stated_count(data.get("num_gpus"), text):
+        missing.append("the GPU count")
+    return missing
+
+
 def stated_constraints(rules: list[str], text: str) -> tuple[list[str], list[str]]:
     """(kept, dropped): rules whose axis the request's words name, and the invented ones."""
     offline = {axis_of(r) for r in extract_constraints(text).rules}

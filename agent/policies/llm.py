@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from agent.grounding import ground_numbers
 from agent.llm_client import LLMClient, LLMConfig, LLMUnavailable
+from agent.plain_text import plain_text
 from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.policies.llm_tools import (
     PROPOSE,
@@ -46,9 +47,9 @@ from tools.schemas import LegalAxesOutput
 MAX_TURNS = 6
 
 
-EXPLANATION_MAX_CHARS = 4000
-"""Longest LLM explanation a report keeps (a few paragraphs); a longer reply is cut and the cut is noted, so a
-prompt-injected or runaway reply cannot flood the answer."""
+EXPLANATION_MAX_CHARS = 2000
+"""Longest LLM explanation a report keeps (the prompt asks for at most 8 sentences, about 1,200 characters); a
+longer reply is cut and the cut is noted, so a prompt-injected or runaway reply cannot flood the answer."""
 
 
 class LLMPolicy:
@@ -245,8 +246,9 @@ class LLMPolicy:
         return payload, legal, parsed.done and not legal
 
     def explain(self, state: dict[str, Any]) -> Explained:
-        """The model's explanation of the winner (offline text when degraded or the endpoint fails now);
-        numbers no tool result contains are replaced by '[?]' and noted (:mod:`agent.grounding`)."""
+        """The model's explanation of the winner (offline text when degraded or the endpoint fails now): plain,
+        bounded, without sentences addressed to the reader (:mod:`agent.plain_text`), and with every number no
+        tool result of the same kind contains replaced by '[?]' and named (:mod:`agent.grounding`)."""
         facts = state.get("facts") or {}
         if state.get("degraded") or not facts.get("best"):
             return Explained(text=offline_explanation(facts))
@@ -257,14 +259,11 @@ class LLMPolicy:
             reply = self._ask([{"role": "user", "content": prompt}], "explain")
         except LLMUnavailable as err:
             return Explained(text=offline_explanation(facts), degraded_reason=self._fallen_back(err))
-        text = (reply.get("content") or "").strip()
+        text, notes = plain_text(reply.get("content") or "", EXPLANATION_MAX_CHARS, what="the LLM's explanation")
         if not text:
-            return Explained(text=offline_explanation(facts),
-                             notes=["the LLM returned no explanation; the offline explanation is shown"])
-        notes = []
-        if len(text) > EXPLANATION_MAX_CHARS:
-            notes.append(f"the LLM's explanation was cut to {EXPLANATION_MAX_CHARS:,} of {len(text):,} characters")
-            text = text[:EXPLANATION_MAX_CHARS].rstrip() + " [cut]"
+            return Explained(text=offline_explanation(facts), notes=notes, degraded_reason=(
+                f"LLM endpoint {self.config.describe()} returned no usable explanation; the offline explanation "
+                "is shown"))
         grounded, flagged = ground_numbers(text, facts)
         if flagged:
             more = f" and {len(flagged) - 8} more" if len(flagged) > 8 else ""

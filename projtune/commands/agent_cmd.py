@@ -94,16 +94,18 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
 
 
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             flags: dict[str, Any] | None = None) -> Any:
-    """The typed request (flags merged: the network, packed documents), or the Clarification to answer with."""
+             flags: dict[str, Any] | None = None) -> tuple[Any, str | None]:
+    """(the typed request with flags merged (the network, packed documents), or the Clarification to answer with;
+    why the LLM's reading fell back, if it did)."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
     from agent.space import Job
     from tools.constraints import Constraints
 
-    parsed = policy.parse(text)
+    read = policy.read(text)
+    parsed = read.result
     if isinstance(parsed, Clarification):
-        return parsed
+        return parsed, read.degraded_reason
     Constraints.parse(constraints)   # a bad --constraint is a usage error (exit 2)
     update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
     if top is not None:
@@ -111,7 +113,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
     Job(request)                     # unknown names / bad constraints raise here (exit 2)
-    return request
+    return request, read.degraded_reason
 
 
 def _print_report(report: Any) -> None:
@@ -220,12 +222,13 @@ def tune_command(
     deadline_s = parse_duration(deadline) if deadline else None
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
     with _Progress(enabled=True) as progress:
-        parsed = _request(policy, request, constraint or [], top,
-                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                           "packed_document_tokens": packed_document_tokens})
+        parsed, parse_fallback = _request(policy, request, constraint or [], top,
+                                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
+                                           "packed_document_tokens": packed_document_tokens})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
-                                policy=policy.name, llm_endpoint=getattr(policy, "endpoint", None))
+                                policy=policy.name, llm_endpoint=getattr(policy, "endpoint", None),
+                                degraded=bool(parse_fallback), degraded_reason=parse_fallback)
         else:
             outcome = tune(request=parsed, policy=policy, budget={"max_rounds": rounds} if rounds else None,
                            options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress,
@@ -236,6 +239,8 @@ def tune_command(
     if as_json:
         typer.echo(json_text(answer.model_dump(mode="json")))
     elif answer.status == "clarification":
+        if answer.degraded:
+            print(f"degraded: {answer.degraded_reason}", file=sys.stderr)
         print(f"question: {answer.message}", file=sys.stderr)
     else:
         _print_report(answer)
