@@ -195,7 +195,8 @@ def assumptions(request: dict[str, Any], framework: str = "megatron") -> list[st
 def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
     """Build the TuneReport from the scored trials (or the clarification)."""
     base = {"policy": policy.name, "llm_endpoint": getattr(policy, "endpoint", None),
-            "degraded": bool(state.get("degraded")), "degraded_reason": state.get("degraded_reason"), "notes": list(dict.fromkeys(state.get("notes", [])))}
+            "degraded": bool(state.get("degraded")), "degraded_reason": state.get("degraded_reason"),
+            "notes": list(dict.fromkeys(state.get("notes", [])))}
     clarification = state.get("clarification")
     if clarification:
         out = TuneReport(status="clarification", clarification=clarification, message=clarification["question"],

@@ -116,8 +116,8 @@ class _Handler(BaseHTTPRequestHandler):
             for index, call in enumerate(message.get("tool_calls") or []):
                 args = call["function"]["arguments"]
                 half = len(args) // 2
-                self._event({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+                head = {"name": call["function"]["name"], "arguments": args[:half]}
+                self._event({"tool_calls": [{"index": index, "id": call["id"], "type": "function", "function": head}]})
                 self._event({"tool_calls": [{"index": index, "function": {"arguments": args[half:]}}]})
             self._event({}, "tool_calls" if message.get("tool_calls") else "stop")
             self.wfile.write(b"data: [DONE]\n\n")

@@ -127,7 +127,8 @@ def test_huge_text_is_cut(raw_server) -> None:
         text = _completion("x" * 200_000)
         conn.sendall(_headers(len(text)) + text)
 
-    message = LLMClient(_config(raw_server(body), max_content_chars=1000)).complete([{"role": "user", "content": "h"}], max_tokens=64)
+    client = LLMClient(_config(raw_server(body), max_content_chars=1000))
+    message = client.complete([{"role": "user", "content": "h"}], max_tokens=64)
     assert len(message["content"]) < 1100 and message["content"].endswith("(cut: reply too long)")
 
 
@@ -137,7 +138,8 @@ def test_body_over_the_size_cap_is_refused(raw_server) -> None:
         conn.sendall(_headers(len(text)) + text)
 
     with pytest.raises(LLMUnavailable):
-        LLMClient(_config(raw_server(body), max_response_bytes=100_000)).complete([{"role": "user", "content": "h"}], max_tokens=64)
+        LLMClient(_config(raw_server(body), max_response_bytes=100_000)).complete([{"role": "user", "content": "h"}],
+                                                                                 max_tokens=64)
 
 
 def test_tool_argument_named_tool_does_not_collide() -> None:
