@@ -76,7 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
             return
         if "generate" in entry:
-            self._generate(int(entry["generate"]), float(entry.get("delay", 0.05)))
+            self._generate(int(entry["generate"]), float(entry.get("delay", 0.05)), bool(body.get("stream")))
             return
         if "message" in entry:
             if body.get("stream"):
@@ -125,10 +125,22 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def _generate(self, tokens: int, delay: float) -> None:
-        """A slow model: one content token per ``delay`` s; stops at the first write the client no longer reads."""
+    def _generate(self, tokens: int, delay: float, stream: bool) -> None:
+        """A slow model: one content token per ``delay`` s.  Streamed, each token is written as it comes, so the
+        first write after the client left fails and generation stops; not streamed (like a real server), nothing
+        is written until the whole answer is ready, so an abandoned request runs to its end."""
         record = self.server.owner.generation_started()
         try:
+            if not stream:
+                for _ in range(tokens):
+                    if self.server.owner.stopped.wait(delay):
+                        return
+                    record["tokens"] += 1
+                self._send(200, {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                                 "model": "fake", "choices": [{"index": 0, "finish_reason": "stop", "message": {
+                                     "role": "assistant", "content": " tok" * tokens}}]}, raise_on_close=True)
+                record["completed"] = True
+                return
             self._events()
             self._event({"role": "assistant", "content": ""})
             for _ in range(tokens):
@@ -146,7 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
             record["running"] = False
             record["ended_at"] = time.monotonic()
 
-    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None,
+              raise_on_close: bool = False) -> None:
         data = json.dumps(payload).encode()
         try:
             self.send_response(status)
@@ -157,7 +170,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
-            pass
+            if raise_on_close:
+                raise
 
 
 class _Server(ThreadingHTTPServer):

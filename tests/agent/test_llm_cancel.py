@@ -51,6 +51,18 @@ def test_an_abandoned_generation_stops_and_the_next_request_is_served(fast_llm: 
         assert time.monotonic() - started < 1.0
 
 
+def test_without_streaming_the_server_would_run_on(fast_llm: Callable[..., LLMConfig]) -> None:
+    """Why replies are streamed: a non-streamed request abandoned at its limit keeps the server generating to the
+    end (the server writes nothing until then, so it cannot notice), holding its only slot."""
+    with FakeOpenAIServer([{"generate": 60, "delay": 0.02}], one_at_a_time=True) as server:
+        client = LLMClient(fast_llm(server.url, timeout_s=0.4, max_attempts=1, stream=False))
+        with pytest.raises(LLMUnavailable):
+            client.complete(HI, max_tokens=60)
+        assert _ended(server, 3.0)
+        (generation,) = server.generations
+        assert generation["tokens"] == 60                      # generated to the end for nobody
+
+
 def test_a_reply_over_the_size_cap_is_cut_and_its_generation_stopped(fast_llm: Callable[..., LLMConfig]) -> None:
     """A runaway reply (more text than max_content_chars) is closed there: the server stops generating too."""
     with FakeOpenAIServer([{"generate": 2000, "delay": 0.002}]) as server:
