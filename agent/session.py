@@ -132,7 +132,7 @@ def sessions_path() -> Path:
     from projection.settings import load_settings
 
     home = load_settings().home
-    return (home if home else Path.home() / ".projtune") / SESSIONS_FILE
+    return (home.expanduser() if home else Path.home() / ".projtune") / SESSIONS_FILE
 
 
 def build_chat_graph(turns: ChatTurns, checkpointer: Any = None) -> Any:

@@ -161,7 +161,7 @@ def cache_dir() -> Path:
     from projection.settings import load_settings
 
     root = load_settings().cache
-    return root / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
+    return root.expanduser() / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
 
 
 def cache_key(*, device_name: str, driver_version: str | None, torch_version: str, what: dict[str, object],
