@@ -126,16 +126,21 @@ class ChatTurns:
             if re.fullmatch(r"(show\s+)?(the\s+)?(top|list|ranking|results?)(\s+\d+)?", lowered):
                 return Turn(report_text(last))
         if request and not _is_new_request(text):
-            changed = self.policy.parse(_bare_count(text, request), TuneRequest.model_validate(request))
+            read = self.policy.read(_bare_count(text, request), TuneRequest.model_validate(request))
+            changed = read.result
             if isinstance(changed, TuneRequest) and changed.model_dump(exclude={"notes", "assumed"}) == \
                     TuneRequest.model_validate(request).model_dump(exclude={"notes", "assumed"}):
                 return Turn("I did not catch a change to the request. " + HELP)
-            return self._run(changed, last)
-        return self._run(self.policy.parse(text), last)
+            return self._run(changed, last, read.degraded_reason)
+        read = self.policy.read(text)
+        return self._run(read.result, last, read.degraded_reason)
 
-    def _run(self, parsed: TuneRequest | Clarification, last: TuneReport | None) -> Turn:
+    def _run(self, parsed: TuneRequest | Clarification, last: TuneReport | None,
+             degraded_reason: str | None = None) -> Turn:
         if isinstance(parsed, Clarification):
-            return Turn(parsed.question, pending=parsed.model_dump())
+            # a question back after the LLM failed to read the line: the fallback is said, never silent
+            said = f"(degraded: {degraded_reason})\n" if degraded_reason else ""
+            return Turn(said + parsed.question, pending=parsed.model_dump())
         outcome = tune(request=parsed, policy=self.policy, budget=self.budget, options=self.options)
         report = outcome.report
         if report.status == "clarification":

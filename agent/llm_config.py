@@ -1,23 +1,25 @@
-"""Where the LLM is (flags, then environment) and how hard to try; importing this does not import the SDK.
+"""Where the LLM is and how hard to try, from projtune's own settings; importing this does not import the SDK.
 
-``PROJTUNE_LLM_BASE_URL`` (else ``OPENAI_BASE_URL``), ``PROJTUNE_LLM_API_KEY`` (else
-``OPENAI_API_KEY``), ``PROJTUNE_LLM_MODEL``, ``PROJTUNE_LLM_TIMEOUT`` (seconds per request),
-``PROJTUNE_LLM_MAX_ATTEMPTS`` and ``PROJTUNE_LLM_RETRY_WAIT`` (backoff multiplier, seconds),
-``PROJTUNE_LLM_DEADLINE`` (seconds for all LLM requests of one tune, default 30: then the offline
-policy finishes the run and the report says so).
-Neither a base URL nor a key: no LLM is configured and the offline policy runs.
+Opt-in: the LLM policy runs only when ``PROJTUNE_LLM_BASE_URL`` or ``--llm-base-url`` names an
+endpoint.  Generic variables (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``) set for other programs are
+never read, so they cannot send a tuning request to a remote service the user did not choose.
+The other ``PROJTUNE_LLM_*`` settings (key, model, timeout, deadline, attempts, retry wait,
+context, streaming) and their flags are read through :mod:`projection.settings`.  A key or model
+given without an endpoint is a usage error (it says to set the endpoint).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from projection.errors import ProjtuneError
 
 DEFAULT_MODEL = "gpt-4o-mini"
 DEFAULT_TIMEOUT_S = 20.0
 DEFAULT_DEADLINE_S = 30.0
+DEFAULT_CONTEXT_TOKENS = 8192
 NO_KEY = "not-needed"   # local servers (vLLM, Ollama, llama.cpp) accept any key
 
 
@@ -26,7 +28,7 @@ class LLMConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str | None = Field(default=None, description="OpenAI-compatible base URL, e.g. http://localhost:8000/v1.")
+    base_url: str = Field(description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1.")
     api_key: str = Field(default=NO_KEY, repr=False)
     model: str = DEFAULT_MODEL
     timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600, allow_inf_nan=False,
@@ -41,35 +43,37 @@ class LLMConfig(BaseModel):
     retry_wait_max_s: float = Field(default=10.0, ge=0, description="Longest single backoff wait.")
     max_total_s: float = Field(default=60.0, gt=0, description="Give up retrying one request after this long.")
     temperature: float = 0.0
+    context_tokens: int = Field(default=DEFAULT_CONTEXT_TOKENS, ge=2048, le=1_048_576,
+                                description="The model's context window, tokens: prompt estimate + max_tokens stay "
+                                            "below it (agent/prompt_budget.py).")
+    stream: bool = Field(default=True, description="Stream replies, so an abandoned request closes its stream and "
+                                                   "the server stops generating.")
 
     @classmethod
-    def from_env(cls, *, base_url: str | None = None, model: str | None = None, api_key: str | None = None,
-                 timeout_s: float | None = None, env: Mapping[str, str] | None = None) -> LLMConfig | None:
-        """The configured endpoint (flags, then environment), or None when no LLM is configured."""
-        env = os.environ if env is None else env
-        url = base_url or env.get("PROJTUNE_LLM_BASE_URL") or env.get("OPENAI_BASE_URL")
-        key = api_key or env.get("PROJTUNE_LLM_API_KEY") or env.get("OPENAI_API_KEY")
-        if not url and not key:
+    def from_settings(cls, **flags: Any) -> LLMConfig | None:
+        """The configured endpoint (flags over ``PROJTUNE_LLM_*``), or None when no endpoint is named.
+
+        Raises:
+            ProjtuneError: a setting is not valid, or a key or model is set without an endpoint.
+        """
+        from projection.settings import load_settings
+
+        s = load_settings(**flags)
+        if not s.llm_base_url:
+            given = [n for n, v in (("PROJTUNE_LLM_API_KEY / --llm-api-key", s.llm_api_key),
+                                    ("PROJTUNE_LLM_MODEL / --llm-model", s.llm_model)) if v]
+            if given:
+                raise ProjtuneError(f"{' and '.join(given)} set but no LLM endpoint: set PROJTUNE_LLM_BASE_URL or "
+                                    "--llm-base-url (https://api.openai.com/v1 for OpenAI), or unset them to run "
+                                    "offline")
             return None
-        timeout = timeout_s or _seconds(env.get("PROJTUNE_LLM_TIMEOUT"), DEFAULT_TIMEOUT_S)
-        tuning: dict[str, float] = {"deadline_s": _seconds(env.get("PROJTUNE_LLM_DEADLINE"), DEFAULT_DEADLINE_S)}
-        if env.get("PROJTUNE_LLM_MAX_ATTEMPTS", "").strip().isdigit():
-            tuning["max_attempts"] = max(1, int(env["PROJTUNE_LLM_MAX_ATTEMPTS"]))
-        if env.get("PROJTUNE_LLM_RETRY_WAIT"):
-            wait = _seconds(env["PROJTUNE_LLM_RETRY_WAIT"], 1.0)
-            tuning.update(retry_wait_s=wait, retry_wait_max_s=min(10 * wait, 10.0))
-        return cls(base_url=url or None, api_key=key or NO_KEY, model=model or env.get("PROJTUNE_LLM_MODEL")
-                   or DEFAULT_MODEL, timeout_s=timeout, **tuning)
+        wait = s.llm_retry_wait
+        return cls(base_url=s.llm_base_url, api_key=s.llm_api_key.get_secret_value() if s.llm_api_key else NO_KEY,
+                   model=s.llm_model or DEFAULT_MODEL, timeout_s=s.llm_timeout, deadline_s=s.llm_deadline,
+                   max_attempts=s.llm_max_attempts, retry_wait_s=wait, retry_wait_max_s=min(10 * wait, 10.0),
+                   context_tokens=s.llm_context, stream=s.llm_stream)
 
     def describe(self) -> str:
         """'MODEL at URL' for messages."""
-        return f"{self.model} at {self.base_url or 'https://api.openai.com/v1'}"
+        return f"{self.model} at {self.base_url}"
 
-
-def _seconds(text: str | None, default: float) -> float:
-    """A positive, finite number of seconds from an environment value, else ``default``."""
-    try:
-        value = float(text) if text else default
-    except ValueError:
-        return default
-    return value if 0 < value <= 3600 else default

@@ -12,7 +12,8 @@ from typing import Any
 
 import json_repair
 
-from agent.grounding import stated_constraints, stated_number
+from agent.grounding import stated_constraints, stated_number, unstated_job
+from agent.plain_text import plain_text
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
 from projection.memory import GIB
@@ -20,6 +21,8 @@ from projection.vocabulary import FINETUNES
 from tools.schemas import LegalAxesOutput
 
 HISTORY_ROWS = 30
+QUESTION_MAX_CHARS = 300
+"""Longest question back from the LLM shown to the user (one or two sentences; longer is cut and marked)."""
 
 
 def job_text(job: Job, axes: LegalAxesOutput | None) -> str:
@@ -188,7 +191,16 @@ def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
     if data.get("question"):
         options = offline.options if isinstance(offline, Clarification) else []
         partial = offline.partial if isinstance(offline, Clarification) else {}
-        return Clarification(question=str(data["question"]), options=options, partial=partial)
+        question, _ = plain_text(str(data["question"]), QUESTION_MAX_CHARS, what="the LLM's question")
+        if not question and isinstance(offline, Clarification):
+            return offline
+        return Clarification(question=question or "Which model, GPU type and GPU count should I tune for?",
+                             options=options, partial=partial)
+    if text and isinstance(offline, Clarification):
+        unstated = unstated_job(data, text)
+        if unstated:     # the job is the user's: what the text does not say is asked back, never filled in
+            return offline.model_copy(update={"question": f"{offline.question} (the request does not state "
+                                                          f"{', '.join(unstated)})"})
     dropped: list[str] = []
     parts = [f"tune {data.get('model', '')} on {data.get('num_gpus', '')} {data.get('gpu', '')}"]
     for key, word in (("gbs", "gbs"), ("seq_len", "seq"), ("gpus_per_node", "gpus_per_node=")):

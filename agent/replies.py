@@ -39,8 +39,12 @@ def report_text(report: TuneReport, *, previous: TuneReport | None = None) -> st
     lines += [f"Plan: {line}" for line in plan_lines(report.plan)]
     if previous is not None and previous.best is not None and previous.request:
         lines.append(compare_text(previous, report))
+    if report.explanation:      # as `tune` prints it: the policy's text (the LLM's, grounded) and its notes
+        by = f"{report.policy} policy" + (f", {report.llm_endpoint}" if report.llm_endpoint else "")
+        lines.append(f"Explanation ({by}): {report.explanation}")
     if report.assumptions:
         lines.append("Assumed: " + "; ".join(report.assumptions))
+    lines += [f"Note: {note}" for note in report.notes]
     lines.append(f"({report.trials} trials, {report.rounds} rounds; {report.stop_reason})")
     return "\n".join(lines)
 

@@ -66,6 +66,8 @@ class TuneReport(BaseModel):
     launch_config: dict[str, Any] | None = Field(default=None, description="export_launch_config of the best.")
     explanation: str = Field(default="", description="The policy's explanation (the LLM's text when healthy).")
     policy: str = "offline"
+    llm_endpoint: str | None = Field(default=None, description="'MODEL at URL' of the LLM the policy used (None: "
+                                                               "offline, no LLM configured).")
     degraded: bool = False
     degraded_reason: str | None = None
     trials: int = Field(default=0, description="Trials in the history.")
@@ -192,8 +194,9 @@ def assumptions(request: dict[str, Any], framework: str = "megatron") -> list[st
 
 def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict[str, Any]:
     """Build the TuneReport from the scored trials (or the clarification)."""
-    base = {"policy": policy.name, "degraded": bool(state.get("degraded")),
-            "degraded_reason": state.get("degraded_reason"), "notes": list(dict.fromkeys(state.get("notes", [])))}
+    base = {"policy": policy.name, "llm_endpoint": getattr(policy, "endpoint", None),
+            "degraded": bool(state.get("degraded")), "degraded_reason": state.get("degraded_reason"),
+            "notes": list(dict.fromkeys(state.get("notes", [])))}
     clarification = state.get("clarification")
     if clarification:
         out = TuneReport(status="clarification", clarification=clarification, message=clarification["question"],

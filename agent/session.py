@@ -34,6 +34,7 @@ from projection.errors import ProjtuneError
 
 SESSIONS_FILE = "sessions.sqlite"
 LOCK_WAIT_S = 5.0
+"""SQLite's own busy timeout on the store, seconds (the session lock's wait is a setting)."""
 MAX_LINE_CHARS = 8000
 
 
@@ -42,12 +43,10 @@ class SessionBusy(ProjtuneError):
 
 
 def _wait_from_env() -> float:
-    """Seconds a second writer waits: ``$PROJTUNE_SESSION_LOCK_WAIT`` or 5."""
-    try:
-        value = float(os.environ.get("PROJTUNE_SESSION_LOCK_WAIT") or LOCK_WAIT_S)
-    except ValueError:
-        return LOCK_WAIT_S
-    return value if 0 <= value <= 3600 else LOCK_WAIT_S
+    """Seconds a second writer waits: ``$PROJTUNE_SESSION_LOCK_WAIT`` or 5 (projection/settings.py)."""
+    from projection.settings import load_settings
+
+    return load_settings().session_lock_wait
 
 
 def _lock_file(store: Path, name: str) -> Path:
@@ -130,8 +129,10 @@ class ChatState(TypedDict, total=False):
 
 def sessions_path() -> Path:
     """The SQLite file of the chat sessions ($PROJTUNE_HOME or ~/.projtune)."""
-    home = os.environ.get("PROJTUNE_HOME")
-    return (Path(home) if home else Path.home() / ".projtune") / SESSIONS_FILE
+    from projection.settings import load_settings
+
+    home = load_settings().home
+    return (home.expanduser() if home else Path.home() / ".projtune") / SESSIONS_FILE
 
 
 def build_chat_graph(turns: ChatTurns, checkpointer: Any = None) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Literal
 
@@ -159,8 +158,10 @@ def read_measurement(path: Path) -> Measurement:
 
 def cache_dir() -> Path:
     """``$PROJTUNE_CACHE/bench`` when set, else ``~/.cache/projtune/bench``."""
-    root = os.environ.get("PROJTUNE_CACHE")
-    return Path(root) / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
+    from projection.settings import load_settings
+
+    root = load_settings().cache
+    return root.expanduser() / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
 
 
 def cache_key(*, device_name: str, driver_version: str | None, torch_version: str, what: dict[str, object],

@@ -284,7 +284,10 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HT
     if not http:
         server.run()
         return
-    token = token or os.environ.get(TOKEN_ENV) or None
+    from projection.settings import load_settings
+
+    secret = load_settings().mcp_token
+    token = token or (secret.get_secret_value() if secret else None)
     check_bind(host, token)
     import uvicorn
 

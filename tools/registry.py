@@ -183,7 +183,6 @@ def error_of(input_model: type[BaseModel], err: ProjtuneError | ValidationError)
     return _validation_error(input_model, err) if isinstance(err, ValidationError) else _domain_error(err)
 
 
-DEFAULT_DEADLINE_S = 120.0
 # Tools whose work the input limits do not bound to about a second (a search over every legal
 # layout, the whole tuning agent, GPU benchmarks): with a deadline they run in a killable child.
 # The others (one or a few projections, <= 8 layouts) run in-process.
@@ -192,12 +191,10 @@ PROFILE_SUFFIXES = (".yaml", ".yml")
 
 
 def tool_deadline_s() -> float:
-    """Seconds one remote tool call may run: ``$PROJTUNE_TOOL_DEADLINE`` or 120."""
-    try:
-        value = float(os.environ.get("PROJTUNE_TOOL_DEADLINE") or DEFAULT_DEADLINE_S)
-    except ValueError:
-        return DEFAULT_DEADLINE_S
-    return value if 0 < value < 86_400 else DEFAULT_DEADLINE_S
+    """Seconds one remote tool call may run: ``$PROJTUNE_TOOL_DEADLINE`` or 120 (projection/settings.py)."""
+    from projection.settings import load_settings
+
+    return load_settings().tool_deadline
 
 
 def profile_dirs() -> list[Path]:
@@ -205,9 +202,11 @@ def profile_dirs() -> list[Path]:
     from importlib import resources
 
     dirs = [Path(str(resources.files("projection") / "catalog" / "profiles")).resolve()]
-    extra = os.environ.get("PROJTUNE_PROFILE_DIR")
+    from projection.settings import load_settings
+
+    extra = load_settings().profile_dir
     if extra:
-        dirs.append(Path(extra).expanduser().resolve())
+        dirs.append(extra.expanduser().resolve())
     return dirs
 
 

@@ -6,20 +6,28 @@ it proposes with the tools, so a policy cannot put an unscored layout into the r
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.policies.base import Explained, Parsed, Policy, PolicyStep
 
 __all__ = ["Explained", "Parsed", "Policy", "PolicyStep", "make_policy"]
 
 
-def make_policy(*, offline: bool = False, base_url: str | None = None, model: str | None = None,
-                api_key: str | None = None, timeout_s: float | None = None) -> Policy:
-    """The LLM policy when an endpoint is configured (flags or environment) and not ``offline``, else offline."""
+def make_policy(*, offline: bool = False, **flags: Any) -> Policy:
+    """The LLM policy when projtune's own setting names an endpoint (``--llm-base-url`` or
+    ``PROJTUNE_LLM_BASE_URL``) and not ``offline``, else the offline policy.
+
+    ``flags``: settings given on the command line (projection/settings.py field names, None = not given).
+
+    Raises:
+        ProjtuneError: a setting is not valid, or a key or model is set without an endpoint.
+    """
     from agent.llm_config import LLMConfig
     from agent.policies.offline import OfflinePolicy
 
     if offline:
         return OfflinePolicy()
-    config = LLMConfig.from_env(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s)
+    config = LLMConfig.from_settings(**flags)
     if config is None:
         return OfflinePolicy()
     from agent.policies.llm import LLMPolicy

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from agent.grounding import ground_numbers
 from agent.llm_client import LLMClient, LLMConfig, LLMUnavailable
+from agent.plain_text import plain_text
 from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.policies.llm_tools import (
     PROPOSE,
@@ -35,6 +36,7 @@ from agent.policies.llm_tools import (
     tool_result_text,
 )
 from agent.policies.offline import OfflinePolicy, offline_explanation, request_search, search_proposals
+from agent.prompt_budget import REPLY_TOKENS, PromptTooLarge, fit_request
 from agent.prompts_text import history_table, job_text, parse_reply
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
@@ -45,9 +47,9 @@ from tools.schemas import LegalAxesOutput
 MAX_TURNS = 6
 
 
-EXPLANATION_MAX_CHARS = 4000
-"""Longest LLM explanation a report keeps (a few paragraphs); a longer reply is cut and the cut is noted, so a
-prompt-injected or runaway reply cannot flood the answer."""
+EXPLANATION_MAX_CHARS = 2000
+"""Longest LLM explanation a report keeps (the prompt asks for at most 8 sentences, about 1,200 characters); a
+longer reply is cut and the cut is noted, so a prompt-injected or runaway reply cannot flood the answer."""
 
 
 class LLMPolicy:
@@ -66,6 +68,28 @@ class LLMPolicy:
         self.anchor_search, self.max_turns = anchor_search, max_turns
         self.offline = OfflinePolicy()
 
+    @property
+    def endpoint(self) -> str:
+        """'MODEL at URL' (the answer names the endpoint it used)."""
+        return self.config.describe()
+
+    def _ask(self, messages: list[dict[str, Any]], step: str, tools: list[dict[str, Any]] | None = None,
+             round_start: int | None = None, notes: list[str] | None = None) -> dict[str, Any]:
+        """One request fitted to the context (agent/prompt_budget.py) with the step's ``max_tokens``; what the fit
+        left out goes to ``notes``.
+
+        Raises:
+            LLMUnavailable: the endpoint failed, or the prompt cannot fit the context (not transient).
+        """
+        try:
+            fitted = fit_request(messages, tools, context=self.config.context_tokens,
+                                 reply_tokens=REPLY_TOKENS[step], round_start=round_start)
+        except PromptTooLarge as err:
+            raise LLMUnavailable(f"LLM endpoint {self.config.describe()}: {err}", transient=False) from err
+        if notes is not None:
+            notes += [n for n in fitted.notes if n not in notes]
+        return self.client.complete(fitted.messages, fitted.tools or None, max_tokens=fitted.max_tokens)
+
     @staticmethod
     def _fallen_back(err: LLMUnavailable) -> str:
         return f"{err.reason}; fell back to the offline policy"
@@ -81,7 +105,7 @@ class LLMPolicy:
         prompt = render_prompt("parse", text=text, models=", ".join(sorted(model_catalog())),
                                gpus=", ".join(sorted(set(gpu_index().values()))))
         try:
-            reply = self.client.complete([{"role": "user", "content": prompt}])
+            reply = self._ask([{"role": "user", "content": prompt}], "parse")
         except LLMUnavailable as err:
             return Parsed(result=offline, degraded_reason=self._fallen_back(err))
         return Parsed(result=parse_reply(reply.get("content") or "", base, offline, text=text))
@@ -108,7 +132,7 @@ class LLMPolicy:
                 anchored = self._anchor(state, step)
         messages.append({"role": "user", "content": history_table(state, anchored)})
         try:
-            proposals = self._converse(job, tools, messages, step)
+            proposals = self._converse(job, tools, messages, step, round_start=len(messages) - 1)
         except LLMUnavailable as err:
             step.degraded_reason = self._fallen_back(err)
             step.tool_calls += tools.calls
@@ -139,17 +163,18 @@ class LLMPolicy:
             step.search = fallback.search
         return fallback.proposals
 
-    def _converse(self, job: Job, tools: Toolbox, messages: list[dict[str, Any]], step: _Step
-                  ) -> list[dict[str, Any]]:
+    def _converse(self, job: Job, tools: Toolbox, messages: list[dict[str, Any]], step: _Step, *,
+                  round_start: int) -> list[dict[str, Any]]:
         """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns.
 
-        A reply that cannot be read (no call, or arguments that are not JSON even after repair) is
-        asked again once per round; a second one ends the round.
+        Each request is fitted to the context (fewer tools, earlier rounds left out: agent/prompt_budget.py);
+        the whole conversation stays in the state.  A reply that cannot be read (no call, or arguments that
+        are not JSON even after repair) is asked again once per round; a second one ends the round.
         """
         schemas = llm_tool_schemas()
         reasked = False
         for _ in range(self.max_turns):
-            message = self.client.complete(messages, schemas)
+            message = self._ask(messages, "propose", schemas, round_start, step.notes)
             calls = [(c["id"], c["function"]["name"], c["function"]["arguments"])
                      for c in message.get("tool_calls", [])]
             if calls:
@@ -194,6 +219,8 @@ class LLMPolicy:
                 done = done or stop
                 results.append({"args": args, "text": tool_result_text(payload)})
             elif name in READ_ONLY_TOOLS:
+                if isinstance(args.get("layout"), dict):   # the job fixes batch and sequence (not in the schema)
+                    args = {**args, "layout": {**args["layout"], "gbs": job.gbs, "seq_len": job.seq_len}}
                 results.append({"args": args, "text": tool_result_text(tools.call_from_model(name, args))})
             else:
                 error = {"ok": False, "error": f"unknown tool '{name}'; use {PROPOSE} or {', '.join(READ_ONLY_TOOLS)}"}
@@ -219,8 +246,9 @@ class LLMPolicy:
         return payload, legal, parsed.done and not legal
 
     def explain(self, state: dict[str, Any]) -> Explained:
-        """The model's explanation of the winner (offline text when degraded or the endpoint fails now);
-        numbers no tool result contains are replaced by '[?]' and noted (:mod:`agent.grounding`)."""
+        """The model's explanation of the winner (offline text when degraded or the endpoint fails now): plain,
+        bounded, without sentences addressed to the reader (:mod:`agent.plain_text`), and with every number no
+        tool result of the same kind contains replaced by '[?]' and named (:mod:`agent.grounding`)."""
         facts = state.get("facts") or {}
         if state.get("degraded") or not facts.get("best"):
             return Explained(text=offline_explanation(facts))
@@ -228,21 +256,19 @@ class LLMPolicy:
 
         try:
             prompt = render_prompt("explain", facts=facts_text(facts))
-            reply = self.client.complete([{"role": "user", "content": prompt}])
+            reply = self._ask([{"role": "user", "content": prompt}], "explain")
         except LLMUnavailable as err:
             return Explained(text=offline_explanation(facts), degraded_reason=self._fallen_back(err))
-        text = (reply.get("content") or "").strip()
+        text, notes = plain_text(reply.get("content") or "", EXPLANATION_MAX_CHARS, what="the LLM's explanation")
         if not text:
-            return Explained(text=offline_explanation(facts),
-                             notes=["the LLM returned no explanation; the offline explanation is shown"])
-        notes = []
-        if len(text) > EXPLANATION_MAX_CHARS:
-            notes.append(f"the LLM's explanation was cut to {EXPLANATION_MAX_CHARS:,} of {len(text):,} characters")
-            text = text[:EXPLANATION_MAX_CHARS].rstrip() + " [cut]"
+            return Explained(text=offline_explanation(facts), notes=notes, degraded_reason=(
+                f"LLM endpoint {self.config.describe()} returned no usable explanation; the offline explanation "
+                "is shown"))
         grounded, flagged = ground_numbers(text, facts)
         if flagged:
+            more = f" and {len(flagged) - 8} more" if len(flagged) > 8 else ""
             notes.append(f"removed {len(flagged)} number(s) from the LLM's explanation that no tool result contains "
-                         f"({', '.join(flagged[:6])}); they show as [?]")
+                         f"as that kind of number: {', '.join(flagged[:8])}{more}; they show as [?]")
         return Explained(text=grounded, notes=notes)
 
 

@@ -9,6 +9,7 @@ call into the message text instead of ``tool_calls`` is read with :func:`calls_i
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -20,6 +21,9 @@ from projection.training_config import TrainingConfig
 from tools.openai_schema import openai_tools, parameters_schema
 
 READ_ONLY_TOOLS = ("legal_axes", "check_memory", "project")
+PRIORITY_READ_ONLY = ("project", "check_memory", "legal_axes")
+"""The read-only tools in the order they are kept when the prompt must shrink (legal_axes goes first: the
+system prompt already lists the legal values)."""
 PROPOSE = "propose_layouts"
 MAX_PER_CALL = 8
 MAX_RESULT_CHARS = 4000
@@ -46,27 +50,82 @@ class ProposeLayoutsArgs(BaseModel):
     done: bool = False
 
 
-def propose_schema() -> dict[str, Any]:
-    """The OpenAI function schema of propose_layouts (layout items use the TrainingConfig schema)."""
-    layout = parameters_schema(TrainingConfig)
-    for name in ("gbs", "seq_len", "dp", "framework"):
+LAYOUT_KEYS_FROM_JOB = ("gbs", "seq_len", "dp", "framework", "finetune", "packed_document_tokens")
+"""Layout keys the job fixes (dp derived): left out of the LLM's schemas and filled in by the code."""
+LAYOUT_KEYS_LEFT_OUT = ("fsdp_size", "moe_routing", "moe_capacity_factor", "recompute_modules")
+"""Rarely tuned keys left out of the compact schema to save prompt tokens (a layout may still carry them)."""
+_SCHEMA_KEYS = ("type", "enum", "items", "properties", "required", "maxItems")
+
+
+def _compact(node: Any) -> Any:
+    """A JSON Schema without its documentation: only type, enum, items, properties, required (nullable unions
+    collapse to the non-null type: the argument may simply be left out)."""
+    if isinstance(node, list):
+        return [_compact(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    options = [o for o in node.get("anyOf", []) if o.get("type") != "null"]
+    if options:
+        return _compact(options[0]) if len(options) == 1 else {"anyOf": _compact(options)}
+    out = {k: _compact(v) for k, v in node.items() if k in _SCHEMA_KEYS}
+    if "properties" in node:
+        out["properties"] = {k: _compact(v) for k, v in node["properties"].items()}
+    return out
+
+
+def layout_schema() -> dict[str, Any]:
+    """The compact schema of one layout the LLM writes (TrainingConfig's keys the job does not fix)."""
+    layout = _compact(parameters_schema(TrainingConfig))
+    for name in (*LAYOUT_KEYS_FROM_JOB, *LAYOUT_KEYS_LEFT_OUT):
         layout.get("properties", {}).pop(name, None)
+    layout["required"] = [r for r in layout.get("required", []) if r in layout.get("properties", {})]
+    if not layout["required"]:
+        layout.pop("required")
+    return layout
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    """The first sentence of a description, at most ``limit`` characters."""
+    first = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+    return first if len(first) <= limit else first[:limit - 3].rstrip() + "..."
+
+
+def propose_schema() -> dict[str, Any]:
+    """The OpenAI function schema of propose_layouts (compact: no per-field documentation)."""
     return {"type": "function", "function": {
         "name": PROPOSE,
-        "description": ("Put 1-8 layouts forward to be checked for legality, screened for memory and projected. "
-                        "Illegal ones come back with the reason. Call with an empty list and done=true to stop."),
+        "description": "Put 1-8 layouts forward to be checked and scored; an empty list with done=true stops.",
         "parameters": {"type": "object", "properties": {
             "layouts": {"type": "array", "maxItems": MAX_PER_CALL, "items": {
-                "type": "object", "properties": {"layout": layout, "reason": {"type": "string"}},
-                "required": ["layout", "reason"]}},
-            "hypothesis": {"type": "string", "description": "What this batch tests."},
-            "done": {"type": "boolean", "description": "True when nothing better is left to try."}},
+                "type": "object", "properties": {"layout": layout_schema(), "reason": {"type": "string"}},
+                "required": ["layout"]}},
+            "hypothesis": {"type": "string"},
+            "done": {"type": "boolean"}},
             "required": ["layouts"]}}}
 
 
+_READ_ONLY_PARAMETERS: dict[str, dict[str, Any]] = {
+    "legal_axes": {"type": "object", "properties": {}},
+    "check_memory": {"type": "object", "properties": {"layout": {}}, "required": ["layout"]},
+    "project": {"type": "object", "properties": {"layout": {}}, "required": ["layout"]},
+}
+"""What the LLM writes for each read-only tool: the job (model, GPUs, network, profile, batch) is filled in by the
+code (:meth:`agent.toolbox.Toolbox.call_from_model`), so only the layout is asked for."""
+
+
 def llm_tool_schemas() -> list[dict[str, Any]]:
-    """propose_layouts plus the read-only registry tools, as OpenAI function schemas."""
-    return [propose_schema(), *[t for t in openai_tools() if t["function"]["name"] in READ_ONLY_TOOLS]]
+    """The LLM's tools, most useful first (a tight context drops them from the end, agent/prompt_budget.py):
+    propose_layouts, then project, check_memory, legal_axes; names, one-line descriptions, compact arguments."""
+    registry = {t["function"]["name"]: t["function"] for t in openai_tools()}
+    out = [propose_schema()]
+    for name in PRIORITY_READ_ONLY:
+        params = copy.deepcopy(_READ_ONLY_PARAMETERS[name])
+        if "layout" in params["properties"]:
+            params["properties"]["layout"] = layout_schema()
+        out.append({"type": "function", "function": {"name": name,
+                                                     "description": _one_line(registry[name]["description"]),
+                                                     "parameters": params}})
+    return out
 
 
 def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:

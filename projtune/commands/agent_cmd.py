@@ -24,12 +24,17 @@ RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="
 FrameworkOpt = Annotated[str, typer.Option(
     "--framework", help="Launch framework: only layouts it can run are searched and its launch config is written: "
                         f"{' | '.join(FRAMEWORKS)} (a framework named in the request wins).")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint "
-                                                   "(env PROJTUNE_LLM_BASE_URL or OPENAI_BASE_URL).")]
+BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint; the LLM policy "
+                                                   "runs only when this or PROJTUNE_LLM_BASE_URL is set "
+                                                   "(OPENAI_* variables are never read).")]
 ModelOpt = Annotated[str | None, typer.Option("--llm-model", help="Model name (env PROJTUNE_LLM_MODEL).")]
-KeyOpt = Annotated[str | None, typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY or "
-                                               "OPENAI_API_KEY).")]
-TimeoutOpt = Annotated[float | None, typer.Option("--llm-timeout", help="Seconds per LLM request.")]
+KeyOpt = Annotated[str | None, typer.Option("--llm-api-key", help="API key (env PROJTUNE_LLM_API_KEY).")]
+TimeoutOpt = Annotated[float | None, typer.Option("--llm-timeout", help="Wall-clock seconds per LLM request "
+                                                  "(env PROJTUNE_LLM_TIMEOUT, 20).")]
+DeadlineOpt = Annotated[float | None, typer.Option("--llm-deadline", help="Seconds for all LLM requests of one tune "
+                                                   "or chat turn (env PROJTUNE_LLM_DEADLINE, 30).")]
+ContextOpt = Annotated[int | None, typer.Option("--llm-context", help="The model's context window in tokens: "
+                                                "prompts are fitted below it (env PROJTUNE_LLM_CONTEXT, 8192).")]
 
 
 class _Progress:
@@ -80,23 +85,27 @@ class _Progress:
                                 f"{self.search}", refresh=True)
 
 
-def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str | None, timeout: float | None) -> Any:
+def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str | None, timeout: float | None,
+            deadline: float | None, context: int | None) -> Any:
     from agent.policies import make_policy
 
-    return make_policy(offline=offline, base_url=base_url, model=model, api_key=api_key, timeout_s=timeout)
+    return make_policy(offline=offline, llm_base_url=base_url, llm_model=model, llm_api_key=api_key,
+                       llm_timeout=timeout, llm_deadline=deadline, llm_context=context)
 
 
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             flags: dict[str, Any] | None = None) -> Any:
-    """The typed request (flags merged: the network, packed documents), or the Clarification to answer with."""
+             flags: dict[str, Any] | None = None) -> tuple[Any, str | None]:
+    """(the typed request with flags merged (the network, packed documents), or the Clarification to answer with;
+    why the LLM's reading fell back, if it did)."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
     from agent.space import Job
     from tools.constraints import Constraints
 
-    parsed = policy.parse(text)
+    read = policy.read(text)
+    parsed = read.result
     if isinstance(parsed, Clarification):
-        return parsed
+        return parsed, read.degraded_reason
     Constraints.parse(constraints)   # a bad --constraint is a usage error (exit 2)
     update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
     if top is not None:
@@ -104,7 +113,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
     Job(request)                     # unknown names / bad constraints raise here (exit 2)
-    return request
+    return request, read.degraded_reason
 
 
 def _print_report(report: Any) -> None:
@@ -119,6 +128,8 @@ def _print_report(report: Any) -> None:
               + (f", constraints: {', '.join(r['constraints'])}" if r.get("constraints") else ""))
     for line in report.assumptions:
         out.print(f"[dim]{line}[/]")
+    if report.llm_endpoint:
+        out.print(f"LLM: {report.llm_endpoint}", markup=False, highlight=False)
     if report.degraded:
         out.print(f"[yellow]degraded:[/] {report.degraded_reason}")
     from agent.report import tool_error_lines
@@ -193,7 +204,7 @@ def tune_command(
     deadline: Annotated[str | None, typer.Option("--deadline", help="Deadline to plan for: the smallest GPU count "
                                                   "that meets it with --tokens (e.g. 30d, 12h, 2w).")] = None,
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
-    llm_timeout: TimeoutOpt = None,
+    llm_timeout: TimeoutOpt = None, llm_deadline: DeadlineOpt = None, llm_context: ContextOpt = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     packed_document_tokens: PackedOpt = None,
 ) -> None:
@@ -209,14 +220,15 @@ def tune_command(
         fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
     budget_tokens = parse_tokens(tokens) if tokens else None
     deadline_s = parse_duration(deadline) if deadline else None
-    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
+    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
     with _Progress(enabled=True) as progress:
-        parsed = _request(policy, request, constraint or [], top,
-                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                           "packed_document_tokens": packed_document_tokens})
+        parsed, parse_fallback = _request(policy, request, constraint or [], top,
+                                          {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
+                                           "packed_document_tokens": packed_document_tokens})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
-                                policy=policy.name)
+                                policy=policy.name, llm_endpoint=getattr(policy, "endpoint", None),
+                                degraded=bool(parse_fallback), degraded_reason=parse_fallback)
         else:
             outcome = tune(request=parsed, policy=policy, budget={"max_rounds": rounds} if rounds else None,
                            options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress,
@@ -227,6 +239,8 @@ def tune_command(
     if as_json:
         typer.echo(json_text(answer.model_dump(mode="json")))
     elif answer.status == "clarification":
+        if answer.degraded:
+            print(f"degraded: {answer.degraded_reason}", file=sys.stderr)
         print(f"question: {answer.message}", file=sys.stderr)
     else:
         _print_report(answer)
@@ -244,7 +258,7 @@ def chat_command(
     rounds: RoundsOpt = None,
     framework: FrameworkOpt = "megatron",
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
-    llm_timeout: TimeoutOpt = None,
+    llm_timeout: TimeoutOpt = None, llm_deadline: DeadlineOpt = None, llm_context: ContextOpt = None,
     list_all: Annotated[bool, typer.Option("--list", help="List the saved sessions and exit.")] = False,
 ) -> None:
     """Talk to the tuner: a request, then follow-ups ('what if I only have 32?', 'why not TP 8?', 'export it')."""
@@ -258,7 +272,7 @@ def chat_command(
         return
     if framework not in FRAMEWORKS:
         fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
-    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout)
+    policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
     name = session or ChatSession.new_name()
     interactive = sys.stdin.isatty()
     progress = _Progress(enabled=True)
@@ -273,7 +287,8 @@ def chat_command(
             about = f"; last request: {last.get('model')} on {last.get('num_gpus')} x {last.get('gpu')}" if last else ""
             print(f"resumed session {name} ({len(saved['turns'])} turns{about})", file=sys.stderr)
         else:
-            print(f"session {name} ({policy.name} policy); resume later with --session {name}. {HELP}",
+            llm = f", LLM {policy.endpoint}" if getattr(policy, "endpoint", None) else ""
+            print(f"session {name} ({policy.name} policy{llm}); resume later with --session {name}. {HELP}",
                   file=sys.stderr)
         while True:
             if interactive:

@@ -59,11 +59,12 @@ def test_grounded_numbers_survive(fast_llm: Callable[..., LLMConfig]) -> None:
 
 
 def test_grounding_rules() -> None:
-    facts = {"best": {"tokens_per_sec_per_gpu": 6953.4, "mfu": 0.4243, "peak_memory_gib": 159.8},
+    facts = {"best": {"tokens_per_sec_per_gpu": 6953.4, "mfu": 0.4243, "peak_memory_gib": 159.8,
+                      "config": {"tp": 2, "pp": 4}},
              "why": ["A is 65.0% faster: iteration +1.531 s"], "search": {"enumerated": 41706}}
     text, flagged = ground_numbers("6,953 tok/s, MFU 42.4%, 65% faster, +1.53 s, 41.7k layouts; TP2 PP4; "
                                    "12.5% more and 160.9 GiB", facts)
-    assert flagged == ["12.5%", "160.9"] and text.count("[?]") == 2 and "TP2 PP4" in text
+    assert flagged == ["12.5% (gain)", "160.9 (GiB)"] and text.count("[?]") == 2 and "TP2 PP4" in text
     assert stated_constraints(["tp<=4", "precision=bf16"], "70b on 64 h100, bf16 only") == (["precision=bf16"],
                                                                                            ["tp<=4"])
     assert stated_constraints(["headroom>=0.2"], "must fit with 20% headroom")[0] == ["headroom>=0.2"]
@@ -88,3 +89,81 @@ def test_prompt_injected_explanation_is_bounded_and_its_numbers_flagged(fast_llm
     assert len(report.explanation) <= EXPLANATION_MAX_CHARS + len(" [cut]")
     assert any("was cut to" in n for n in report.notes)
     assert any("no tool result contains" in n for n in report.notes)
+
+
+def _facts_of_small() -> dict:
+    """The report facts of SMALL (what the explain prompt is built from), captured from an offline run."""
+    from agent.policies.offline import OfflinePolicy
+
+    captured: dict = {}
+
+    class Capture(OfflinePolicy):
+        def explain(self, state):  # type: ignore[no-untyped-def]
+            captured.update(state["facts"])
+            return super().explain(state)
+
+    tune(SMALL, policy=Capture(), budget={"max_rounds": 1})
+    return captured
+
+
+def test_the_tools_own_texts_ground_completely() -> None:
+    """A test that can fail the other way: the offline explanation and the explain prompt's facts, written by the
+    tools, must pass their own check untouched (no false alarms on layouts, ranks, gains, terms)."""
+    from agent.policies.offline import offline_explanation
+    from agent.prompts_text import facts_text
+
+    facts = _facts_of_small()
+    for text in (offline_explanation(facts), facts_text(facts)):
+        assert ground_numbers(text, facts) == (text, [])
+
+
+def test_numbers_must_match_a_fact_of_the_same_kind() -> None:
+    facts = _facts_of_small()
+    best, second = facts["best"], facts["runner_up"]
+    gain = (best["tokens_per_sec_per_gpu"] / second["tokens_per_sec_per_gpu"] - 1) * 100
+    step = best["iteration_time_s"]
+    honest = (f"{best['layout']} wins at {best['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU, {gain:.1f}% faster than #2, "
+              f"with a {step:.3f} s step and {best['peak_memory_gib']:.1f} GiB.")
+    assert ground_numbers(honest, facts) == (honest, [])
+    # misattributed: the step time written as a gain (issue 30: '8.33% faster' passed because 8.335 s existed)
+    text, flagged = ground_numbers(f"It is {step:.2f}% faster than #2.", facts)
+    assert flagged == [f"{step:.2f}% (gain)"] and "[?]% faster" in text
+    # a real number in the wrong place: the throughput quoted as memory, the MFU as headroom
+    text, flagged = ground_numbers(f"It needs {best['tokens_per_sec_per_gpu']:,.0f} GiB and keeps "
+                                   f"{best['mfu']:.1%} headroom.", facts)
+    assert [f.split(" (")[1] for f in flagged] == ["GiB)", "headroom)"]
+    # an invented degree inside a layout name, next to real ones
+    dp = best["config"]["dp"]
+    text, flagged = ground_numbers(f"Run TP{best['config']['tp']} DP{dp + 5} instead of DP{dp}.", facts)
+    assert flagged == [f"DP{dp + 5} (dp degree)"] and f"DP[?] instead of DP{dp}" in text
+
+
+def test_obfuscated_and_small_numbers_are_read() -> None:
+    facts = _facts_of_small()
+    cases = {
+        "Set TP=999.": "TP999 (tp degree)",
+        "It moves 1e6 tokens per second.": "1e6 (throughput)",
+        "It reaches 9\u200b9\u200b9\u200b9\u200b9 tok/s.": "99999 (throughput)",           # zero-width spaces
+        "It reaches \uff19\uff19\uff19\uff19\uff19 tok/s.": "99999 (throughput)",           # full-width digits
+        "It reaches ninety-nine thousand tokens per second.": "ninety-nine thousand (throughput)",
+        "Use eight-way tensor parallelism.": "TPeight (tp degree)",
+        "Use TP 3.": "TP3 (tp degree)",
+        "It is #9 of the ranking.": "9 (rank)",
+    }
+    for text, flag in cases.items():
+        assert ground_numbers(text, facts)[1] == [flag], text
+
+
+def test_scripted_llm_misattributions_are_removed_and_named(fast_llm: Callable[..., LLMConfig]) -> None:
+    facts = _facts_of_small()
+    step = facts["best"]["iteration_time_s"]
+    lie = (f"{facts['best']['layout']} is {step:.2f}% faster than #2; DP7 would be better; it needs "
+           f"{facts['best']['tokens_per_sec_per_gpu']:,.0f} GiB.")
+    script = [reply(calls=[tool_call("propose_layouts", {"layouts": [], "done": True})]), reply(lie)]
+    with FakeOpenAIServer(script) as server:
+        out = tune(SMALL, policy=LLMPolicy(fast_llm(server.url)), budget={"max_rounds": 1})
+    report = out.report
+    assert report.best is not None and report.best.layout == facts["best"]["layout"]
+    assert report.explanation.count("[?]") == 3 and facts["best"]["layout"] in report.explanation
+    note = next(n for n in report.notes if "no tool result contains" in n)
+    assert f"{step:.2f}% (gain)" in note and "DP7 (dp degree)" in note and "(GiB)" in note

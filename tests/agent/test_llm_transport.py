@@ -88,7 +88,7 @@ def test_http_200_with_a_body_that_is_not_json(raw_server) -> None:
 
     client = LLMClient(_config(raw_server(body)))
     with pytest.raises(LLMUnavailable) as err:
-        client.complete([{"role": "user", "content": "hi"}])
+        client.complete([{"role": "user", "content": "hi"}], max_tokens=64)
     assert not err.value.transient
 
 
@@ -98,7 +98,7 @@ def test_http_200_json_but_not_a_completion(raw_server) -> None:
         conn.sendall(_headers(len(text)) + text)
 
     with pytest.raises(LLMUnavailable):
-        LLMClient(_config(raw_server(body))).complete([{"role": "user", "content": "hi"}])
+        LLMClient(_config(raw_server(body))).complete([{"role": "user", "content": "hi"}], max_tokens=64)
 
 
 def test_dripped_response_respects_the_wall_clock(raw_server) -> None:
@@ -113,10 +113,10 @@ def test_dripped_response_respects_the_wall_clock(raw_server) -> None:
     client = LLMClient(_config(raw_server(body), timeout_s=1.0, deadline_s=2.5))
     start = time.monotonic()
     with pytest.raises(LLMUnavailable):
-        client.complete([{"role": "user", "content": "hi"}])
+        client.complete([{"role": "user", "content": "hi"}], max_tokens=64)
     assert time.monotonic() - start < 6.0
     with pytest.raises(LLMUnavailable) as err:   # the tune's deadline is spent: no more requests
-        client.complete([{"role": "user", "content": "again"}])
+        client.complete([{"role": "user", "content": "again"}], max_tokens=64)
     assert "deadline" in err.value.reason
     client.begin()
     assert client.remaining_s() == pytest.approx(2.5)
@@ -127,7 +127,8 @@ def test_huge_text_is_cut(raw_server) -> None:
         text = _completion("x" * 200_000)
         conn.sendall(_headers(len(text)) + text)
 
-    message = LLMClient(_config(raw_server(body), max_content_chars=1000)).complete([{"role": "user", "content": "h"}])
+    client = LLMClient(_config(raw_server(body), max_content_chars=1000))
+    message = client.complete([{"role": "user", "content": "h"}], max_tokens=64)
     assert len(message["content"]) < 1100 and message["content"].endswith("(cut: reply too long)")
 
 
@@ -137,7 +138,8 @@ def test_body_over_the_size_cap_is_refused(raw_server) -> None:
         conn.sendall(_headers(len(text)) + text)
 
     with pytest.raises(LLMUnavailable):
-        LLMClient(_config(raw_server(body), max_response_bytes=100_000)).complete([{"role": "user", "content": "h"}])
+        LLMClient(_config(raw_server(body), max_response_bytes=100_000)).complete([{"role": "user", "content": "h"}],
+                                                                                 max_tokens=64)
 
 
 def test_tool_argument_named_tool_does_not_collide() -> None:
@@ -187,3 +189,20 @@ def test_model_tool_calls_that_cannot_run_are_recorded_failures() -> None:
     not_object = box.call_from_model("legal_axes", ["seq_len", 4096])  # type: ignore[arg-type]
     assert not_object["ok"] is False and not_object["error"]["field"] == "arguments"
     assert [(f.tool, f.kind) for f in box.failures] == [("projekt", "unknown_name"), ("legal_axes", "invalid_input")]
+
+
+def test_headers_dripped_a_line_at_a_time_are_cut_at_the_wall_clock(raw_server) -> None:
+    """Regression (issue 30): an endpoint that sent one header line every few hundred ms ran 267 s past a 3 s timeout
+    and a 12 s deadline; the limit now covers connecting, the headers and the body."""
+    def body(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\n")
+        for i in range(600):
+            conn.sendall(f"X-Drip-{i}: {'z' * 20}\r\n".encode())
+            time.sleep(0.1)
+
+    client = LLMClient(_config(raw_server(body), timeout_s=1.0, deadline_s=2.5))
+    start = time.monotonic()
+    with pytest.raises(LLMUnavailable) as err:
+        client.complete([{"role": "user", "content": "hi"}], max_tokens=64)
+    assert time.monotonic() - start < 4.0
+    assert err.value.transient and client.attempts == 2
