@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +49,26 @@ error on the development set is below 10 GiB; a larger gap means another layout 
 COMM_SHARE_SPREAD = 0.05
 """Two anchors must differ by this much in their communication share of the step to solve a comm factor."""
 _COMM_PRIOR_WEIGHT = 0.05   # ridge weight pulling k to 1 (relative-error units), keeps a 2-anchor solve stable
+
+
+class AnchorRun(BaseModel):
+    """One measured run of a job, as data (what ``--anchor FILE`` reads and what the tools take inline).
+
+    ``model`` is the model of the run: the target's, or a reduced-layer proxy of it (the same architecture
+    with fewer layers).  ``config`` holds the layout's TrainingConfig fields (sweep-format keys).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(min_length=1, description="Where the run comes from (file, run), shown with the corrections.")
+    model: str | dict[str, Any] = Field(description="Catalog model id or Hugging Face config.json fields.")
+    gpu: str = Field(description="Hardware id the run was measured on (must be the target's GPU type).")
+    num_gpus: int = Field(ge=1, description="GPUs of the run.")
+    gpus_per_node: int = Field(8, ge=1, description="GPUs per node of the run.")
+    config: dict[str, Any] = Field(description="Layout of the run (TrainingConfig fields: tp, pp, mbs, gbs, ...).")
+    iteration_time_s: float = Field(gt=0, allow_inf_nan=False, description="Measured seconds per global step.")
+    peak_memory_gib: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                          description="Measured peak memory per GPU, GiB (None: not logged).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +211,7 @@ def solve_corrections(points: Sequence[AnchorPoint]) -> Corrections:
                        residuals=residuals, notes=tuple(notes))
 
 
-def _offset_memory(memory: MemoryResult, offset_gib: float) -> MemoryResult:
+def offset_memory(memory: MemoryResult, offset_gib: float) -> MemoryResult:
     """Memory with ``offset_gib`` added to every rank (as workspace), verdict re-taken."""
     if offset_gib == 0.0:
         return memory
@@ -226,7 +247,7 @@ def anchored_projection(p: Projection, corrections: Corrections,
                    model_tflops_per_gpu=p.model_tflops_per_gpu * scale, mfu=p.mfu * scale,
                    tokens_per_sec_per_gpu_low=tokens * low, tokens_per_sec_per_gpu_high=tokens * high,
                    iteration_time_s_low=iteration / high, iteration_time_s_high=iteration / low,
-                   breakdown=breakdown, memory=_offset_memory(p.memory, corrections.memory_offset_gib))
+                   breakdown=breakdown, memory=offset_memory(p.memory, corrections.memory_offset_gib))
 
 
 def anchor_point(label: str, projection: Projection, measured_time_s: float, *,
