@@ -93,7 +93,8 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
         base = {"gbs": default_gbs(fields["num_gpus"]), "seq_len": 4096,
                 "notes": ["assumed gbs and seq_len defaults (give gbs and seq_len to change them)"]}
     request = TuneRequest.model_validate({**base, **fields, "top_k": inp.top_k,
-                                          "constraints": [*base.get("constraints", []), *inp.constraints]})
+                                          "constraints": [*base.get("constraints", []), *inp.constraints],
+                                          "anchors": [a.model_dump(mode="json") for a in inp.anchors]})
     options = RunOptions(framework=inp.framework, progress=watch or TUNE_PROGRESS.get(),
                          tokens=parse_tokens(inp.tokens) if inp.tokens else None,
                          deadline_s=parse_duration(inp.deadline) if inp.deadline else None)

@@ -352,6 +352,8 @@ class TuneInput(BaseModel):
     deadline: str | None = Field(default=None, description="Deadline to plan for (e.g. '30d'): smallest GPU count "
                                                            "that meets it (needs tokens).")
     max_rounds: int = Field(default=3, ge=1, le=20, description="Most proposal rounds of the agent.")
+    anchors: list[AnchorRun] = Field(default_factory=list, description=ANCHORS_HELP + " With a near-tie the report's "
+                                     "benchmark_plan says which 1-node runs to make; give their logs back here.")
     deadline_s: float | None = Field(
         default=None, gt=0, le=MAX_TUNE_DEADLINE_S, allow_inf_nan=False,
         description=f"Wall-clock limit of this call, seconds (at most {MAX_TUNE_DEADLINE_S:g}; over MCP also at most "
