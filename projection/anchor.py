@@ -48,7 +48,7 @@ MEMORY_OFFSET_BOUND_GIB = 12.0
 error on the development set is below 10 GiB; a larger gap means another layout or a logging difference)."""
 COMM_SHARE_SPREAD = 0.05
 """Two anchors must differ by this much in their communication share of the step to solve a comm factor."""
-_COMM_PRIOR_WEIGHT = 0.05   # ridge weight pulling k to 1 (relative-error units), keeps a 2-anchor solve stable
+_COMM_PRIOR_WEIGHT = 0.002   # ridge weight pulling k to 1 (relative-error units): keeps a near-singular 2-anchor solve finite
 
 
 class AnchorRun(BaseModel):
@@ -212,10 +212,11 @@ def solve_corrections(points: Sequence[AnchorPoint]) -> Corrections:
 
 
 def offset_memory(memory: MemoryResult, offset_gib: float) -> MemoryResult:
-    """Memory with ``offset_gib`` added to every rank (as workspace), verdict re-taken."""
+    """Memory with ``offset_gib`` added to every rank's workspace term (negative when the memory model overestimates
+    this job: the term then holds the correction, and every total moves by exactly the offset), verdict re-taken."""
     if offset_gib == 0.0:
         return memory
-    stages = tuple(replace(s, workspace_bytes=max(0.0, s.workspace_bytes + offset_gib * GIB)) for s in memory.stages)
+    stages = tuple(replace(s, workspace_bytes=s.workspace_bytes + offset_gib * GIB) for s in memory.stages)
     peak = max(s.total_bytes for s in stages)
     return replace(memory, stages=stages, verdict=memory_verdict(peak, memory.capacity_bytes, memory.margins))
 
