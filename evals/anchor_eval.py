@@ -41,7 +41,7 @@ class ScoredRun:
     file: str
     index: int
     series: tuple[str, ...]
-    """(source file, model, GPU, framework, fine-tuning mode): one job at any layout and scale."""
+    """(source, model, GPU, framework, fine-tuning mode): one job at any layout and scale (:func:`series_source`)."""
     num_gpus: int
     metric: str
     measured: float
@@ -178,6 +178,13 @@ def _pair_row(p: Pair) -> dict[str, Any]:
             "compute_factor": p.corrections.compute_factor, "comm_factor": p.corrections.comm_factor}
 
 
+def series_source(sweep: LoadedSweep) -> str:
+    """The source a scaling series shares: the sweep's citation (its own, else its file's), cut before a results
+    folder's per-system part (MLPerf: ``training_results_v5.0/tree/main/HPE/results/<system>`` -> one submitter
+    of one round, whose systems at 1, 2, 4 nodes are one series)."""
+    return f"{sweep.file}|{sweep.source.split('/results/')[0]}"
+
+
 def scored_runs(sweeps: Sequence[LoadedSweep], profiles: ProfileSource) -> list[ScoredRun]:
     """Project every complete run that has a throughput metric (others cannot anchor or be scored)."""
     out: list[ScoredRun] = []
@@ -194,7 +201,7 @@ def scored_runs(sweeps: Sequence[LoadedSweep], profiles: ProfileSource) -> list[
             measured = getattr(run.run.measured, run.metric)
             job = tuple(str(run.config.get(k, d)) for k, d in (("framework", "megatron"), ("finetune", None)))
             out.append(ScoredRun(
-                sweep=sweep.name, file=sweep.file, index=run.index, series=(sweep.file, model, gpu, *job),
+                sweep=sweep.name, file=sweep.file, index=run.index, series=(series_source(sweep), model, gpu, *job),
                 num_gpus=sweep.sweep.cluster.num_gpus, metric=run.metric, measured=measured, projection=projection,
                 projected=metrics[run.metric], measured_peak_gib=run.run.measured.peak_memory_gib,
                 family=specs.hardware.family))

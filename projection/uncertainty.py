@@ -230,7 +230,7 @@ def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 
                                runs=len(v))
                   for cls, v in sorted(by_class.items()) if len(v) >= min_runs)
     return AnchoredBandTable(method=method or f"anchored residuals (measured / anchored throughput) of "
-                             f"`projtune eval --anchor-one`, {q_lo:.0%}-{q_hi:.0%} percentiles per anchor class",
+                             f"`projtune eval --anchor-one`, {q_lo:.1%}-{q_hi:.1%} percentiles per anchor class",
                              min_runs=min_runs, cells=cells, written=written)
 
 

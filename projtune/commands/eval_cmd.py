@@ -374,6 +374,19 @@ def import_command(
         print(f"wrote {out}", file=sys.stderr)
 
 
+@sweeps_app.command("anchors")
+@user_errors
+def anchors_command(
+    files: Annotated[list[str], typer.Argument(help="Training logs, sweep files [#SWEEP[#RUN]], `projtune bench run` "
+                                                    "measurements, or folders of them.")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type of logs that name none (Megatron-LM).")] = None,
+) -> None:
+    """Print the anchors (measured runs) these files hold, as the JSON list the tools' `anchors` argument takes."""
+    from evals.anchor_read import read_anchors
+
+    typer.echo(json_text([a.model_dump(mode="json") for a in read_anchors(files, default_gpu=gpu)]))
+
+
 @sweeps_app.command("validate")
 @user_errors
 def validate_command(
