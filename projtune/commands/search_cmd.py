@@ -109,14 +109,14 @@ def _candidate_table(title: str, rows: list[Any]) -> Any:
     table = Table(title=title)
     table.add_column("#", justify="right")
     table.add_column("layout", ratio=1, overflow="fold")
-    for name in ("tok/s/GPU", "MFU", "iter s", "GiB", "free"):
+    anchored = any(c.unanchored_tokens_per_sec_per_gpu is not None for c in rows)
+    for name in ("tok/s/GPU", *(("unanchored",) if anchored else ()), "MFU", "iter s", "GiB", "free"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("bottleneck", no_wrap=True)
     for c in rows:
         free = f"{c.headroom_fraction:.0%}" + ("" if c.verdict == "fits" else f" {c.verdict}")
-        tps = f"{c.tokens_per_sec_per_gpu:,.0f}" + ("" if c.unanchored_tokens_per_sec_per_gpu is None
-                                                    else f" (unanchored {c.unanchored_tokens_per_sec_per_gpu:,.0f})")
-        table.add_row(str(c.rank or ""), c.layout, tps, f"{c.mfu:.1%}",
+        unanchored = (f"{c.unanchored_tokens_per_sec_per_gpu:,.0f}",) if anchored else ()
+        table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", *unanchored, f"{c.mfu:.1%}",
                       f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", free, c.bottleneck)
     return table
 
