@@ -264,6 +264,13 @@ def tune_command(
         raise typer.Exit(1)
 
 
+def _read_anchor_dicts(paths: list[str], gpu: str) -> list[dict[str, Any]]:
+    """Chat's reader of the runs a user points at (evals/anchor_read.py), as AnchorRun dicts."""
+    from projtune.anchor_input import read_cli_anchors
+
+    return [a.model_dump(mode="json") for a in read_cli_anchors(paths, gpu=gpu)]
+
+
 @user_errors
 def chat_command(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Session name: resume it, or start "
@@ -291,7 +298,8 @@ def chat_command(
     interactive = sys.stdin.isatty()
     progress = _Progress(enabled=True)
     progress.live = False            # one line per round on stderr: a live status line would fight the prompt
-    with ChatSession(name, policy, options=RunOptions(framework=framework, progress=progress),
+    with ChatSession(name, policy, options=RunOptions(framework=framework, progress=progress,
+                                                      read_anchors=_read_anchor_dicts),
                      budget={"max_rounds": rounds} if rounds else None) as chat:
         if chat.notice:
             print(f"warning: {chat.notice}", file=sys.stderr)
