@@ -266,8 +266,8 @@ def measurement_plan(best_first: list[dict[str, Any]], ties: list[dict[str, Any]
     width = (best.get("tokens_per_sec_per_gpu_high", 0.0) - best.get("tokens_per_sec_per_gpu_low", 0.0)) / max(
         best["tokens_per_sec_per_gpu"], 1e-12)
     if ties:
-        reason = (f"near-tie: #1 and #{ties[0]['rank']} are {abs(ties[0]['gap']):.1%} apart with overlapping 80% intervals "
-                  f"(they differ in {ties[0]['differs']})")
+        reason = (f"near-tie: #1 and #{ties[0]['rank']} are {abs(ties[0]['gap']):.1%} apart with overlapping 80% "
+                  f"intervals (they differ in {ties[0]['differs']})")
         contenders = [(best["layout"], best["config"]), (ties[0]["layout"], ties[0]["config"])]
     elif width > WIDE_BAND:
         reason = f"wide band: the 80% interval of #1 spans {width:.0%} of its throughput"

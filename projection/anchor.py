@@ -48,7 +48,7 @@ MEMORY_OFFSET_BOUND_GIB = 12.0
 error on the development set is below 10 GiB; a larger gap means another layout or a logging difference)."""
 COMM_SHARE_SPREAD = 0.05
 """Two anchors must differ by this much in their communication share of the step to solve a comm factor."""
-_COMM_PRIOR_WEIGHT = 0.002   # ridge weight pulling k to 1 (relative-error units): keeps a near-singular 2-anchor solve finite
+_COMM_PRIOR_WEIGHT = 0.002   # ridge pulling k to 1 (relative-error units): keeps a near-singular 2-anchor solve finite
 
 
 class AnchorRun(BaseModel):

@@ -45,4 +45,5 @@ class SearchRequest(BaseModel):
                                   f"({', '.join(LAUNCH_FRAMEWORKS)}; tools/framework_rules.py).")
     anchors: list[AnchorRun] = Field(
         default_factory=list, description="Measured runs of this job (same model or a reduced-layer proxy, same GPU "
-        "type, any layout and scale), as data: every layout is corrected by them before ranking (projection/anchor.py).")
+        "type, any layout and scale), as data: every layout is corrected by them before ranking "
+        "(projection/anchor.py).")

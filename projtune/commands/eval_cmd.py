@@ -50,7 +50,8 @@ def eval_command(
                            "were measured; other runs are skipped with the reason.")] = None,
     anchor_one: Annotated[bool, typer.Option(
         "--anchor-one", help="Score anchored projections: each run with one other run of its sweep as anchor, and "
-                             "each scaling series restored from its smallest-scale run (projection/anchor.py).")] = False,
+                             "each scaling series restored from its smallest-scale run (projection/anchor.py).")
+    ] = False,
     bands_out: Annotated[Path | None, typer.Option(
         "--bands-out", help="With --anchor-one: write the anchored-band table "
                             "(projection/catalog/uncertainty/anchored_bands.yaml) from every pair's residual.")] = None,
@@ -98,7 +99,8 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
         from projection.uncertainty import build_anchored_table, write_anchored_table
 
         table = build_anchored_table([(cls, ratio) for _, cls, ratio in result.residuals()],
-                                     coverage=result.band_spread or 0.8, written=f"projtune eval {' '.join(map(str, paths))} --anchor-one")
+                                     coverage=result.band_spread or 0.8,
+                                     written=f"projtune eval {' '.join(map(str, paths))} --anchor-one")
         _stderr_console().print(f"anchored bands: {write_anchored_table(table, bands_out)}")
     if as_json:
         typer.echo(json_text(data))
@@ -110,7 +112,8 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
     for col in ("evaluation", "pairs", "targets", "MAPE anchored", "MAPE unanchored", "coverage", "top-1 anchored",
                 "top-1 unanchored"):
         table.add_column(col)
-    for label, key in (("in-sweep (one other run)", "in_sweep"), ("restore from smallest scale", "restore_from_smallest")):
+    for label, key in (("in-sweep (one other run)", "in_sweep"),
+                       ("restore from smallest scale", "restore_from_smallest")):
         row = data[key]
         table.add_row(label, str(row["pairs"]), str(row["targets"]), _pct(row["mape_anchored"]),
                       _pct(row["mape_unanchored"]), _pct(row["coverage_anchored"]),

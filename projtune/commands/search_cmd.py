@@ -65,8 +65,9 @@ def search_command(
     from tools.constraints import Constraints
     from tools.search import SearchRequest, run_search
 
-    request = SearchRequest(anchors=read_cli_anchors(anchor, gpu=gpu),model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
-                            seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
+    request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
+                            anchors=read_cli_anchors(anchor, gpu=gpu), seq_len=seq_len,
+                            constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework,
                             nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain,
                             finetune=finetune, packed_document_tokens=packed_document_tokens)

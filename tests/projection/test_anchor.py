@@ -23,8 +23,8 @@ from projection.uncertainty import ANCHOR_CLASSES, AnchoredBand, AnchoredBandTab
 
 
 def _point(label: str, compute: float, comm: float, fixed: float, c: float, k: float, gpus: int = 8) -> AnchorPoint:
-    return AnchorPoint(label=label, parts=StepParts(compute, comm, fixed), measured_time_s=c * compute + k * comm + fixed,
-                       num_gpus=gpus)
+    return AnchorPoint(label=label, parts=StepParts(compute, comm, fixed),
+                       measured_time_s=c * compute + k * comm + fixed, num_gpus=gpus)
 
 
 @pytest.fixture(scope="module")
