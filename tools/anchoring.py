@@ -16,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from projection.anchor import AnchorRun, Corrections, anchor_point, anchored_projection, solve_corrections
 from projection.engine import Projection, project
 from projection.errors import IllegalLayoutError, ProjtuneError
-from projection.hardware import load_hardware
-from projection.job import Job
-from projection.model_spec import ModelSpec, load_model
+from projection.job import Job, job_on, resolve_device
+from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 from projection.uncertainty import anchor_class, anchored_band
 
@@ -63,11 +62,12 @@ def proxy_reason(anchor: ModelSpec, target: ModelSpec) -> str | None:
 
 
 def _anchor_projection(job: Job, anchor: AnchorRun) -> tuple[Projection, ModelSpec]:
-    hardware = load_hardware(anchor.gpu)
+    hardware, _ = resolve_device(anchor.gpu)
     if hardware.id != job.hardware.id:
         raise ProjtuneError(f"anchor {anchor.label}: measured on {hardware.id}, the target is {job.hardware.id}; "
                             "an anchor must be a run on the target's GPU type")
-    model = load_model(anchor.model)
+    cluster = job.cluster.model_copy(update={"num_gpus": anchor.num_gpus, "gpus_per_node": anchor.gpus_per_node})
+    model = job_on(anchor.model, cluster, hardware=job.hardware, profile=job.profile).model
     reason = proxy_reason(model, job.model)
     if reason is not None:
         raise ProjtuneError(f"anchor {anchor.label}: not a run of {job.model.name} or a reduced-layer proxy of it: "
@@ -78,7 +78,6 @@ def _anchor_projection(job: Job, anchor: AnchorRun) -> tuple[Projection, ModelSp
         first = err.errors()[0]
         raise ProjtuneError(f"anchor {anchor.label}: layout not projectable: {'.'.join(map(str, first['loc']))}: "
                             f"{first['msg']}") from err
-    cluster = job.cluster.model_copy(update={"num_gpus": anchor.num_gpus, "gpus_per_node": anchor.gpus_per_node})
     try:
         projection = project(model, cluster, config, hardware=job.hardware, profile=job.profile)
     except IllegalLayoutError as err:

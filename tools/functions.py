@@ -125,12 +125,10 @@ def _anchoring(inp: Any, model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     """The job's anchoring (:func:`tools.anchoring.anchoring_for`) when the input gives anchors, else None."""
     if not getattr(inp, "anchors", None):
         return None
-    from projection.framework_profile import framework_profile
-    from projection.job import Job
+    from projection.job import job_on
     from tools.anchoring import anchoring_for
 
-    job = Job(model=model, hardware=hardware, cluster=cluster, profile=profile_for(hardware, inp.profile_path),
-              framework=framework_profile(None))
+    job = job_on(model, cluster, hardware=hardware, profile=profile_for(hardware, inp.profile_path))
     return anchoring_for(job, inp.anchors)
 
 

@@ -193,12 +193,11 @@ def _anchoring(files: list[str] | None, model: Any, hardware: Any, cluster: Any,
     """The job's anchoring from ``--anchor`` files (None without any)."""
     if not files:
         return None
-    from projection.framework_profile import framework_profile
-    from projection.job import Job
+    from projection.job import job_on
     from projtune.anchor_input import read_cli_anchors
     from tools.anchoring import anchoring_for
 
-    job = Job(model=model, hardware=hardware, cluster=cluster, profile=profile, framework=framework_profile(None))
+    job = job_on(model, cluster, hardware=hardware, profile=profile)
     return anchoring_for(job, read_cli_anchors(files, gpu=hardware.id))
 
 
