@@ -29,6 +29,7 @@ from evals.scoring import throughput
 from evals.sweep_file import LoadedSweep, load_sweep_files
 from projection.anchor import Corrections, anchor_point, anchored_projection, solve_corrections
 from projection.engine import Projection
+from projection.memory import GIB
 from projection.errors import ProjtuneError
 from projection.uncertainty import AnchoredBandTable, anchor_class, anchored_band, build_anchored_table
 
@@ -139,8 +140,22 @@ def _mean(values: Iterable[float]) -> float | None:
     return statistics.fmean(items) if items else None
 
 
+def _memory_apes(pairs: Sequence[Pair]) -> tuple[list[float], list[float]]:
+    """(anchored, unanchored) peak-memory APEs of the pairs whose target and anchor both logged a peak."""
+    anchored, unanchored = [], []
+    for p in pairs:
+        measured = p.target.measured_peak_gib
+        if measured is None or p.anchor.measured_peak_gib is None:
+            continue
+        projected = p.target.projection.memory.peak_bytes / GIB
+        unanchored.append(abs(projected - measured) / measured)
+        anchored.append(abs(projected + p.corrections.memory_offset_gib - measured) / measured)
+    return anchored, unanchored
+
+
 def _summary(pairs: Sequence[Pair]) -> dict[str, Any]:
     targets = {p.target.label: p for p in pairs}
+    memory_anchored, memory_unanchored = _memory_apes(pairs)
     return {
         "pairs": len(pairs), "targets": len(targets),
         "mape_anchored": _mean(p.ape for p in pairs),
@@ -148,6 +163,8 @@ def _summary(pairs: Sequence[Pair]) -> dict[str, Any]:
         "median_ape_anchored": statistics.median([p.ape for p in pairs]) if pairs else None,
         "coverage_anchored": _mean(float(p.inside) for p in pairs),
         "band_width_mean": _mean(p.band[1] - p.band[0] for p in pairs),
+        "memory_pairs": len(memory_anchored), "memory_mape_anchored": _mean(memory_anchored),
+        "memory_mape_unanchored": _mean(memory_unanchored),
     }
 
 
