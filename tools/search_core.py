@@ -307,6 +307,10 @@ class Evaluator:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise DeadlineReached
 
+    def headroom(self, peak: float, capacity: float) -> float:
+        """1 - peak / capacity, the peak with the anchors' memory offset (as the anchored projections have it)."""
+        return 1.0 - (peak + self._memory_offset) / capacity
+
     def passes(self, peak: float, capacity: float) -> bool:
         """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses; plus the
         anchors' memory offset)."""
@@ -461,9 +465,9 @@ class Evaluator:
                 peak, static, capacity = self.peak(index)
                 tally.visited += 1
                 if self.passes(peak, capacity):
-                    found.append((g, position, index, 1.0 - peak / capacity, 1.0 - static / capacity))
+                    found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
                     break
-                self._screened_out(tally, 1.0 - peak / capacity, index)
+                self._screened_out(tally, self.headroom(peak, capacity), index)
                 # Nothing with this sharding can pass when its static memory alone would not (same rule).
                 if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
                     self.static_misfits.add(key)
@@ -497,7 +501,7 @@ class Evaluator:
                     tally.pruned += 1
                     continue
                 peak, _, capacity = self.peak(index)
-                headroom = 1.0 - peak / capacity
+                headroom = self.headroom(peak, capacity)
                 if not self.passes(peak, capacity):
                     self._screened_out(tally, headroom, index)
                     continue

@@ -105,3 +105,42 @@ def test_a_measured_mode_result_anchors_through_the_restore(tmp_path) -> None:
     assert "measured mode" in anchors[0].label and anchors[0].num_gpus == 16
     corrections = anchoring_for(job, anchors).corrections
     assert corrections.compute_factor == pytest.approx(1.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("seconds, peak", [(1.0, 10.0), (9.0, 60.0)])   # c < 1, offset < 0; c > 1, offset > 0
+def test_pruning_changes_no_anchored_result(monkeypatch: pytest.MonkeyPatch, seconds: float, peak: float) -> None:
+    """The anchored search bounds throughput by the smallest factor and screens with the memory offset, so pruning
+    still changes neither its top-k nor its Pareto front."""
+    from projection.anchor import AnchorRun
+    from tools.constraints import Constraints
+    from tools.search import SearchRequest, run_search
+    from tools.search_core import Bounds
+
+    anchor = AnchorRun.model_validate(_anchor(iteration_time_s=seconds, peak_memory_gib=peak))
+    request = SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=8, gbs=32, seq_len=4096, top_k=5,
+                            constraints=Constraints(precision=["bf16", "fp8"], pp="<=2"), anchors=[anchor])
+    pruned = run_search(request, workers=1)
+    assert pruned.anchoring.corrections.compute_factor != 1.0 and pruned.anchoring.corrections.memory_offset_gib
+    monkeypatch.setattr(Bounds, "dominated", lambda self, tps, headroom: False)
+    full = run_search(request, workers=1)
+    assert pruned.pruned > 0 and full.pruned == 0
+    assert [c.layout for c in pruned.ranked] == [c.layout for c in full.ranked]
+    assert [c.layout for c in pruned.pareto] == [c.layout for c in full.pareto]
+
+
+def test_anchored_throughput_bounds_hold() -> None:
+    """Every anchored projection stays under its throughput bound (what pruning relies on), for c < 1 and c > 1."""
+    from projection.anchor import AnchorRun
+    from tools.candidates import enumerate_candidates
+    from tools.constraints import Constraints
+    from tools.search_core import Evaluator, Tally, group_by_recompute
+
+    job = resolve_job("llama3-8b", "h100-sxm", 8)
+    configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, Constraints(pp="<=2"), 32, 4096))[::7]
+    for seconds in (1.0, 9.0):
+        corrections = anchoring_for(job, [AnchorRun.model_validate(_anchor(iteration_time_s=seconds))]).corrections
+        evaluator = Evaluator(job, configs, group_by_recompute(configs), 0.0, keep_projections=False,
+                              corrections=corrections)
+        indices = list(range(len(configs)))
+        for index, bound in zip(indices, evaluator.throughput_bounds(indices), strict=True):
+            assert evaluator.project(index, Tally()).tokens_per_s_per_gpu <= bound * (1 + 1e-9)
