@@ -3,6 +3,7 @@
 Handled follow-ups: "what if I only have 32?", "use fp8", "no fp8", "seq 16k", "on mi300x", "gbs
 512" (re-tune with the change); "why not TP 8?" (the best layout under that pin, from the search,
 explained against the winner by the ``explain`` tool); "show memory of #2" (``check_memory``);
+"I ran it, here is the log: runs/" (the runs become anchors and the last request is re-tuned with them);
 "export it for torchtitan" / "export #2 for primus" (``export_launch_config``; "... to run.yaml"
 writes the file it names); "compare #1 and #3" / "why is #1 better than #3?"; "top" (the ranked
 list again); "set gbs to 512" (read as "gbs 512"); "what if I had 128?"; "go back to the previous
@@ -32,7 +33,8 @@ from agent.toolbox import Toolbox, ToolFailed
 
 HELP = ("Ask for a layout ('tune llama3 8b on 8 h100'), then follow up: 'what if I only have 4?', 'use fp8', "
         "'set gbs to 512', 'seq 16k', 'why not TP 8?', 'why is #1 better than #3?', 'show memory of #2', "
-        "'export it for primus to run.yaml', 'go back to the previous one', 'what was the best on 8 GPUs?'. "
+        "'export it for primus to run.yaml', 'go back to the previous one', 'what was the best on 8 GPUs?', "
+        "'I ran it, here is the log: runs/'. "
         "'exit' ends the session; --session NAME resumes it later.")
 _FRAMEWORKS = {"megatron": "megatron", "primus": "primus", "torchtitan": "torchtitan", "titan": "torchtitan"}
 
@@ -83,6 +85,18 @@ def _setting(text: str) -> str:
     return f"mbs<={m.group(2)}" if key == "mbs" else f"{key} {m.group(2)}"
 
 
+_RUN_WORDS = re.compile(r"\b(i\s+ran|here\s+is|here'?s|log|logs|measured|anchor|runs?)\b", re.I)
+
+
+def _run_paths(text: str) -> list[str]:
+    """Paths of runs a line points at ('I ran it, here is the log: runs/a.log'): existing files or folders named
+    in a line that talks about runs or logs."""
+    if not _RUN_WORDS.search(text):
+        return []
+    words = [w.strip("'\"`,;:()") for w in text.split()]
+    return [w for w in words if ("/" in w or "." in w) and len(w) > 1 and Path(w).exists()]
+
+
 def _is_new_request(text: str) -> bool:
     """A line naming a model (and a GPU or count) starts over instead of changing the last request."""
     return names.find_model(text).kind != "missing" and (
@@ -113,6 +127,8 @@ class ChatTurns:
             answer = answer_clarification(Clarification.model_validate(pending), text)
             return self._run(answer, last)
         lowered = text.lower()
+        if request and (paths := _run_paths(text)):
+            return self._anchored(request, paths, last)
         if last is not None and last.best is not None:
             if re.match(r"^\s*why\s+(not|isn'?t|no|don'?t)\b", lowered):
                 return Turn(self._why_not(text, last))
@@ -147,6 +163,21 @@ class ChatTurns:
             return Turn(report.message or "Could you say more?", pending=report.clarification)
         return Turn(report_text(report, previous=last), request=parsed.model_dump(),
                     report=report.model_dump(mode="json"))
+
+    def _anchored(self, request: dict[str, Any], paths: list[str], last: TuneReport | None) -> Turn:
+        """Re-tune the last request with the runs at ``paths`` as anchors (added to any given before)."""
+        if self.options.read_anchors is None:
+            return Turn("I cannot read run logs in this session; pass them with `projtune tune ... --anchor FILE`.")
+        try:
+            anchors = self.options.read_anchors(paths, request["gpu"])
+        except ValueError as err:     # ProjtuneError: a path that is no log, sweep or measurement
+            return Turn(f"error: {err}")
+        known = {a["label"] for a in request.get("anchors") or []}
+        merged = [*(request.get("anchors") or []), *(a for a in anchors if a["label"] not in known)]
+        turn = self._run(TuneRequest.model_validate({**request, "anchors": merged}), last)
+        if turn.report and turn.report.get("anchoring"):
+            turn.reply = f"Anchored: {turn.report['anchoring']['summary']}\n" + turn.reply
+        return turn
 
     def _why_not(self, text: str, last: TuneReport) -> str:
         assert last.best is not None and last.request is not None

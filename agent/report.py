@@ -85,6 +85,13 @@ class TuneReport(BaseModel):
     plan: dict[str, Any] = Field(default_factory=dict, description="Job planning: hours per billion tokens, days and "
                                                                    "GPU-hours of --tokens, smallest count for "
                                                                    "--deadline (agent/planning.py).")
+    benchmark_plan: dict[str, Any] | None = Field(
+        default=None, description="With a near-tie or a wide band: the cheapest measurement that settles it, one or "
+                                  "two 1-node runs with launch configs, expected time and what they decide "
+                                  "(tools/bench_plan.py); their logs come back as anchors.")
+    anchoring: dict[str, Any] | None = Field(
+        default=None, description="Corrections from the request's anchors and the anchors they came from "
+                                  "(tools/anchoring.py); every projected number of the report is anchored.")
     notes: list[str] = Field(default_factory=list)
     recompute: dict[str, Any] = Field(default_factory=dict, description="What the winner recomputes (modules "
                                                                         "named), the recompute variants the search "
@@ -235,6 +242,8 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     tokens = options.tokens or request.get("train_tokens")
     deadline_s = options.deadline_s or (request["deadline_days"] * 86400.0 if request.get("deadline_days") else None)
     plan = job_plan(best_first[0], request, tokens=tokens, deadline_s=deadline_s) if best_first else {}
+    framework = launch_framework_of(request.get("framework")) or options.framework
+    bench_plan = measurement_plan(best_first, ties, tools, framework)
     gpu = request["gpu"]
     out = TuneReport(
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),
@@ -244,8 +253,31 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
         trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,
-        benchmarks=list(state.get("benchmarks", [])), tool_errors=_tool_errors(state, tools), **base)
+        benchmarks=list(state.get("benchmarks", [])), tool_errors=_tool_errors(state, tools),
+        benchmark_plan=bench_plan, anchoring=(state.get("search") or {}).get("anchoring"), **base)
     return {"report": out.model_dump(mode="json"), "tool_errors": tools.failures_dump()}
+
+
+def measurement_plan(best_first: list[dict[str, Any]], ties: list[dict[str, Any]], tools: Toolbox,
+                     framework: str) -> dict[str, Any] | None:
+    """The benchmark plan of a near-tie (#1 and the closest tie) or of a wide band (#1 alone); None otherwise."""
+    from tools.bench_plan import WIDE_BAND
+
+    if not best_first:
+        return None
+    best = best_first[0]
+    width = (best.get("tokens_per_sec_per_gpu_high", 0.0) - best.get("tokens_per_sec_per_gpu_low", 0.0)) / max(
+        best["tokens_per_sec_per_gpu"], 1e-12)
+    if ties:
+        reason = (f"near-tie: #1 and #{ties[0]['rank']} are {abs(ties[0]['gap']):.1%} apart with overlapping 80% "
+                  f"intervals (they differ in {ties[0]['differs']})")
+        contenders = [(best["layout"], best["config"]), (ties[0]["layout"], ties[0]["config"])]
+    elif width > WIDE_BAND:
+        reason = f"wide band: the 80% interval of #1 spans {width:.0%} of its throughput"
+        contenders = [(best["layout"], best["config"])]
+    else:
+        return None
+    return tools.benchmark_plan(contenders, reason=reason, framework=framework)
 
 
 def _recompute_text(config: dict[str, Any], num_layers: int, pp: int) -> str:

@@ -138,6 +138,9 @@ class TuneRequest(BaseModel):
     deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False,
                                         description="Deadline when said ('in 30 days'): the plan's smallest GPU "
                                                     "count that meets it (with a token budget).")
+    anchors: list[dict[str, Any]] = Field(
+        default_factory=list, description="Measured runs of this job (projection.anchor.AnchorRun as data, read by "
+                                          "`--anchor FILE`): every layout is corrected by them (tools/anchoring.py).")
     assumed: list[str] = Field(default_factory=list, description="Fields filled by defaults (gbs, seq_len, ...).")
     notes: list[str] = Field(default_factory=list, description="How the text was read (defaults, name guesses).")
 

@@ -96,3 +96,7 @@ class RunOptions:
     """Deadline of the training job (job planning: smallest GPU count that meets it), seconds."""
     progress: Callable[[str, dict[str, Any]], None] | None = None
     """Called with (event, data) as the run advances: 'round', 'search', 'trial', 'stop'."""
+    read_anchors: Callable[[list[str], str], list[dict[str, Any]]] | None = None
+    """Chat: reads the runs a user points at ("I ran it, here is the log: runs/"), ``(paths, gpu) -> anchors`` as
+    AnchorRun dicts; the CLI passes evals' reader (evals/anchor_read.py, a layer above the agent).  None: chat
+    says it cannot read runs here."""

@@ -75,7 +75,10 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
     planning with tokens ('15T') and deadline ('30d'). Network overrides: nics_per_node, nic_gbps
     (Gbit/s per NIC), nvlink_domain (72 for NVL72). Packed fine-tuning data: packed_document_tokens (mean tokens
     per document, at most seq_len; attention is per document). A request it cannot read comes back as
-    status 'clarification' with the question. Offline and deterministic; a few seconds. deadline_s
+    status 'clarification' with the question. Measured runs of the job (anchors, as data: a 1-node trial,
+    yesterday's job) correct every layout; with a near-tie the report's benchmark_plan names the 1-node runs
+    (launch configs, expected minutes) whose logs, given back as anchors, settle it. Offline and
+    deterministic; a few seconds. deadline_s
     bounds the call's wall time: past it the call fails with code 'deadline_exceeded' (no partial answer).
     """
     watch = Deadline(inp.deadline_s, TUNE_PROGRESS.get()) if inp.deadline_s is not None else None
@@ -93,7 +96,8 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
         base = {"gbs": default_gbs(fields["num_gpus"]), "seq_len": 4096,
                 "notes": ["assumed gbs and seq_len defaults (give gbs and seq_len to change them)"]}
     request = TuneRequest.model_validate({**base, **fields, "top_k": inp.top_k,
-                                          "constraints": [*base.get("constraints", []), *inp.constraints]})
+                                          "constraints": [*base.get("constraints", []), *inp.constraints],
+                                          "anchors": [a.model_dump(mode="json") for a in inp.anchors]})
     options = RunOptions(framework=inp.framework, progress=watch or TUNE_PROGRESS.get(),
                          tokens=parse_tokens(inp.tokens) if inp.tokens else None,
                          deadline_s=parse_duration(inp.deadline) if inp.deadline else None)

@@ -31,7 +31,7 @@ FailureKind = Literal["invalid_input", "unknown_name", "illegal_layout", "constr
 TYPED_ERRORS: tuple[type[Exception], ...] = (ProjtuneError, ValidationError)
 """What a tool raises on bad input (a ToolFailure); anything else is an engine failure and propagates."""
 
-_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain"})
+_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain", "anchors"})
 """Arguments an LLM's tool call may not set: files, and the cluster network the user did (or did not) give."""
 
 
@@ -90,6 +90,9 @@ class Toolbox:
     failures: list[ToolFailure] = field(default_factory=list)
     network: dict[str, Any] = field(default_factory=dict)
     """Cluster network overrides the request gave (nics_per_node, nic_gbps, nvlink_domain); empty: the catalog's."""
+    anchors: list[dict[str, Any]] = field(default_factory=list)
+    """Measured runs of the job (projection.anchor.AnchorRun dicts) the request gave; passed to every tool that
+    takes ``anchors`` (project, check_memory, search)."""
 
     @classmethod
     def for_request(cls, request: Any) -> Toolbox:
@@ -98,7 +101,8 @@ class Toolbox:
         from agent.request import network_fields
 
         return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
-                   profile_path=get("profile_path"), network=network_fields(request))
+                   profile_path=get("profile_path"), network=network_fields(request),
+                   anchors=list(get("anchors") or []))
 
     def job(self, input_model: type[BaseModel]) -> dict[str, Any]:
         """The job arguments every layout tool takes (the profile and the network overrides where the tool's
@@ -108,6 +112,8 @@ class Toolbox:
         if self.profile_path and "profile_path" in input_model.model_fields:
             args["profile_path"] = self.profile_path
         args.update({k: v for k, v in self.network.items() if k in input_model.model_fields})
+        if self.anchors and "anchors" in input_model.model_fields:
+            args["anchors"] = self.anchors
         return args
 
     def failures_dump(self) -> list[dict[str, Any]]:
@@ -135,7 +141,7 @@ class Toolbox:
 
     def check_memory(self, layout: dict[str, Any]) -> s.MemoryOutput:
         """One layout's memory and verdict (:func:`tools.functions.check_memory`)."""
-        return self._on_job("check_memory", f.check_memory, s.LayoutInput, layout=layout)
+        return self._on_job("check_memory", f.check_memory, s.MemoryInput, layout=layout)
 
     def project(self, layout: dict[str, Any]) -> s.ProjectOutput:
         """One layout's projection (:func:`tools.functions.project`); ``.score()`` is its LayoutScore."""
@@ -153,6 +159,18 @@ class Toolbox:
     def run_benchmark(self, layout: dict[str, Any]) -> s.BenchmarkOutput:
         """Measure one layout on the local GPU, or say why not (:func:`tools.functions.run_benchmark`)."""
         return self._on_job("run_benchmark", f.run_benchmark, s.BenchmarkInput, layout=layout)
+
+    def benchmark_plan(self, contenders: list[tuple[str, dict[str, Any]]], *, reason: str, framework: str
+                       ) -> dict[str, Any] | None:
+        """One-node runs that would settle the ranking (:func:`tools.bench_plan.benchmark_plan`), as plain data;
+        None when no contender has a launchable one-node run."""
+        from projection.job import resolve_job
+        from tools.bench_plan import benchmark_plan
+
+        job = resolve_job(self.model, self.gpu, self.num_gpus, gpus_per_node=self.gpus_per_node,
+                          profile_path=self.profile_path, **self.network)
+        plan = benchmark_plan(job, contenders, reason=reason, framework=framework, anchored=bool(self.anchors))
+        return None if plan is None else plan.model_dump(mode="json")
 
     def call_from_model(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """Call a tool with arguments an LLM chose; the answer is the JSON the model reads.

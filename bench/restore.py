@@ -33,6 +33,7 @@ from typing import Literal
 from bench.analytic import AnalyticLayout, LayerKind, analytic_layout, layer_kind, layer_kinds
 from bench.measurement import CollectiveTiming, HeadTiming, LayerTiming, Measurement
 from bench.reduction import Reduction
+from projection.anchor import AnchorRun
 from projection.device_profile import DeviceProfile
 from projection.engine import Projection, project
 from projection.errors import ProjtuneError
@@ -329,3 +330,22 @@ def analytic_measurement(reduction: Reduction, *, hardware: HardwareSpec | None 
         tp_all_reduce=tp,
         ep_all_to_all=ep, notes="engine costs of the bench layout (consistency check, not a benchmark)",
     )
+
+
+def measured_anchor(measurement: Measurement, *, label: str, profile: DeviceProfile | None = None) -> AnchorRun:
+    """A measured-mode result as an anchor of its job (:mod:`projection.anchor`): the measurement restored to the
+    target layout it was reduced from, by :func:`project_measured` (measured mode's restore).
+
+    Every other layout of the job is then corrected from this one run like from a training log, so measured mode
+    and ``--anchor`` share one restore and one correction.  The label carries the restore's warnings.
+    """
+    red = measurement.reduction
+    restored = project_measured(measurement, red.target_model, red.target_cluster, red.target_config,
+                                profile=profile)
+    notes = "; ".join(restored.warnings)
+    return AnchorRun(
+        label=f"{label} (measured mode on {measurement.device_name}, restored to the target layout"
+              + (f"; {notes})" if notes else ")"),
+        model=red.target_model.name, gpu=red.target_cluster.gpu, num_gpus=red.target_cluster.num_gpus,
+        gpus_per_node=red.target_cluster.gpus_per_node,
+        config=red.target_config.model_dump(exclude_none=True), iteration_time_s=restored.projection.iteration_time_s)

@@ -156,3 +156,90 @@ def write_table(table: BandTable, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(dump_table(table, header), encoding="utf-8")
     return path
+
+
+# ---- anchored bands (projection/anchor.py) -------------------------------------------------------------------
+
+ANCHOR_CLASSES = ("same-scale", "scale-out-8x", "scale-out-far")
+"""How far a target lies from its anchors in GPU count: at most the largest anchor's, up to 8 times it, beyond."""
+
+
+def anchor_class(target_gpus: int, anchor_gpus: tuple[int, ...] | list[int]) -> str:
+    """The anchored band's cell of a target: its GPU count against the largest anchor's."""
+    ratio = target_gpus / max(anchor_gpus) if anchor_gpus else float("inf")
+    return ANCHOR_CLASSES[0] if ratio <= 1 else ANCHOR_CLASSES[1] if ratio <= 8 else ANCHOR_CLASSES[2]
+
+
+class AnchoredBand(BaseModel):
+    """One anchor class's 80% interval as multipliers on the anchored throughput (dimensionless)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    anchor_class: str
+    low: float = Field(gt=0, le=1, description="Low percentile of measured / anchored throughput.")
+    high: float = Field(ge=1, description="High percentile of measured / anchored throughput.")
+    runs: int = Field(ge=0, description="Held-out (target, anchor) pairs the percentiles were taken over.")
+
+
+class AnchoredBandTable(BaseModel):
+    """Intervals of anchored projections by anchor class; a class without a cell keeps the unanchored band."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: str
+    min_runs: int = Field(ge=1)
+    cells: tuple[AnchoredBand, ...] = ()
+    written: str = ""
+
+
+def _anchored_table_path() -> Path:
+    return Path(str(resources.files("projection") / "catalog" / "uncertainty" / "anchored_bands.yaml"))
+
+
+@lru_cache(maxsize=1)
+def anchored_band_table() -> AnchoredBandTable:
+    """The shipped anchored-band table (an empty one when none is shipped)."""
+    path = _anchored_table_path()
+    if not path.is_file():
+        return AnchoredBandTable(method="none shipped: anchored projections keep the unanchored band", min_runs=1)
+    return AnchoredBandTable.model_validate(yaml.safe_load(path.read_text()))
+
+
+def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBandTable | None = None
+                  ) -> tuple[float, float]:
+    """(low, high) of an anchored projection of anchor class ``cls``: the table's cell, else ``unanchored``.
+
+    A cell is what held-out anchored residuals of that class spread over, so it is narrow where anchoring
+    really helps (same scale) and as wide as the evidence says where it does not (far scale-out).
+    """
+    table = table if table is not None else anchored_band_table()
+    cell = next((c for c in table.cells if c.anchor_class == cls), None)
+    return (cell.low, cell.high) if cell is not None else unanchored
+
+
+def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 8, coverage: float = 0.8,
+                         method: str = "", written: str = "") -> AnchoredBandTable:
+    """An anchored-band table from held-out residuals ``(anchor class, measured / anchored throughput)``:
+    per class with at least ``min_runs`` residuals, the ``(1 - coverage) / 2`` and ``(1 + coverage) / 2``
+    percentiles widened to include 1."""
+    q_lo, q_hi = (1 - coverage) / 2, (1 + coverage) / 2
+    by_class: dict[str, list[float]] = {}
+    for cls, ratio in residuals:
+        by_class.setdefault(cls, []).append(ratio)
+    cells = tuple(AnchoredBand(anchor_class=cls, low=min(1.0, _percentile(v, q_lo)),
+                               high=max(1.0, _percentile(v, q_hi)), runs=len(v))
+                  for cls, v in sorted(by_class.items()) if len(v) >= min_runs)
+    return AnchoredBandTable(method=method or f"anchored residuals (measured / anchored throughput) of "
+                             f"`projtune eval --anchor-one`, {q_lo:.1%}-{q_hi:.1%} percentiles per anchor class",
+                             min_runs=min_runs, cells=cells, written=written)
+
+
+def write_anchored_table(table: AnchoredBandTable, path: Path) -> Path:
+    """Write an anchored-band table as YAML (the shipped one is ``catalog/uncertainty/anchored_bands.yaml``)."""
+    header = ("# 80% intervals of anchored projections (projection/anchor.py), as multipliers on the anchored value.\n"
+              "# Written by `projtune eval evals/data --anchor-one --bands-out <this file>` (do not edit by hand).\n")
+    data: dict[str, Any] = table.model_dump(mode="json")
+    data["cells"] = [dict(c) for c in data["cells"]]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
+    return path

@@ -121,18 +121,38 @@ def _memory_output(memory: MemoryResult, layout: str) -> s.MemoryOutput:
     return s.MemoryOutput.model_validate(memory_dict(memory) | {"layout": layout})
 
 
-def check_memory(inp: s.LayoutInput) -> s.MemoryOutput:
+def _anchoring(inp: Any, model: ModelSpec, hardware: HardwareSpec, cluster: Cluster) -> Any:
+    """The job's anchoring (:func:`tools.anchoring.anchoring_for`) when the input gives anchors, else None."""
+    if not getattr(inp, "anchors", None):
+        return None
+    from projection.job import job_on
+    from tools.anchoring import anchoring_for
+
+    job = job_on(model, cluster, hardware=hardware, profile=profile_for(hardware, inp.profile_path))
+    return anchoring_for(job, inp.anchors)
+
+
+def check_memory(inp: s.MemoryInput) -> s.MemoryOutput:
     """Check whether one layout fits in GPU memory: per-stage weights, gradients, optimizer, activations.
 
     Cheap (no step-time projection). Returns the verdict (fits / at risk / out of memory),
     peak GiB, headroom and every pipeline stage's terms. An illegal layout is an error that
-    lists every broken rule.
+    lists every broken rule. `anchors` (measured runs that logged a peak) add their measured -
+    projected offset.
     """
     model, hardware, cluster = _job(inp)
     _checked(model, hardware, cluster, inp.layout)
     dims = parallel_dims(inp.layout, cluster)
     memory = project_memory(model, hardware, inp.layout, dims, profile_for(hardware, inp.profile_path))
-    return _memory_output(memory, _layout(inp.layout.model_dump(exclude_none=True) | {"dp": dims.dp}))
+    layout = _layout(inp.layout.model_dump(exclude_none=True) | {"dp": dims.dp})
+    anchoring = _anchoring(inp, model, hardware, cluster)
+    if anchoring is None or not anchoring.corrections.memory_offset_gib:
+        return _memory_output(memory, layout)
+    from projection.anchor import offset_memory
+
+    offset = anchoring.corrections.memory_offset_gib
+    return _memory_output(offset_memory(memory, offset), layout).model_copy(
+        update={"memory_offset_gib": offset, "unanchored_peak_gib": memory.peak_bytes / GIB})
 
 
 def _project(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, config: TrainingConfig,
@@ -149,9 +169,24 @@ def project(inp: s.ProjectInput) -> s.ProjectOutput:
     dp comm, optimizer, overhead) names the bottleneck to attack next.
     """
     model, hardware, cluster = _job(inp)
-    data = projection_dict(_project(model, hardware, cluster, inp.layout, inp.profile_path, inp.flops_formula))
+    projection = _project(model, hardware, cluster, inp.layout, inp.profile_path, inp.flops_formula)
+    anchoring = _anchoring(inp, model, hardware, cluster)
+    if anchoring is not None:
+        from tools.anchoring import anchored
+
+        unanchored, projection = projection, anchored(projection, anchoring.corrections)
+    data = projection_dict(projection)
     data["layout"] = _layout(data["config"])
     data["memory"] = data["memory"] | {"layout": data["layout"]}
+    if anchoring is not None:
+        data["anchoring"] = anchoring
+        data["unanchored"] = s.UnanchoredNumbers(
+            iteration_time_s=unanchored.iteration_time_s, tokens_per_sec_per_gpu=unanchored.tokens_per_s_per_gpu,
+            tokens_per_sec_per_gpu_low=unanchored.tokens_per_sec_per_gpu_low,
+            tokens_per_sec_per_gpu_high=unanchored.tokens_per_sec_per_gpu_high, mfu=unanchored.mfu,
+            peak_gib=unanchored.memory.peak_bytes / GIB)
+        data["memory"] |= {"memory_offset_gib": anchoring.corrections.memory_offset_gib,
+                           "unanchored_peak_gib": unanchored.memory.peak_bytes / GIB}
     return s.ProjectOutput.model_validate(data)
 
 
@@ -163,7 +198,8 @@ def search(inp: SearchRequest) -> SearchResult:
     throughput (ties: more memory headroom). Constraints pin or bound axes, e.g.
     {"tp": "<=8", "precision": "bf16", "pp": [1, 2, 4], "min_headroom": 0.1}. Pass
     `candidates` to rank only your own layouts. When nothing fits, `message` says why
-    (e.g. how many GPUs the smallest fitting layout needs).
+    (e.g. how many GPUs the smallest fitting layout needs). `anchors` (measured runs of the
+    job, as data) correct every layout before ranking; `anchoring` says how.
     """
     return run_search(inp)
 

@@ -63,7 +63,7 @@ TOOLS: tuple[Tool, ...] = (
     _tool(f.list_models, s.ListModelsInput, s.ListModelsOutput),
     _tool(f.list_hardware, s.ListHardwareInput, s.ListHardwareOutput),
     _tool(f.legal_axes, s.LegalAxesInput, s.LegalAxesOutput),
-    _tool(f.check_memory, s.LayoutInput, s.MemoryOutput),
+    _tool(f.check_memory, s.MemoryInput, s.MemoryOutput),
     _tool(f.project, s.ProjectInput, s.ProjectOutput),
     _tool(f.search, SearchRequest, SearchResult),
     _tool(f.compare, s.CompareInput, s.CompareOutput),

@@ -12,12 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.anchor import AnchorRun
 from projection.flops import FlopsFormula
 from projection.hardware import Vendor
 from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
 from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens, TrainingConfig
 from projection.vocabulary import ImportFramework, LaunchFramework
+from tools.anchoring import Anchoring
 from tools.launch_config import LaunchConfig
 from tools.layout_score import LayoutScore, ProjectedLayout
 
@@ -28,6 +30,10 @@ _GPU = "Hardware catalog id (see list_hardware), e.g. 'h100-sxm', 'h200', 'mi300
 _CONFIG = ("Layout in sweep-format keys: tp, pp, vpp, cp, ep, etp, mbs, gbs, seq_len, precision, recompute, "
            "recompute_num_layers, sequence_parallel, zero, pp_schedule, moe_dispatcher. dp is derived. "
            "Set gbs and seq_len: their defaults (1, 4096) rarely match the job.")
+ANCHORS_HELP = ("Measured runs of this job (same model or a reduced-layer proxy, same GPU type, any layout and scale), "
+                "given as data: {label, model, gpu, num_gpus, config, iteration_time_s, peak_memory_gib}. They correct "
+                "the projection (compute and communication factors, memory offset; projection/anchor.py); the answer "
+                "shows the anchored and the unanchored numbers. `projtune sweeps anchors FILE` prints them from a log.")
 
 
 class ListModelsInput(BaseModel):
@@ -143,6 +149,12 @@ class LayoutInput(JobInput):
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
 
 
+class MemoryInput(LayoutInput):
+    """One layout whose memory to check, optionally anchored on measured peaks."""
+
+    anchors: list[AnchorRun] = Field(default_factory=list, description=ANCHORS_HELP)
+
+
 class StageMemoryOut(BaseModel):
     """Memory of one pipeline rank, GiB."""
 
@@ -172,12 +184,28 @@ class MemoryOutput(BaseModel):
     capacity_gib: float
     headroom_fraction: float = Field(description="1 - peak / capacity; negative when out of memory.")
     stages: list[StageMemoryOut]
+    memory_offset_gib: float = Field(0.0, description="Measured - projected peak of the anchors, GiB, added to every "
+                                                      "rank (0 without anchors that logged a peak).")
+    unanchored_peak_gib: float | None = Field(None, description="Peak before the anchors' offset (None: unanchored).")
 
 
 class ProjectInput(LayoutInput):
     """One layout to project."""
 
     flops_formula: FlopsFormula = Field(default="6nd", description="Model FLOP formula for MFU.")
+    anchors: list[AnchorRun] = Field(default_factory=list, description=ANCHORS_HELP)
+
+
+class UnanchoredNumbers(BaseModel):
+    """The projection before the anchors' corrections."""
+
+    model_config = _FORBID
+    iteration_time_s: float
+    tokens_per_sec_per_gpu: float
+    tokens_per_sec_per_gpu_low: float
+    tokens_per_sec_per_gpu_high: float
+    mfu: float
+    peak_gib: float
 
 
 class ProjectOutput(BaseModel):
@@ -203,6 +231,8 @@ class ProjectOutput(BaseModel):
     breakdown_s: dict[str, float] = Field(description="Critical-rank step time by term, seconds.")
     bottleneck: str
     memory: MemoryOutput
+    unanchored: UnanchoredNumbers | None = Field(None, description="The same layout without the anchors.")
+    anchoring: Anchoring | None = Field(None, description="Corrections and the anchors they came from.")
 
     def score(self) -> LayoutScore:
         """This projection as the one scored-layout shape (:class:`tools.layout_score.LayoutScore`)."""
@@ -322,6 +352,8 @@ class TuneInput(BaseModel):
     deadline: str | None = Field(default=None, description="Deadline to plan for (e.g. '30d'): smallest GPU count "
                                                            "that meets it (needs tokens).")
     max_rounds: int = Field(default=3, ge=1, le=20, description="Most proposal rounds of the agent.")
+    anchors: list[AnchorRun] = Field(default_factory=list, description=ANCHORS_HELP + " With a near-tie the report's "
+                                     "benchmark_plan says which 1-node runs to make; give their logs back here.")
     deadline_s: float | None = Field(
         default=None, gt=0, le=MAX_TUNE_DEADLINE_S, allow_inf_nan=False,
         description=f"Wall-clock limit of this call, seconds (at most {MAX_TUNE_DEADLINE_S:g}; over MCP also at most "

@@ -23,6 +23,7 @@ from projection.memory import MemoryResult
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
+from tools.anchoring import Anchoring, anchored, anchoring_for
 from tools.candidates import break_ties, enumerate_candidates, with_job_fields
 from tools.constraints import Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
@@ -38,6 +39,8 @@ class Candidate(ProjectedLayout):
 
     rank: int = Field(description="1 = best.")
     reason: str = Field(default="", description="Why it ranks here, in numbers.")
+    unanchored_tokens_per_sec_per_gpu: float | None = Field(
+        default=None, description="Throughput before the anchors' corrections (None: no anchors).")
 
 
 class SearchResult(BaseModel):
@@ -59,6 +62,8 @@ class SearchResult(BaseModel):
     message: str | None = Field(default=None, description="Why nothing was found, or notes on the result.")
     complete: bool = Field(default=True, description="False when the search stopped at its deadline: the counts "
                                                      "and the layouts cover only the layouts searched so far.")
+    anchoring: Anchoring | None = Field(default=None, description="Corrections from the request's anchors and the "
+                                                                  "anchors they came from (None: unanchored).")
 
 
 def resolve_request(request: SearchRequest) -> Job:
@@ -104,9 +109,10 @@ def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], l
     return configs, rejected
 
 
-def candidate(p: Projection, rank: int, reason: str = "") -> Candidate:
-    """The ranked view of one projection."""
-    return Candidate(**projected_layout(p), rank=rank, reason=reason)
+def candidate(p: Projection, rank: int, reason: str = "", unanchored: Projection | None = None) -> Candidate:
+    """The ranked view of one projection (``unanchored``: the same layout before the anchors' corrections)."""
+    return Candidate(**projected_layout(p), rank=rank, reason=reason,
+                     unanchored_tokens_per_sec_per_gpu=None if unanchored is None else unanchored.tokens_per_s_per_gpu)
 
 
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -140,6 +146,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     """
     start = time.perf_counter()
     job = resolve_request(request)
+    anchoring = anchoring_for(job, request.anchors) if request.anchors else None
+    corrections = anchoring.corrections if anchoring is not None else None
     constraints = request.constraints
     rejected: list[dict[str, Any]] = []
     if request.candidates is not None:
@@ -163,12 +171,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     count = workers if workers is not None else default_workers(total)
     deadline = None if deadline_s is None else start + deadline_s
     evaluator = Evaluator(job, configs, groups, constraints.min_headroom, keep_projections=count <= 1,
-                          deadline=deadline)
+                          deadline=deadline, corrections=corrections)
     tally = evaluate(evaluator, request.top_k, None if progress is None else lambda done: progress(done, total),
                      count)
     if progress is not None:
         progress(total if tally.complete else tally.visited, total)
-    ranked, pareto = _finish(job, configs, tally, request.top_k)
+    ranked, pareto = _finish(job, configs, tally, request.top_k, corrections)
     message = None
     if not tally.complete:
         message = (f"partial result: stopped at the {deadline_s:g} s deadline after searching {tally.visited:,} of "
@@ -182,27 +190,35 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     return SearchResult(
         request=request, ranked=ranked, enumerated=total + len(rejected), screened_out=tally.screened_out,
         projected=len(tally.outcomes), pruned=tally.pruned, pareto=pareto, rejected=rejected,
-        elapsed_s=time.perf_counter() - start, message=message, complete=tally.complete,
+        elapsed_s=time.perf_counter() - start, message=message, complete=tally.complete, anchoring=anchoring,
     )
 
 
-def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int
+def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None
             ) -> tuple[list[Candidate], list[Candidate]]:
-    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran)."""
+    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran; outcomes and
+    kept projections are anchored already when ``corrections`` are given)."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
     front = front_of(ordered)
     ordered = break_ties(ordered, lambda o: o.tokens_per_s_per_gpu, lambda o: configs[o.index])  # simpler first
     best = ordered[:top_k]
 
+    def unanchored(index: int) -> Projection:
+        return project(job.model, job.cluster, configs[index], hardware=job.hardware, profile=job.profile,
+                       check=False)
+
     def projection(index: int) -> Projection:
         if index not in tally.projections:
-            tally.projections[index] = project(job.model, job.cluster, configs[index], hardware=job.hardware,
-                                               profile=job.profile, check=False)
+            p = unanchored(index)
+            tally.projections[index] = p if corrections is None else anchored(p, corrections)
         return tally.projections[index]
 
-    ranked = [candidate(projection(o.index), i + 1) for i, o in enumerate(best)]
+    def row(index: int, rank: int) -> Candidate:
+        return candidate(projection(index), rank, unanchored=None if corrections is None else unanchored(index))
+
+    ranked = [row(o.index, i + 1) for i, o in enumerate(best)]
     ranked = [c.model_copy(update={"reason": _reason(c, None if c.rank == 1 else ranked[0])}) for c in ranked]
-    return ranked, [candidate(projection(o.index), 0) for o in front]
+    return ranked, [row(o.index, 0) for o in front]
 
 
 def front_of(ordered: list[Outcome]) -> list[Outcome]:

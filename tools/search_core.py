@@ -47,7 +47,7 @@ import numpy as np
 from projection import engine, fast_paths
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
-from projection.memory import MemoryResult, project_memory
+from projection.memory import GIB, MemoryResult, project_memory
 from projection.memory_batch import MemoryBatcher, PeakBatch
 from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
 from projection.training_config import (
@@ -59,6 +59,7 @@ from projection.training_config import (
     fields_without,
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
+from tools.anchoring import anchored, slowest_factor
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
@@ -222,8 +223,13 @@ class Evaluator:
     """Screens and projects candidates of one job (the state a worker process inherits)."""
 
     def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
-                 keep_projections: bool, deadline: float | None = None) -> None:
+                 keep_projections: bool, deadline: float | None = None, corrections: Any = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
+        # anchors (tools/anchoring.py): projections are corrected, throughput bounds divided by the smallest factor
+        # (an anchored step is at least that times the unanchored one) and peaks screened with the memory offset
+        self.corrections = corrections
+        self._bound_scale = 1.0 if corrections is None else 1.0 / slowest_factor(corrections)
+        self._memory_offset = 0.0 if corrections is None else corrections.memory_offset_gib * GIB
         self.min_headroom, self.keep = min_headroom, keep_projections
         self.deadline = deadline     # time.perf_counter() value past which a search stops (None: never)
         self.capacity = job.hardware.hbm_capacity_bytes
@@ -301,18 +307,25 @@ class Evaluator:
         if self.deadline is not None and time.perf_counter() > self.deadline:
             raise DeadlineReached
 
+    def headroom(self, peak: float, capacity: float) -> float:
+        """1 - peak / capacity, the peak with the anchors' memory offset (as the anchored projections have it)."""
+        return 1.0 - (peak + self._memory_offset) / capacity
+
     def passes(self, peak: float, capacity: float) -> bool:
-        """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses)."""
-        return passes_screen(peak, capacity, self.min_headroom, SHIPPED_MARGINS)
+        """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses; plus the
+        anchors' memory offset)."""
+        return passes_screen(peak + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
         key = self.canonical(index)
         p = self._projection_cache.get(key)
         if p is None:
-            p = self._projection_cache[key] = project(job.model, job.cluster, self.configs[index],
-                                                      hardware=job.hardware, profile=job.profile, check=False,
-                                                      memory=memory)
+            p = project(job.model, job.cluster, self.configs[index], hardware=job.hardware, profile=job.profile,
+                        check=False, memory=memory)
+            if self.corrections is not None:
+                p = anchored(p, self.corrections)
+            self._projection_cache[key] = p
             if self.keep:
                 tally.projections[index] = p
         tally.outcomes.append(Outcome(index, p.tokens_per_s_per_gpu, p.memory.headroom_fraction))
@@ -323,7 +336,7 @@ class Evaluator:
         job, config = self.job, self.configs[index]
         seconds = iteration_time_lower_bound(job.model, job.cluster, config, hardware=job.hardware,
                                              profile=job.profile)
-        return config.gbs * config.seq_len / seconds / job.cluster.num_gpus
+        return config.gbs * config.seq_len / seconds / job.cluster.num_gpus * self._bound_scale
 
     def throughput_bounds(self, indices: Sequence[int]) -> list[float]:
         """:meth:`throughput_bound` of many candidates at once, with the same bits.
@@ -347,7 +360,7 @@ class Evaluator:
                               for c, d in zip(configs, dims, strict=True)])
         tokens = np.array([c.gbs * c.seq_len for c in configs], dtype=np.float64)
         seconds = microbatches * work + optimizer + job.profile.step_overhead_s
-        return (tokens / seconds / job.cluster.num_gpus).tolist()
+        return (tokens / seconds / job.cluster.num_gpus * self._bound_scale).tolist()
 
     @staticmethod
     def work_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -424,7 +437,7 @@ class Evaluator:
         misfit = set()
         for key, g in firsts.items():
             _, static, capacity = self._peaks[self.groups[g][0]].tolist()
-            if not could_pass(static, capacity, self.min_headroom, SHIPPED_MARGINS):
+            if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
                 misfit.add(key)
         live = [g for g, key in keyed if key not in misfit]
         self.screen(self.groups[g][0] for g in live)
@@ -452,11 +465,11 @@ class Evaluator:
                 peak, static, capacity = self.peak(index)
                 tally.visited += 1
                 if self.passes(peak, capacity):
-                    found.append((g, position, index, 1.0 - peak / capacity, 1.0 - static / capacity))
+                    found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
                     break
-                self._screened_out(tally, 1.0 - peak / capacity, index)
+                self._screened_out(tally, self.headroom(peak, capacity), index)
                 # Nothing with this sharding can pass when its static memory alone would not (same rule).
-                if not could_pass(static, capacity, self.min_headroom, SHIPPED_MARGINS):
+                if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
                     self.static_misfits.add(key)
                     rest = len(members) - position - 1
                     tally.screened_out += rest
@@ -488,7 +501,7 @@ class Evaluator:
                     tally.pruned += 1
                     continue
                 peak, _, capacity = self.peak(index)
-                headroom = 1.0 - peak / capacity
+                headroom = self.headroom(peak, capacity)
                 if not self.passes(peak, capacity):
                     self._screened_out(tally, headroom, index)
                     continue

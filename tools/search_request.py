@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.anchor import AnchorRun
 from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
@@ -42,3 +43,7 @@ class SearchRequest(BaseModel):
     packed_document_tokens: PackedDocumentTokens = None
     framework: str | None = Field(default=None, description="Only layouts this framework can launch "
                                   f"({', '.join(LAUNCH_FRAMEWORKS)}; tools/framework_rules.py).")
+    anchors: list[AnchorRun] = Field(
+        default_factory=list, description="Measured runs of this job (same model or a reduced-layer proxy, same GPU "
+        "type, any layout and scale), as data: every layout is corrected by them before ranking "
+        "(projection/anchor.py).")

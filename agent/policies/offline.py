@@ -31,6 +31,7 @@ def search_summary(result: Any) -> dict[str, Any]:
         "pruned": result.pruned, "elapsed_s": round(result.elapsed_s, 3), "message": result.message,
         "rejected": len(result.rejected),
         "ranked": [c.model_dump(mode="json") for c in result.ranked],
+        "anchoring": None if result.anchoring is None else result.anchoring.model_dump(mode="json"),
     }
 
 
@@ -61,6 +62,7 @@ def request_search(request: dict[str, Any], top_k: int
             candidates=request.get("candidates"), profile_path=request.get("profile_path"),
             finetune=None if request.get("candidates") else request.get("finetune"),
             packed_document_tokens=request.get("packed_document_tokens"),   # fills explicit candidates, as Job.check
+            anchors=request.get("anchors") or [],     # measured runs of the job correct every layout
             # Only layouts the launch framework can run (measured candidates are ranked as they ran).
             framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))

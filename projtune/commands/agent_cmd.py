@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from projtune.anchor_input import AnchorOpt
 from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from tools.framework_rules import FRAMEWORKS
@@ -169,8 +170,11 @@ def _print_report(report: Any) -> None:
                       f"{row.mfu_gemm or row.mfu:.1%} ({row.gemm_precision or 'bf16'})", f"{row.mfu:.1%}",
                       f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
     out.print(table)
+    if report.anchoring:
+        out.print(f"[bold]Anchored[/]: {report.anchoring['summary']}", markup=True, highlight=False)
     if report.decision:
         out.print(f"[bold]Decision[/]: {report.decision}")
+    _print_benchmark_plan(out, report.benchmark_plan)
     for line in plan_lines(report.plan):
         out.print(f"[bold]Plan[/]: {line}")
     out.print("[bold]Why it wins[/]")
@@ -185,6 +189,24 @@ def _print_report(report: Any) -> None:
         out.print(f"[dim]note: {note}[/]")
     out.print(f"[dim]{report.trials} trials ({report.trials_scored} scored) in {report.rounds} rounds; "
               f"{report.stop_reason}[/]")
+
+
+def _print_benchmark_plan(out: Any, plan: dict[str, Any] | None) -> None:
+    """The benchmark plan of a near-tie: runs, launch commands, what they decide, how to give them back."""
+    if not plan:
+        return
+    out.print(f"[bold]Benchmark plan[/] ({plan['reason']})", highlight=False)
+    for i, run in enumerate(plan["runs"], start=1):
+        out.print(f"  run {i}: {run['layout']} on {run['num_gpus']} GPUs ({run['num_layers']} layers) for "
+                  f"'{run['target_layout']}': {run['reduction']}; about {run['expected_minutes']:.0f} min for "
+                  f"30 steps ({run['projected_step_s']:.2f} s/step projected)", markup=False, highlight=False)
+        out.print(f"    {run['framework']} launch: {run['launch_config'].get('filename') or ''}", markup=False,
+                  highlight=False)
+        out.print("    " + run["launch_config"]["text"].strip().replace("\n", "\n    "), markup=False, highlight=False)
+    out.print(f"  decides: {plan['decides']}", markup=False, highlight=False)
+    out.print(f"  then: {plan['then']}", markup=False, highlight=False)
+    for line in plan["skipped"]:
+        out.print(f"  [yellow]no 1-node run[/]: {line}", highlight=False)
 
 
 @user_errors
@@ -207,6 +229,7 @@ def tune_command(
     llm_timeout: TimeoutOpt = None, llm_deadline: DeadlineOpt = None, llm_context: ContextOpt = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     packed_document_tokens: PackedOpt = None,
+    anchor: AnchorOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
     from agent.planning import parse_duration, parse_tokens
@@ -225,6 +248,11 @@ def tune_command(
         parsed, parse_fallback = _request(policy, request, constraint or [], top,
                                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
                                            "packed_document_tokens": packed_document_tokens})
+        if anchor and not isinstance(parsed, Clarification):
+            from projtune.anchor_input import read_cli_anchors
+
+            anchors = read_cli_anchors(anchor, gpu=parsed.gpu)
+            parsed = parsed.model_copy(update={"anchors": [a.model_dump(mode="json") for a in anchors]})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
                                 policy=policy.name, llm_endpoint=getattr(policy, "endpoint", None),
@@ -248,6 +276,13 @@ def tune_command(
         raise typer.Exit(USAGE_EXIT)
     if answer.status == "no_fit":
         raise typer.Exit(1)
+
+
+def _read_anchor_dicts(paths: list[str], gpu: str) -> list[dict[str, Any]]:
+    """Chat's reader of the runs a user points at (evals/anchor_read.py), as AnchorRun dicts."""
+    from projtune.anchor_input import read_cli_anchors
+
+    return [a.model_dump(mode="json") for a in read_cli_anchors(paths, gpu=gpu)]
 
 
 @user_errors
@@ -277,7 +312,8 @@ def chat_command(
     interactive = sys.stdin.isatty()
     progress = _Progress(enabled=True)
     progress.live = False            # one line per round on stderr: a live status line would fight the prompt
-    with ChatSession(name, policy, options=RunOptions(framework=framework, progress=progress),
+    with ChatSession(name, policy, options=RunOptions(framework=framework, progress=progress,
+                                                      read_anchors=_read_anchor_dicts),
                      budget={"max_rounds": rounds} if rounds else None) as chat:
         if chat.notice:
             print(f"warning: {chat.notice}", file=sys.stderr)

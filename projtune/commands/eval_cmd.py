@@ -48,12 +48,24 @@ def eval_command(
     measured: Annotated[Path | None, typer.Option(
         "--measured", help="Folder of measurement files: measured mode for runs whose model and per-GPU slice "
                            "were measured; other runs are skipped with the reason.")] = None,
+    anchor_one: Annotated[bool, typer.Option(
+        "--anchor-one", help="Score anchored projections: each run with one other run of its sweep as anchor, and "
+                             "each scaling series restored from its smallest-scale run (projection/anchor.py).")
+    ] = False,
+    bands_out: Annotated[Path | None, typer.Option(
+        "--bands-out", help="With --anchor-one: write the anchored-band table "
+                            "(projection/catalog/uncertainty/anchored_bands.yaml) from every pair's residual.")] = None,
 ) -> None:
     """Project every measured run and score the projections (APE, ranking, memory, OOM, baselines)."""
     from evals.eval_run import EvalOptions, evaluate
 
     options = EvalOptions(sweeps=tuple(sweep or ()), gpu=gpu, profile=profile, fill_unknown=fill_unknown,
                           agent=agent, measured=measured)
+    if bands_out is not None and not anchor_one:
+        fail("--bands-out needs --anchor-one (it writes the anchored-band table)")
+    if anchor_one:
+        _anchor_one(paths, options, as_json, bands_out)
+        return
     if measured is not None:
         from bench.measured_set import MeasurementSet
 
@@ -73,6 +85,49 @@ def eval_command(
         _print_eval(result)
     if not result.sweeps:
         fail("no sweep to evaluate" + (f": {result.load_issues[0]}" if result.load_issues else ""))
+
+
+def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path | None) -> None:
+    """`projtune eval --anchor-one`: anchored vs unanchored, in-sweep and restore from the smallest scale."""
+    from evals.anchor_eval import evaluate_anchored
+
+    result = evaluate_anchored(paths, options)
+    if not result.runs:
+        fail("no scored run to anchor: give sweep files with complete runs that measured a throughput")
+    data = result.to_dict()
+    if bands_out is not None:
+        from projection.uncertainty import build_anchored_table, write_anchored_table
+
+        table = build_anchored_table([(cls, ratio) for _, cls, ratio in result.residuals()],
+                                     coverage=result.band_spread or 0.8,
+                                     written=f"projtune eval {' '.join(map(str, paths))} --anchor-one")
+        _stderr_console().print(f"anchored bands: {write_anchored_table(table, bands_out)}")
+    if as_json:
+        typer.echo(json_text(data))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Anchored projections ({data['series']} series, {data['scaling_series']} span 2+ scales)")
+    for col in ("evaluation", "pairs", "targets", "MAPE anchored", "MAPE unanchored", "coverage", "top-1 anchored",
+                "top-1 unanchored"):
+        table.add_column(col)
+    for label, key in (("in-sweep (one other run)", "in_sweep"),
+                       ("restore from smallest scale", "restore_from_smallest")):
+        row = data[key]
+        table.add_row(label, str(row["pairs"]), str(row["targets"]), _pct(row["mape_anchored"]),
+                      _pct(row["mape_unanchored"]), _pct(row["coverage_anchored"]),
+                      _pct(row.get("top1_anchored")), _pct(row.get("top1_unanchored")))
+    console = Console()
+    console.print(table)
+    for key in ("in_sweep", "restore_from_smallest"):
+        per = Table(title=f"{key} by source")
+        for col in ("source", "pairs", "MAPE anchored", "MAPE unanchored", "coverage"):
+            per.add_column(col)
+        for name, row in data["by_source"][key].items():
+            per.add_row(name, str(row["pairs"]), _pct(row["mape_anchored"]), _pct(row["mape_unanchored"]),
+                        _pct(row["coverage_anchored"]))
+        console.print(per)
 
 
 def _evaluate_with_progress(paths: list[Path], options: Any) -> EvalResult:
@@ -320,6 +375,19 @@ def import_command(
     else:
         out.write_text(text, encoding="utf-8")
         print(f"wrote {out}", file=sys.stderr)
+
+
+@sweeps_app.command("anchors")
+@user_errors
+def anchors_command(
+    files: Annotated[list[str], typer.Argument(help="Training logs, sweep files [#SWEEP[#RUN]], `projtune bench run` "
+                                                    "measurements, or folders of them.")],
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type of logs that name none (Megatron-LM).")] = None,
+) -> None:
+    """Print the anchors (measured runs) these files hold, as the JSON list the tools' `anchors` argument takes."""
+    from evals.anchor_read import read_anchors
+
+    typer.echo(json_text([a.model_dump(mode="json") for a in read_anchors(files, default_gpu=gpu)]))
 
 
 @sweeps_app.command("validate")

@@ -16,6 +16,7 @@ from projection.vocabulary import (
     RECOMPUTES,
     choices_help,
 )
+from projtune.anchor_input import AnchorOpt
 from projtune.errors import user_errors
 from tools.json_out import json_text
 
@@ -71,6 +72,7 @@ def project_command(
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
     flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",
     measured: Annotated[Optional[Path], typer.Option("--measured", help="Measurement file from `projtune bench run`.")] = None,
+    anchor: AnchorOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Project step time, throughput, MFU, memory per stage and the time breakdown of one layout."""
@@ -107,6 +109,7 @@ def memory_command(
     packed_document_tokens: PackedOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
+    anchor: AnchorOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Show per-GPU memory of every pipeline stage and the verdict (fits / at risk / out of memory)."""
@@ -129,23 +132,35 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     as_json, profile_path, config_file = args.pop("as_json"), args.pop("profile"), args.pop("config_file")
     flops = args.pop("flops", "6nd")
     measured = args.pop("measured", None)
+    anchor_files = args.pop("anchor", None)
     args["num_gpus"] = args.pop("gpus")
     args["pp_schedule"] = args.pop("schedule")
     args["moe_dispatcher"] = args.pop("dispatcher")
     model, hardware, cluster, config = build_layout(_layout_values(config_file, **args))
     profile = profile_for(hardware, profile_path)
+    anchoring = _anchoring(anchor_files, model, hardware, cluster, profile)
     if memory_only:
         reasons = layout_violations(model, hardware, cluster, config)
         if reasons:
             raise IllegalLayoutError(reasons)
         memory = project_memory(model, hardware, config, parallel_dims(config, cluster), profile)
+        unanchored_peak = memory.peak_bytes
+        if anchoring is not None:
+            from projection.anchor import offset_memory
+
+            memory = offset_memory(memory, anchoring.corrections.memory_offset_gib)
         data = {"model": model.name, "gpu": hardware.id, "num_gpus": cluster.num_gpus,
                 "config": config.model_dump(mode="json", exclude_none=True), **memory_dict(memory),
                 **memory_breakdown_dict(memory)}
+        if anchoring is not None:
+            from projection.memory import GIB
+
+            data |= {"unanchored_peak_gib": unanchored_peak / GIB, "anchoring": anchoring.model_dump(mode="json")}
         if as_json:
             typer.echo(json_text(data))
         else:
             print_memory(data)
+            _print_anchoring(data)
         return
     if measured is not None:
         from bench.measurement import read_measurement
@@ -159,7 +174,55 @@ def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     else:
         result = project(model, cluster, config, hardware=hardware, profile=profile, flops_formula=flops)
     data = projection_dict(result)
+    if anchoring is not None:
+        from tools.anchoring import anchored
+
+        data = projection_dict(anchored(result, anchoring.corrections))
+        data["unanchored"] = {k: v for k, v in projection_dict(result).items()
+                              if k in ("iteration_time_s", "tokens_per_sec_per_gpu", "tokens_per_sec_per_gpu_low",
+                                       "tokens_per_sec_per_gpu_high", "mfu")}
+        data["anchoring"] = anchoring.model_dump(mode="json")
     if as_json:
         typer.echo(json_text(data))
     else:
         print_projection(data)
+        _print_anchoring(data)
+
+
+def _anchoring(files: list[str] | None, model: Any, hardware: Any, cluster: Any, profile: Any) -> Any:
+    """The job's anchoring from ``--anchor`` files (None without any)."""
+    if not files:
+        return None
+    from projection.job import job_on
+    from projtune.anchor_input import read_cli_anchors
+    from tools.anchoring import anchoring_for
+
+    job = job_on(model, cluster, hardware=hardware, profile=profile)
+    return anchoring_for(job, read_cli_anchors(files, gpu=hardware.id))
+
+
+def _print_anchoring(data: dict[str, Any]) -> None:
+    """The anchored-vs-unanchored lines of a text report."""
+    anchoring = data.get("anchoring")
+    if not anchoring:
+        return
+    from projtune.render import console
+
+    console.print(anchoring["summary"], soft_wrap=True, highlight=False)
+    for row in anchoring["anchors"]:
+        console.print(f"  anchor {row['label']}: {row['layout']} on {row['num_gpus']} GPUs, measured "
+                      f"{row['measured_s']:.3f} s, projected {row['projected_s']:.3f} s, anchored "
+                      f"{row['anchored_s']:.3f} s", soft_wrap=True, highlight=False)
+    for note in anchoring["corrections"]["notes"]:
+        console.print(f"  [yellow]note[/]: {note}", soft_wrap=True, highlight=False)
+    un = data.get("unanchored")
+    if un:
+        console.print(f"unanchored: {un['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU "
+                      f"({un['tokens_per_sec_per_gpu_low']:,.0f} - {un['tokens_per_sec_per_gpu_high']:,.0f}), "
+                      f"{un['iteration_time_s']:.3f} s/step; anchored: {data['tokens_per_sec_per_gpu']:,.0f} "
+                      f"({data['tokens_per_sec_per_gpu_low']:,.0f} - {data['tokens_per_sec_per_gpu_high']:,.0f}), "
+                      f"{data['iteration_time_s']:.3f} s/step", soft_wrap=True, highlight=False)
+    if "unanchored_peak_gib" in data:
+        console.print(f"memory: unanchored peak {data['unanchored_peak_gib']:.1f} GiB, anchored {data['peak_gib']:.1f} "
+                      f"GiB ({anchoring['corrections']['memory_offset_gib']:+.1f} GiB measured offset)",
+                      soft_wrap=True, highlight=False)

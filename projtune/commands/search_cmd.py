@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
+from projtune.anchor_input import AnchorOpt
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
@@ -53,17 +54,20 @@ def search_command(
     finetune: Annotated[str | None, typer.Option(
         help=f"Fine-tuning job: {choices_help(FINETUNES)} (lora: frozen base weights; none = pre-training).")] = None,
     packed_document_tokens: PackedOpt = None,
+    anchor: AnchorOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU.
 
     Exit codes: 0 a complete result; 1 no layout fits; 3 stopped at --deadline-s (partial result).
     """
+    from projtune.anchor_input import read_cli_anchors
     from tools.constraints import Constraints
     from tools.search import SearchRequest, run_search
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
-                            seq_len=seq_len, constraints=Constraints.parse(constraint or []), top_k=top,
+                            anchors=read_cli_anchors(anchor, gpu=gpu), seq_len=seq_len,
+                            constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework,
                             nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain,
                             finetune=finetune, packed_document_tokens=packed_document_tokens)
@@ -106,12 +110,14 @@ def _candidate_table(title: str, rows: list[Any]) -> Any:
     table = Table(title=title)
     table.add_column("#", justify="right")
     table.add_column("layout", ratio=1, overflow="fold")
-    for name in ("tok/s/GPU", "MFU", "iter s", "GiB", "free"):
+    anchored = any(c.unanchored_tokens_per_sec_per_gpu is not None for c in rows)
+    for name in ("tok/s/GPU", *(("unanchored",) if anchored else ()), "MFU", "iter s", "GiB", "free"):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("bottleneck", no_wrap=True)
     for c in rows:
         free = f"{c.headroom_fraction:.0%}" + ("" if c.verdict == "fits" else f" {c.verdict}")
-        table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", f"{c.mfu:.1%}",
+        unanchored = (f"{c.unanchored_tokens_per_sec_per_gpu:,.0f}",) if anchored else ()
+        table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", *unanchored, f"{c.mfu:.1%}",
                       f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", free, c.bottleneck)
     return table
 
@@ -124,6 +130,10 @@ def _print_search(result: Any, pareto: bool) -> None:
                   f"gbs {r.gbs}, seq {r.seq_len}"
                   + (f", {r.finetune} fine-tuning" if r.finetune else "")
                   + (f", packed {r.packed_document_tokens}-token documents" if r.packed_document_tokens else ""))
+    if result.anchoring is not None:
+        console.print(result.anchoring.summary, soft_wrap=True, highlight=False)
+        for note in result.anchoring.corrections.notes:
+            console.print(f"  [yellow]note[/]: {note}", soft_wrap=True, highlight=False)
     if result.ranked:
         console.print(_candidate_table("Best layouts", result.ranked))
         for c in result.ranked:
