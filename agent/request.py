@@ -37,7 +37,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
-from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
+from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, NicGbps,
+                                         PackedDocumentTokens)
 from projection.vocabulary import FINETUNES, PRECISIONS
 
 DEFAULT_GBS_FLOOR = 256
@@ -128,7 +129,7 @@ class TuneRequest(BaseModel):
     framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
                                                             "torchtitan, primus, deepspeed, jax); None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="Line rate of one NIC, Gbit/s (if said).")
+    nic_gbps: NicGbps = Field(default=None, description="Line rate of one NIC, Gbit/s (if said).")
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
     nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
                                       description="GPUs in one NVLink domain when said (NVL72 -> 72).")

@@ -97,8 +97,8 @@ def _scaled(text: str, what: str, scales: dict[str, int] | None) -> float:
         raise _problem(what, raw, f"is not read as hexadecimal, octal or binary; {_HINT}")
     m = _NUMBER.fullmatch(raw)
     if m is None or (m.group("suffix") and scales is None):
-        allowed = "k, M, G, T" if scales is not None else "no suffix"
-        raise _problem(what, raw, f"is not a number ({_HINT}; suffixes: {allowed})")
+        hint = _HINT if scales is not None else "write e.g. 8192, 8,192, 8 192, 1e3 or 2^13; no k/M suffix here"
+        raise _problem(what, raw, f"is not a number ({hint})")
     if re.fullmatch(r"0[0-9]+", m.group("number")):
         raise _problem(what, raw, "has a leading zero (octal in some readers); write it without")
     value = number_value(m.group("number"), what)
