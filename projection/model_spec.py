@@ -434,9 +434,11 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
     path = Path(text)
     from projection.safe_yaml import UNTRUSTED
 
-    if UNTRUSTED.get() and (path.suffix in (".json", ".yaml", ".yml") or "/" in text):
-        raise ModelSpecError("model files are not read for remote tool calls; name a catalog model id or pass the "
-                             "config.json fields as an object")
+    if UNTRUSTED.get():   # a remote call: no name reaches the file system, so no answer depends on what exists
+        if path.suffix.lower() in (".json", ".yaml", ".yml") or "/" in text or "\\" in text:
+            raise ModelSpecError("model files are not read for remote tool calls; name a catalog model id or pass "
+                                 "the config.json fields as an object")
+        raise UnknownNameError("model", text[:80], list_model_ids())
     try:
         is_file = path.is_file()
     except OSError:   # a name too long for the file system, say: not a file

@@ -188,6 +188,7 @@ def calibrate_command(
     from evals import calibrate
     from evals.record_issues import left_out_text
     from evals.sweep_file import load_sweep_files
+    from projection.errors import clip
 
     loaded = load_sweep_files(paths)
     err = _stderr_console()
@@ -322,6 +323,10 @@ def import_command(
         print(f"wrote {out}", file=sys.stderr)
 
 
+MAX_ISSUES_SHOWN = 50
+"""Most issues `sweeps validate` prints (each cut to 400 characters); the rest are counted."""
+
+
 @sweeps_app.command("validate")
 @user_errors
 def validate_command(
@@ -332,11 +337,14 @@ def validate_command(
 ) -> None:
     """Load sweep files and print every issue (exit 2 if there is any)."""
     from evals.sweep_file import load_sweep_files
+    from projection.errors import clip
 
     loaded = load_sweep_files(paths)
     runs = sum(len(s.runs) for s in loaded.sweeps)
-    for issue in loaded.errors:
-        typer.echo(issue.message)
+    for issue in loaded.errors[:MAX_ISSUES_SHOWN]:
+        typer.echo(clip(issue.message, 400))
+    if len(loaded.errors) > MAX_ISSUES_SHOWN:
+        typer.echo(f"... {len(loaded.errors) - MAX_ISSUES_SHOWN} more issues cut (fix these first)")
     summary = f"{len(loaded.sweeps)} sweeps, {runs} runs, {len(loaded.errors)} issues"
     if check:
         from evals.data_checks import check_consistency
