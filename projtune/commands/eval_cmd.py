@@ -63,9 +63,7 @@ def eval_command(
                                     "REPRESENTATIVE (CPU plumbing / shrunk shapes): the scores test the code path only")
     result = evaluate(paths, options) if as_json else _evaluate_with_progress(paths, options)
     if report is not None:
-        from evals.report import write_report
-
-        written = write_report(result, report)
+        written = write_report_atomically(result, report)
         _stderr_console().print(f"report: {written[0]} and {len(written) - 1} plots")
     if as_json:
         typer.echo(json_text(result.to_dict()))
@@ -73,6 +71,23 @@ def eval_command(
         _print_eval(result)
     if not result.sweeps:
         fail("no sweep to evaluate" + (f": {result.load_issues[0]}" if result.load_issues else ""))
+
+
+def _report_file(relative: Path) -> bool:
+    """Whether a file inside a --report folder is one an earlier report wrote (report.md, PNG plots)."""
+    return relative.name == "report.md" or relative.suffix == ".png"
+
+
+def write_report_atomically(result: EvalResult, folder: Path) -> list[Path]:
+    """Write the report into a fresh sibling folder and swap it in whole (projtune/atomic_output.py): a kill
+    leaves the old report or the complete new one; a folder holding other files is refused."""
+    from evals.report import write_report
+    from projtune.atomic_output import replace_dir
+
+    def fill(staging: Path) -> list[Path]:
+        return [p.relative_to(staging) for p in write_report(result, staging)]
+
+    return [folder / p for p in replace_dir(folder, fill, owned=_report_file, what="--report folder")]
 
 
 def _evaluate_with_progress(paths: list[Path], options: Any) -> EvalResult:
