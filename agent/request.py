@@ -240,6 +240,8 @@ def find_gpu_count(text: str, gpu: names.Match) -> int | None:
 
 
 _NOT_A_COUNT = r"(seq|gbs|batch|tp|pp|ep|cp|mbs)\W*$"
+_CORRECTION = (r"^\s?(?:gpus?)?\s?[,;:]?\s?(?:actually|rather|or rather|i mean|make (?:it|that)|no,?|sorry,?|"
+               r"correction:?|or)\s")
 _PLAIN_COUNT = _NUM + r"\s?(?:gpus?|accelerators?|devices?)\b(?!\s?(?:per|/|a) ?node)"
 
 
@@ -262,6 +264,8 @@ def gpu_counts(text: str, gpu: names.Match) -> list[int]:
             found.append(_num(before, what="GPU count"))
         elif after := re.match(r"^\s?(?:gpus?)?\s?(?:x|×|\*)\s?" + _NUM, text[end:], re.I):
             found.append(_num(after, what="GPU count"))
+        if again := re.match(_CORRECTION + _NUM, text[end:], re.I):   # '64 h100, actually 128': two counts
+            found.append(_num(again, what="GPU count"))
     if not found:
         for plain in re.finditer(_PLAIN_COUNT, text, re.I):
             found.append(_num(plain, what="GPU count"))

@@ -36,6 +36,7 @@ from tools.json_out import non_finite_paths, strict_loads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SECRET = "s3cr3t-fuzz-canary-7f1c"
 JUNK: list[Any] = [0, -1, 1, 2, 3, 7, 8, 64, 1000, 2**31, 2**63, 10**30, -(2**40), 0.5, 1.5, -0.0, 1e308, 1e-308,
@@ -355,6 +356,16 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
             "sweep_yaml": (0.1, lambda: (y := gen_sweep_yaml(rng, base), lambda: check_sweep(y, folder, good))),
             "cli": (0.1, lambda: (a := gen_cli(rng), lambda: check_cli(a))),
         }
+        import fuzz_surfaces as surfaces
+
+        remote = surfaces.RemoteFolders()
+        targets.update({   # issue 29: the input surfaces beyond the tool layer, with meaning oracles
+            "diagnose": (0.06, lambda: (d := surfaces.gen_diagnose(rng), lambda: surfaces.check_diagnose(d, folder))),
+            "training_logs": (0.1, lambda: (t := surfaces.gen_log(rng), lambda: surfaces.check_log(t, folder))),
+            "request_numbers": (0.25, lambda: (q := surfaces.gen_request_numbers(rng),
+                                               lambda: surfaces.check_request_numbers(q))),
+            "remote_paths": (0.05, lambda: (r := surfaces.gen_remote(rng), lambda: surfaces.check_remote(r, remote))),
+        })
         targets = {k: v for k, v in targets.items() if not only or k in only}
         weight = sum(w for w, _ in targets.values())
         for name, (share, make) in targets.items():
@@ -382,6 +393,7 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
                         print(f"--- {name} {problem} on {str(case)[:300]!r}", file=sys.stderr)
                     shown += 1
             c["seconds"] = round(time.perf_counter() - start)
+        remote.close()
     return counts
 
 
@@ -420,17 +432,22 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hang-s", type=float, default=10.0)
     parser.add_argument("--worst", action="store_true", help="also time one projection at each bounded-work limit")
-    parser.add_argument("--only", default="", help="comma-separated targets: requests,hf_configs,tools,sweep_yaml,cli")
+    parser.add_argument("--only", default="", help="comma-separated targets: requests,hf_configs,tools,sweep_yaml,cli,"
+                                                   "diagnose,training_logs,request_numbers,remote_paths")
     args = parser.parse_args()
     counts = run(args.inputs, args.seed, args.hang_s, [t for t in args.only.split(",") if t])
-    keys = ("tracebacks", "hangs", "non_finite", "leaks")
+    keys = ("tracebacks", "hangs", "non_finite", "leaks", "blowups", "misread", "bad_import")
     totals = Counter()
-    print(f"{'target':12s} {'inputs':>7s} " + " ".join(f"{k:>10s}" for k in keys) + "  seconds")
+    print(f"{'target':15s} {'inputs':>7s} " + " ".join(f"{k:>10s}" for k in (*keys, "roundtrip")) + "  seconds")
     for name, c in counts.items():
-        row = {"tracebacks": c["traceback"], "hangs": c["hang"], "non_finite": c["non_finite"], "leaks": c["leak"]}
+        row = {"tracebacks": c["traceback"], "hangs": c["hang"], "non_finite": c["non_finite"], "leaks": c["leak"],
+               "blowups": c["blowup"], "misread": c["misread"], "bad_import": c["invalid_import"],
+               "roundtrip": c["roundtrip"]}
         totals.update({"inputs": c["inputs"], **row})
-        print(f"{name:12s} {c['inputs']:7d} " + " ".join(f"{row[k]:10d}" for k in keys) + f"  {c['seconds']:7d}")
-    print(f"{'total':12s} {totals['inputs']:7d} " + " ".join(f"{totals[k]:10d}" for k in keys))
+        print(f"{name:15s} {c['inputs']:7d} " + " ".join(f"{row[k]:10d}" for k in (*keys, "roundtrip"))
+              + f"  {c['seconds']:7d}")
+    print(f"{'total':15s} {totals['inputs']:7d} " + " ".join(f"{totals[k]:10d}" for k in (*keys, "roundtrip")))
+    print("(roundtrip: export -> diagnose gave back another layout; reported, not part of the acceptance)")
     if args.worst:
         print("\none projection at the bounded-work limits (seconds, process peak RSS):")
         for case, seconds, rss in worst_cases():
