@@ -22,6 +22,7 @@ import yaml
 
 from evals.sweep_models import GPU_IDS, SweepFile, unknown_name_message
 from projection.errors import clip
+from projection.safe_yaml import flow_depth
 from projection.training_config import MAX_GPUS
 from projection.vocabulary import RECOMPUTES
 
@@ -251,24 +252,12 @@ def _parse_megatron(path: Path, text: str) -> _ParsedLog:
 
 def _value(raw: str) -> Any:
     """A Python literal as printed by the framework (bounded: long or deeply nested text stays text)."""
-    if len(raw) > MAX_LITERAL_CHARS or max_nesting(raw) > 32:
+    if len(raw) > MAX_LITERAL_CHARS or flow_depth(raw, "([{", ")]}") > 32:
         return raw
     try:
         return ast.literal_eval(raw)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return raw
-
-
-def max_nesting(text: str) -> int:
-    """Deepest nesting of ``([{`` brackets in ``text`` (one linear pass)."""
-    depth = deepest = 0
-    for char in text:
-        if char in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in ")]}":
-            depth = max(0, depth - 1)
-    return deepest
 
 
 def _dict(value: Any) -> dict[str, Any]:

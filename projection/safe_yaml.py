@@ -110,14 +110,15 @@ def _yaml11_value(node: yaml.ScalarNode) -> Any:
         return "something else"
 
 
-def flow_depth(text: str) -> int:
-    """The deepest nesting of flow brackets (``[``/``{``) in ``text``, one linear pass (quotes not parsed)."""
+def flow_depth(text: str, opening: str = "[{", closing: str = "]}") -> int:
+    """The deepest nesting of brackets (YAML flow ``[``/``{`` by default) in ``text``: one linear pass, quotes not
+    parsed (a bracket inside a string counts too, which only makes the bound stricter)."""
     depth = deepest = 0
     for char in text:
-        if char in "[{":
+        if char in opening:
             depth += 1
             deepest = max(deepest, depth)
-        elif char in "]}":
+        elif char in closing:
             depth = max(0, depth - 1)
     return deepest
 
