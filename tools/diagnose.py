@@ -331,7 +331,9 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     else:
         if kind == "megatron-args":
             check_megatron_text(text, name)
-            guessed = _catalog_match(_megatron_shape(megatron_args(text)))
+            args = megatron_args(text)   # parsed (and its values checked) even when the model is given
+            if model is None and "model" not in header:   # the shape names the model only when nothing else does
+                guessed = _catalog_match(_megatron_shape(args))
         if kind == "torchtitan-toml":
             try:
                 tomllib.loads(text)
