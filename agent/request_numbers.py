@@ -39,7 +39,8 @@ _POWER = re.compile(r"(?<![\w.])([0-9]{1,3})\s?(?:\^|\*\*)\s?([0-9]{1,3})(?![\w.
 _HEX = re.compile(r"(?<![\w.])0[xX][0-9a-fA-F]+(?![\w.])")
 _NON_ASCII_DIGIT = re.compile(r"[^\x00-\x7f]", re.U)
 # A value where a count stands that is not a whole positive finite number: a sign, NaN/inf, a fraction.
-BAD_COUNT = r"(?<![\w.])(?P<bad>[-−]\s?[0-9][0-9.]*[kKmM]?|nan|inf(?:inity)?|[0-9]{1,9}\.[0-9]{1,6}(?![0-9]*[kKmM]\b))"
+BAD_COUNT = (r"(?<![\w.])(?P<bad>[-−]\s?[0-9][0-9.]*[kKmM]?|nan|inf(?:inity)?|"
+             r"[0-9]{1,9}\.[0-9]{1,6}(?![0-9]*[kKmM]\b))")
 
 
 def _words_value(m: re.Match[str]) -> int:

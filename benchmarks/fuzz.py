@@ -183,6 +183,9 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
                              "layout": {"tp": 2, "gbs": 32, "seq_len": 4096}, "framework": "megatron"},
 }
 SLOW_TOOLS = ("search", "tune")
+SLOW_DEADLINE_S = [20.0]
+"""The server deadline given to search/tune calls: below the hang bound (run() sets it to 60% of --hang-s), so a
+slow call ends in its structured deadline_exceeded error (handled) rather than in the hang timer."""
 
 
 def _mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
@@ -303,7 +306,8 @@ def check_sweep(text: str, folder: Path, good: Path) -> str | None:
 def check_tool(name: str, args: Any, untrusted: bool) -> str | None:
     from tools.registry import call_tool
 
-    payload = call_tool(name, args, untrusted=untrusted, deadline_s=20.0 if name in SLOW_TOOLS else None)
+    deadline = SLOW_DEADLINE_S[0] if name in SLOW_TOOLS else None
+    payload = call_tool(name, args, untrusted=untrusted, deadline_s=deadline)
     if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
         return "traceback"
     text = json.dumps(payload, default=str)
@@ -339,6 +343,7 @@ def check_cli(argv: list[str]) -> str | None:
 
 def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Counter[str]]:
     rng = random.Random(seed)
+    SLOW_DEADLINE_S[0] = 0.6 * hang_s
     counts: dict[str, Counter[str]] = {}
     shown = 0
     signal.signal(signal.SIGALRM, _alarm)
@@ -368,8 +373,11 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
         })
         targets = {k: v for k, v in targets.items() if not only or k in only}
         weight = sum(w for w, _ in targets.values())
-        for name, (share, make) in targets.items():
-            n = max(1, round(total * share / weight))
+        assigned = 0
+        for index, (name, (share, make)) in enumerate(targets.items()):
+            last = index == len(targets) - 1   # the last target takes the rounding rest: inputs sum to --inputs
+            n = max(1, total - assigned if last else round(total * share / weight))
+            assigned += n
             c = counts.setdefault(name, Counter())
             start = time.perf_counter()
             for _ in range(n):

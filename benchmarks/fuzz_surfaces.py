@@ -162,7 +162,8 @@ MEGATRON_LOG = """  context_parallel_size ........................... {cp}
  iteration       30/     100 | elapsed time per iteration (ms): {ms} | global batch size: {gbs} |
 [Rank 0] (after 10 iterations) memory (MB) | allocated: 1.0 | max allocated: {mem} | reserved: 2.0
 """
-TITAN_LOG = """Running with args: {{'training': {{'local_batch_size': {mbs}, 'seq_len': {seq}, 'global_batch_size': {gbs}}}, \
+TITAN_LOG = """Running with args: {{'training': {{'local_batch_size': {mbs}, 'seq_len': {seq}, \
+'global_batch_size': {gbs}}}, \
 'parallelism': {{'pipeline_parallel_degree': {pp}, 'pipeline_parallel_schedule': {schedule}}}, \
 'activation_checkpoint': {ac}, 'model': {model}}}
 Building {n}-D device mesh with [{names}], [{sizes}]

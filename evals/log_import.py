@@ -39,7 +39,8 @@ _MEGATRON_TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): " + _DEC)
 _MEGATRON_TOKENS = re.compile(r"tokens per GPU \(tokens/s/GPU\): " + _DEC)
 _MEGATRON_GBS = re.compile(r"global batch size:\s+([0-9]{1,9})(?![0-9])")
 _MEGATRON_MEM = re.compile(r"memory \(MB\) \|.*?max allocated: " + _DEC)
-_TITAN_STEP = re.compile(r"step:\s*[0-9]{1,12}\s.*?(?:tps|wps):\s*([0-9]{1,3}(?:,[0-9]{3}){1,4}|[0-9]{1,15})(?![0-9.,])")
+_TITAN_STEP = re.compile(r"step:\s*[0-9]{1,12}\s.*?(?:tps|wps):\s*([0-9]{1,3}(?:,[0-9]{3}){1,4}|[0-9]{1,15})"
+                         r"(?![0-9.,])")
 _TITAN_FIELD = {"tflops": re.compile(r"tflops:\s*" + _DEC), "mfu": re.compile(r"mfu:\s*" + _DEC + "%"),
                 "memory": re.compile(r"memory:\s*" + _DEC + "GiB")}
 _TITAN_MESH = re.compile(r"Building [0-9]{1,2}-D device mesh with \[([^\]]{0,400})\], \[([^\]]{0,400})\]")
@@ -384,7 +385,7 @@ def _titan_config(text: str) -> dict[str, Any]:
     elif training.get("mixed_precision_param") in ("bfloat16", "float16"):
         config["precision"] = "bf16" if training["mixed_precision_param"] == "bfloat16" else "fp16"
     mode = _dict(args.get("activation_checkpoint")).get("mode")
-    if isinstance(mode, str) and mode in RECOMPUTES:   # torchtitan's activation_checkpoint modes that are also sweep-format names
+    if isinstance(mode, str) and mode in RECOMPUTES:   # torchtitan's AC modes that are also sweep-format names
         config["recompute"] = mode
     if config.get("pp", 1) > 1 and str(par.get("pipeline_parallel_schedule")) in _TITAN_SCHEDULES:
         config["pp_schedule"] = _TITAN_SCHEDULES[par["pipeline_parallel_schedule"]]

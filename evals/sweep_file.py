@@ -354,7 +354,9 @@ def _describe(err: ValidationError, model: type[BaseModel], skip: tuple[str, ...
         elif e["type"] == "missing":
             messages.append(f"missing required key '{path}'")
         else:
-            messages.append(f"{path}: {e['msg'].lower()} (got {_shown(repr(e['input'][:MAX_SHOWN + 1]) if isinstance(e['input'], str) else e['input'])})")
+            given = e["input"]
+            quoted = repr(given[:MAX_SHOWN + 1]) if isinstance(given, str) else given
+            messages.append(f"{path}: {e['msg'].lower()} (got {_shown(quoted)})")
     return messages
 
 

@@ -113,7 +113,8 @@ def read_source(source: str) -> tuple[str, str, str]:
         if isinstance(data, dict) and "modules" in data:
             return "primus-yaml", "primus", text
         if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
-            raise ProjtuneError(f"{clip(source)}: MaxText YAML is not read back yet (diagnose reads Megatron arguments, "
+            raise ProjtuneError(f"{clip(source)}: MaxText YAML is not read back yet (diagnose reads Megatron "
+                                "arguments, "
                                 "Primus YAML, torchtitan TOML and training logs)")
         raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
                             "arguments, Primus YAML, torchtitan TOML and training logs")
