@@ -223,7 +223,10 @@ def normalise(text: str) -> tuple[str, str | None]:
         shown = long_number.group(0)
         return "", (f"The number {shown[:12]}{'...' if len(shown) > 12 else ''} is too large (more than {MAX_DIGITS} "
                     f"digits); allowed: GPUs 1..{MAX_GPUS}, gbs 1..{MAX_GBS}, seq_len 1..{MAX_SEQ_LEN}.")
-    return re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z])", r"\1 x ", text), None
+    text = re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z]|\s)", r"\1 x ", text)      # '16xMI300X', '8x h100'
+    text = re.sub(r"(?<=\s)[x×]([0-9]+)(?![\w.])", r"x \1", text)                  # 'h100 x8'
+    text = re.sub(r"(?<=[A-Za-z0-9])\*(?=[0-9])", " x ", text)                     # 'MI300X*16'
+    return re.sub(r"\s+", " ", text), None
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
