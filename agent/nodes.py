@@ -150,7 +150,7 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
                 trial.update(_score(job, tools, trial["config"], ran=bool(state.get("candidates_ran"))))
         trials.append(trial)
         emit("trial", status=trial["status"], layout=trial.get("layout"),
-             tokens_per_sec_per_gpu=trial.get("tokens_per_sec_per_gpu"))
+             tokens_per_sec_per_gpu=trial.get("tokens_per_sec_per_gpu"), trial=trial)   # trial: for `tune --log`
     if duplicates:
         notes.append(f"round {state.get('round', 0)}: {duplicates} proposals repeated earlier trials and were skipped")
     update: dict[str, Any] = {"trials": trials, "pending": [], "notes": sorted(set(notes), key=notes.index)}

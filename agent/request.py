@@ -37,7 +37,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
-from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
+from agent.request_numbers import BAD_COUNT, canonical_numbers, count_problem
+from projection.quantities import QuantityError, read_size
+from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, NicGbps,
+                                         PackedDocumentTokens)
 from projection.vocabulary import FINETUNES, PRECISIONS
 
 DEFAULT_GBS_FLOOR = 256
@@ -45,7 +48,10 @@ DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
 MAX_DIGITS = 9
 MAX_TOP_K = 50
-_NUM = r"(\d{1,9}(?:\.\d{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
+# A number of a request (after agent.request_numbers.canonical_numbers): never the tail of a name or of a longer
+# number (H100, GB200, Qwen3-235B, 8,192), never followed by more word characters (8kk, 8.5.3).
+_NUM = (r"(?<![\w.,^*+\-−])([0-9]{1,9}(?:\.[0-9]{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
+        r"(?![\w]|\.[0-9])")
 _MULTIPLIER = {"k": 1024, "m": 1024 ** 2, "thousand": 1000, "million": 1_000_000}
 FRAMEWORKS = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
               "nemo": "nemo", "megatron-bridge": "nemo", "torchtitan": "torchtitan", "titan": "torchtitan",
@@ -128,7 +134,7 @@ class TuneRequest(BaseModel):
     framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
                                                             "torchtitan, primus, deepspeed, jax); None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
-    nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="Line rate of one NIC, Gbit/s (if said).")
+    nic_gbps: NicGbps = Field(default=None, description="Line rate of one NIC, Gbit/s (if said).")
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
     nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
                                       description="GPUs in one NVLink domain when said (NVL72 -> 72).")
@@ -188,14 +194,21 @@ def default_gbs(num_gpus: int) -> int:
     return num_gpus * -(-DEFAULT_GBS_FLOOR // max(num_gpus, 1))
 
 
-def _number(value: str, suffix: str | None, word: str | None = None) -> int:
-    """'2' + 'k' -> 2048 ('k' is 1024 and 'M' 1024^2 for counts, lengths and tokens alike; 'million' is 10^6)."""
+def _number(value: str, suffix: str | None, word: str | None = None, what: str = "number") -> int:
+    """'2' + 'k' -> 2048 ('k' is 1024 and 'M' 1024^2 for counts, lengths and tokens alike; 'million' is 10^6).
+
+    Raises:
+        QuantityError: the value is not whole ('8.5 GPUs'), asked back by the caller.
+    """
     scale = _MULTIPLIER.get((suffix or word or "").lower(), 1)
-    return int(round(float(value) * scale))
+    return read_size(float(value) * scale, what, low=0)
 
 
-def _num(m: re.Match[str], at: int = 1) -> int:
-    return _number(m.group(at), m.group(at + 1), m.group(at + 2))
+def _num(m: re.Match[str], at: int = 1, what: str = "number") -> int:
+    try:
+        return _number(m.group(at), m.group(at + 1), m.group(at + 2), what)
+    except QuantityError as err:
+        raise QuantityError(f"{what} '{m.group(0).strip()}' is not a whole number; say e.g. 64") from err
 
 
 def normalise(text: str) -> tuple[str, str | None]:
@@ -205,12 +218,18 @@ def normalise(text: str) -> tuple[str, str | None]:
                     "Say the model, GPU type and count, e.g. 'tune llama3 8b on 8 h100'.")
     text = re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", " ", text)
     text = re.sub(r"\s+", " ", text).strip()
+    text, problem = canonical_numbers(text)
+    if problem:
+        return "", problem
     long_number = re.search(rf"\d{{{MAX_DIGITS + 1},}}", text)
     if long_number:
         shown = long_number.group(0)
         return "", (f"The number {shown[:12]}{'...' if len(shown) > 12 else ''} is too large (more than {MAX_DIGITS} "
                     f"digits); allowed: GPUs 1..{MAX_GPUS}, gbs 1..{MAX_GBS}, seq_len 1..{MAX_SEQ_LEN}.")
-    return re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z])", r"\1 x ", text), None
+    text = re.sub(r"(?<![A-Za-z.\d])(\d+)[x×](?=[A-Za-z]|\s)", r"\1 x ", text)      # '16xMI300X', '8x h100'
+    text = re.sub(r"(?<=\s)[x×]([0-9]+)(?![\w.])", r"x \1", text)                  # 'h100 x8'
+    text = re.sub(r"(?<=[A-Za-z0-9])\*(?=[0-9])", " x ", text)                     # 'MI300X*16'
+    return re.sub(r"\s+", " ", text), None
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
@@ -222,31 +241,88 @@ def _mask(text: str, spans: list[tuple[int, int]]) -> str:
 
 def find_gpu_count(text: str, gpu: names.Match) -> int | None:
     """The GPU count next to the GPU name ('64 MI300X', '2k H100s', 'MI300X x 64'), or 'N gpus'."""
-    if gpu.kind != "missing" and gpu.start >= 0:
-        before = re.search(_NUM + r"\s?(?:x|×|\*)?\s?(?:gpus? (?:of )?)?$", text[:gpu.start], re.I)
-        if before and not re.search(r"(seq|gbs|batch|tp|pp|ep|cp|mbs)\W*$", text[max(0, before.start() - 12):
-                                                                                 before.start()], re.I):
-            return _num(before)
-        after = re.match(r"^\s?(?:gpus?)?\s?(?:x|×|\*)\s?" + _NUM, text[gpu.end:], re.I)
-        if after:
-            return _num(after)
-    plain = re.search(_NUM + r"\s?(?:gpus?|accelerators?|devices?)\b(?!\s?(?:per|/|a) ?node)", text, re.I)
-    return _num(plain) if plain else None
+    counts = gpu_counts(text, gpu)
+    return counts[0] if counts else None
+
+
+_NOT_A_COUNT = r"(seq|gbs|batch|tp|pp|ep|cp|mbs)\W*$"
+_CORRECTION = (r"^\s?(?:gpus?)?\s?[,;:]?\s?(?:actually|rather|or rather|i mean|make (?:it|that)|no,?|sorry,?|"
+               r"correction:?|or)\s")
+_PLAIN_COUNT = _NUM + r"\s?(?:gpus?|accelerators?|devices?)\b(?!\s?(?:per|/|a) ?node)"
+
+
+def gpu_counts(text: str, gpu: names.Match) -> list[int]:
+    """Every distinct GPU count the text gives, in order: next to each mention of the GPU name ('64 MI300X',
+    'MI300X x 64'), else 'N gpus'.  Two different counts are a contradiction the caller asks back.
+
+    Raises:
+        QuantityError: a count that is not a whole positive number ('-64 h100', 'NaN GB200 GPUs', '8.5 GPUs').
+    """
+    found: list[int] = []
+    spans = []
+    if gpu.kind != "missing" and gpu.start >= 0 and gpu.mention:
+        spans = [m.span() for m in re.finditer(re.escape(gpu.mention), text, re.I)] or [(gpu.start, gpu.end)]
+    for start, end in spans:
+        if problem := count_problem(text[:start], "GPU count", f"on 64 {gpu.mention}"):
+            raise QuantityError(problem)
+        before = re.search(_NUM + r"\s?(?:x|×|\*)?\s?(?:gpus? (?:of )?)?$", text[:start], re.I)
+        if before and not re.search(_NOT_A_COUNT, text[max(0, before.start() - 12):before.start()], re.I):
+            found.append(_num(before, what="GPU count"))
+        elif after := re.match(r"^\s?(?:gpus?)?\s?(?:x|×|\*)\s?" + _NUM, text[end:], re.I):
+            found.append(_num(after, what="GPU count"))
+        if again := re.match(_CORRECTION + _NUM, text[end:], re.I):   # '64 h100, actually 128': two counts
+            found.append(_num(again, what="GPU count"))
+    if not found:
+        for plain in re.finditer(_PLAIN_COUNT, text, re.I):
+            found.append(_num(plain, what="GPU count"))
+        if not found and (bad := re.search(BAD_COUNT + r"\s?(?:gpus?|accelerators?|devices?)\b", text, re.I)):
+            raise QuantityError(f"'{bad.group('bad')}' is not a GPU count (a whole number of at least 1); "
+                                "say e.g. 'on 64 gpus'.")
+    return list(dict.fromkeys(found))
 
 
 def find_nodes(text: str) -> int | None:
     """'on 4 nodes' -> 4."""
-    m = re.search(r"(\d{1,9})\s?(?:x\s?)?(?:nodes?|servers?|trays?)\b", text, re.I)
+    m = re.search(r"(?<![\w.,^*+\-−])([0-9]{1,9})\s?(?:x\s?)?(?:nodes?|servers?|trays?)\b", text, re.I)
     return int(m.group(1)) if m else None
 
 
+_SEQ_WORD = r"\b(?:seq(?:uence)?(?:[\s_-]?len(?:gth)?)?|context(?:[\s_-]?(?:length|len|window))?|ctx)"
+_VALUE_AFTER = r"\s?(?:=|:|of|is)?\s?(?P<token>[-+−]?[0-9A-Za-z.^*]+)(?:\s?(?P<word>thousand|million)\b)?"
+
+
+def _keyword_values(keyword: str, text: str, what: str, exclude: str = "") -> list[int]:
+    """Every value written after ``keyword`` ('seq 8k', 'gbs=4096'), read by projection.quantities.read_size
+    ('k' = 1024, 'M' = 1024^2; 'thousand'/'million' decimal); text that is not a number ('sequence parallel')
+    is not a value.
+
+    Raises:
+        QuantityError: a number-like value that is not one ('seq 8kk', 'gbs -64', 'seq NaN').
+    """
+    values = []
+    for m in re.finditer(keyword + _VALUE_AFTER + exclude, text, re.I):
+        token = m.group("token").rstrip(".")
+        if not re.match(r"[-+−]?(?:[0-9.]|nan\b|inf)", token, re.I):
+            continue
+        value = read_size(token.replace("−", "-"), what, low=1)
+        values.append(value * (_MULTIPLIER[m.group("word").lower()] if m.group("word") else 1))
+    return list(dict.fromkeys(values))
+
+
+def seq_lens(text: str) -> list[int]:
+    """Every distinct sequence length the text gives: 'seq 8k', 'seq_len 8192', 'sequence length 16k', '8k
+    context'."""
+    found = _keyword_values(_SEQ_WORD, text, "seq_len")
+    if not found:
+        found = [_num(m, what="seq_len") for m in
+                 re.finditer(_NUM + r"\s?(?:tokens? )?(?:seq(?:uence)?s?|context|ctx)\b", text, re.I)]
+    return list(dict.fromkeys(found))
+
+
 def find_seq_len(text: str) -> int | None:
-    """'seq 8k', 'seq_len 8192', 'sequence length 16k', '8k context' -> tokens."""
-    m = re.search(r"\b(?:seq(?:uence)?(?:[\s_-]?len(?:gth)?)?|context(?:[\s_-]?(?:length|len|window))?|ctx)"
-                  r"\s?(?:=|:|of|is)?\s?" + _NUM, text, re.I)
-    if m is None:
-        m = re.search(_NUM + r"\s?(?:tokens? )?(?:seq(?:uence)?s?|context|ctx)\b", text, re.I)
-    return _num(m) if m else None
+    """'seq 8k', 'seq_len 8192', 'sequence length 16k', '8k context' -> tokens (the first one given)."""
+    found = seq_lens(text)
+    return found[0] if found else None
 
 
 _BATCH_WORD = r"(?:gbs|global[\s_-]?batch(?:[\s_-]?size)?|(?<!micro[\s_-])batch(?:[\s_-]?size)?)"
@@ -257,25 +333,30 @@ def find_batch_tokens(text: str) -> int | None:
     m = (re.search(_BATCH_WORD + r"\s?(?:=|:|of|is)?\s?" + _NUM + r"\s?[-\s]?tokens?\b", text, re.I)
          or re.search(_NUM + r"\s?[-\s]?tokens? ?(?:(?:per|/|a|each|every) ?(?:step|batch|iteration|iter|update)|"
                       r"(?:global )?batch(?:es)?)\b", text, re.I))
-    return _num(m) if m else None
+    return _num(m, what="batch tokens") if m else None
+
+
+def batch_sizes(text: str) -> list[int]:
+    """Every distinct global batch in sequences the text gives ('gbs 512', 'global batch 1024', 'batch size 512')."""
+    return _keyword_values(r"\b" + _BATCH_WORD, text, "gbs", exclude=r"(?!\s?[-\s]?tokens?\b)")
 
 
 def find_gbs(text: str) -> int | None:
     """'gbs 512', 'global batch 1024', 'batch size 512' -> sequences (not a batch given in tokens)."""
-    m = re.search(r"\b" + _BATCH_WORD + r"\s?(?:=|:|of|is)?\s?" + _NUM + r"(?!\s?[-\s]?tokens?\b)", text, re.I)
-    return _num(m) if m else None
+    found = batch_sizes(text)
+    return found[0] if found else None
 
 
 def find_gpus_per_node(text: str) -> int | None:
     """'4 gpus per node', 'gpus_per_node=4', '4/node' -> 4."""
-    m = re.search(r"(\d{1,9})\s?(?:gpus? ?)?(?:per|/|a) ?node\b", text, re.I) or re.search(
-        r"gpus[\s_-]?per[\s_-]?node\s?(?:=|:)?\s?(\d{1,9})", text, re.I)
+    m = re.search(r"(?<![\w.,^*+\-−])([0-9]{1,9})\s?(?:gpus? ?)?(?:per|/|a) ?node\b", text, re.I) or re.search(
+        r"gpus[\s_-]?per[\s_-]?node\s?(?:=|:)?\s?([0-9]{1,9})\b", text, re.I)
     return int(m.group(1)) if m else None
 
 
 def find_top_k(text: str) -> int | None:
     """'top 10' -> 10."""
-    m = re.search(r"\btop[\s_-]?k?\s?=?\s?(\d{1,9})\b", text, re.I)
+    m = re.search(r"\btop[\s_-]?k?\s?=?\s?([0-9]{1,9})\b(?!\.[0-9])", text, re.I)
     return int(m.group(1)) if m else None
 
 
@@ -489,18 +570,22 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         values["gpus_per_node"] = per_node
         assumed.discard("gpus_per_node")
     node_size = values.get("gpus_per_node") or (hardware.gpus_per_node if hardware else DEFAULT_GPUS_PER_NODE)
-    count = find_gpu_count(rest, gpu)
-    if count is None and (nodes := find_nodes(rest)):
+    count = _said_once("num_gpus", "GPU counts", lambda: gpu_counts(rest, gpu), questions, missing)
+    if count is None and "num_gpus" not in missing and (nodes := find_nodes(rest)):
         count = nodes * node_size
         notes.append(f"{nodes} nodes x {node_size} GPUs = {count} GPUs")
     if count is not None:
         values["num_gpus"] = count
-    elif "num_gpus" not in values and "gpu" not in missing:
+    elif "num_gpus" not in values and "gpu" not in missing and "num_gpus" not in missing:
         questions.append("How many GPUs? e.g. 'on 64 mi300x'")
         missing.append("num_gpus")
-    tokens = find_batch_tokens(rest)
-    for field_name, found in (("seq_len", find_seq_len(rest)), ("gbs", None if tokens else find_gbs(rest)),
-                              ("top_k", find_top_k(rest))):
+    tokens = _said_once("batch_tokens", "global batches in tokens", lambda: _listed(find_batch_tokens(rest)),
+                        questions, missing)
+    said = (("seq_len", "sequence lengths", lambda: seq_lens(rest)),
+            ("gbs", "global batch sizes", lambda: [] if tokens else batch_sizes(rest)),
+            ("top_k", "top-k values", lambda: _listed(find_top_k(rest))))
+    for field_name, label, read in said:
+        found = _said_once(field_name, label, read, questions, missing)
         if found is not None:
             values[field_name] = found
             assumed.discard(field_name)
@@ -564,6 +649,27 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         message = first["msg"].removeprefix("Value error, ")
         return Clarification(question=f"{where}: {message} (got {str(first.get('input'))[:40]!r}).",
                              missing=[where], partial=_partial(values, assumed))
+
+
+def _listed(value: int | None) -> list[int]:
+    return [] if value is None else [value]
+
+
+def _said_once(field_name: str, label: str, read: Any, questions: list[str], missing: list[str]) -> int | None:
+    """The one value the text gives for a field; a number that is not one, or two different values ('64 h100,
+    actually 128 h100'), is asked back (a question and the field in ``missing``), never resolved silently."""
+    try:
+        found = read()
+    except QuantityError as err:
+        questions.append(str(err))
+        missing.append(field_name)
+        return None
+    if len(found) > 1:
+        shown = " and ".join(str(v) for v in found[:3])
+        questions.append(f"The request gives two {label} ({shown}); which one do you mean?")
+        missing.append(field_name)
+        return None
+    return found[0] if found else None
 
 
 def _partial(values: dict[str, Any], assumed: set[str]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from tools.json_out import non_finite_paths, strict_loads
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 SECRET = "s3cr3t-fuzz-canary-7f1c"
 JUNK: list[Any] = [0, -1, 1, 2, 3, 7, 8, 64, 1000, 2**31, 2**63, 10**30, -(2**40), 0.5, 1.5, -0.0, 1e308, 1e-308,
@@ -182,6 +183,9 @@ TOOL_ARGS: dict[str, dict[str, Any]] = {
                              "layout": {"tp": 2, "gbs": 32, "seq_len": 4096}, "framework": "megatron"},
 }
 SLOW_TOOLS = ("search", "tune")
+SLOW_DEADLINE_S = [20.0]
+"""The server deadline given to search/tune calls: below the hang bound (run() sets it to 60% of --hang-s), so a
+slow call ends in its structured deadline_exceeded error (handled) rather than in the hang timer."""
 
 
 def _mutate(value: Any, rng: random.Random, depth: int = 0) -> Any:
@@ -302,7 +306,8 @@ def check_sweep(text: str, folder: Path, good: Path) -> str | None:
 def check_tool(name: str, args: Any, untrusted: bool) -> str | None:
     from tools.registry import call_tool
 
-    payload = call_tool(name, args, untrusted=untrusted, deadline_s=20.0 if name in SLOW_TOOLS else None)
+    deadline = SLOW_DEADLINE_S[0] if name in SLOW_TOOLS else None
+    payload = call_tool(name, args, untrusted=untrusted, deadline_s=deadline)
     if not isinstance(payload, dict) or not isinstance(payload.get("ok"), bool):
         return "traceback"
     text = json.dumps(payload, default=str)
@@ -338,6 +343,7 @@ def check_cli(argv: list[str]) -> str | None:
 
 def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Counter[str]]:
     rng = random.Random(seed)
+    SLOW_DEADLINE_S[0] = 0.6 * hang_s
     counts: dict[str, Counter[str]] = {}
     shown = 0
     signal.signal(signal.SIGALRM, _alarm)
@@ -355,10 +361,23 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
             "sweep_yaml": (0.1, lambda: (y := gen_sweep_yaml(rng, base), lambda: check_sweep(y, folder, good))),
             "cli": (0.1, lambda: (a := gen_cli(rng), lambda: check_cli(a))),
         }
+        import fuzz_surfaces as surfaces
+
+        remote = surfaces.RemoteFolders()
+        targets.update({   # issue 29: the input surfaces beyond the tool layer, with meaning oracles
+            "diagnose": (0.06, lambda: (d := surfaces.gen_diagnose(rng), lambda: surfaces.check_diagnose(d, folder))),
+            "training_logs": (0.1, lambda: (t := surfaces.gen_log(rng), lambda: surfaces.check_log(t, folder))),
+            "request_numbers": (0.25, lambda: (q := surfaces.gen_request_numbers(rng),
+                                               lambda: surfaces.check_request_numbers(q))),
+            "remote_paths": (0.05, lambda: (r := surfaces.gen_remote(rng), lambda: surfaces.check_remote(r, remote))),
+        })
         targets = {k: v for k, v in targets.items() if not only or k in only}
         weight = sum(w for w, _ in targets.values())
-        for name, (share, make) in targets.items():
-            n = max(1, round(total * share / weight))
+        assigned = 0
+        for index, (name, (share, make)) in enumerate(targets.items()):
+            last = index == len(targets) - 1   # the last target takes the rounding rest: inputs sum to --inputs
+            n = max(1, total - assigned if last else round(total * share / weight))
+            assigned += n
             c = counts.setdefault(name, Counter())
             start = time.perf_counter()
             for _ in range(n):
@@ -382,6 +401,7 @@ def run(total: int, seed: int, hang_s: float, only: list[str]) -> dict[str, Coun
                         print(f"--- {name} {problem} on {str(case)[:300]!r}", file=sys.stderr)
                     shown += 1
             c["seconds"] = round(time.perf_counter() - start)
+        remote.close()
     return counts
 
 
@@ -420,17 +440,22 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hang-s", type=float, default=10.0)
     parser.add_argument("--worst", action="store_true", help="also time one projection at each bounded-work limit")
-    parser.add_argument("--only", default="", help="comma-separated targets: requests,hf_configs,tools,sweep_yaml,cli")
+    parser.add_argument("--only", default="", help="comma-separated targets: requests,hf_configs,tools,sweep_yaml,cli,"
+                                                   "diagnose,training_logs,request_numbers,remote_paths")
     args = parser.parse_args()
     counts = run(args.inputs, args.seed, args.hang_s, [t for t in args.only.split(",") if t])
-    keys = ("tracebacks", "hangs", "non_finite", "leaks")
+    keys = ("tracebacks", "hangs", "non_finite", "leaks", "blowups", "misread", "bad_import")
     totals = Counter()
-    print(f"{'target':12s} {'inputs':>7s} " + " ".join(f"{k:>10s}" for k in keys) + "  seconds")
+    print(f"{'target':15s} {'inputs':>7s} " + " ".join(f"{k:>10s}" for k in (*keys, "roundtrip")) + "  seconds")
     for name, c in counts.items():
-        row = {"tracebacks": c["traceback"], "hangs": c["hang"], "non_finite": c["non_finite"], "leaks": c["leak"]}
+        row = {"tracebacks": c["traceback"], "hangs": c["hang"], "non_finite": c["non_finite"], "leaks": c["leak"],
+               "blowups": c["blowup"], "misread": c["misread"], "bad_import": c["invalid_import"],
+               "roundtrip": c["roundtrip"]}
         totals.update({"inputs": c["inputs"], **row})
-        print(f"{name:12s} {c['inputs']:7d} " + " ".join(f"{row[k]:10d}" for k in keys) + f"  {c['seconds']:7d}")
-    print(f"{'total':12s} {totals['inputs']:7d} " + " ".join(f"{totals[k]:10d}" for k in keys))
+        print(f"{name:15s} {c['inputs']:7d} " + " ".join(f"{row[k]:10d}" for k in (*keys, "roundtrip"))
+              + f"  {c['seconds']:7d}")
+    print(f"{'total':15s} {totals['inputs']:7d} " + " ".join(f"{totals[k]:10d}" for k in (*keys, "roundtrip")))
+    print("(roundtrip: export -> diagnose gave back another layout; reported, not part of the acceptance)")
     if args.worst:
         print("\none projection at the bounded-work limits (seconds, process peak RSS):")
         for case, seconds, rss in worst_cases():

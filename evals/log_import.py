@@ -21,6 +21,9 @@ from typing import Any
 import yaml
 
 from evals.sweep_models import GPU_IDS, SweepFile, unknown_name_message
+from projection.errors import clip
+from projection.safe_yaml import flow_depth
+from projection.training_config import MAX_GPUS
 from projection.vocabulary import RECOMPUTES
 
 _MIB_PER_GIB = 1024
@@ -29,15 +32,22 @@ _WARMUP_FRACTION = 0.10     # ... or this fraction of them, whichever is more
 _EXPECTED_KEYS = ("tp", "pp", "cp", "mbs", "gbs", "seq_len", "precision", "recompute", "zero")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _MEGATRON_ARG = re.compile(r"^\s*(\w+) \.{3,} (.*?)\s*$")
-_MEGATRON_ITER = re.compile(r"iteration\s+\d+/\s*\d+ \|.*elapsed time per iteration \(ms\): ([\d.]+)")
-_MEGATRON_TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
-_MEGATRON_TOKENS = re.compile(r"tokens per GPU \(tokens/s/GPU\): ([\d.]+)")
-_MEGATRON_GBS = re.compile(r"global batch size:\s+(\d+)")
-_MEGATRON_MEM = re.compile(r"memory \(MB\) \|.*?max allocated: ([\d.]+)")
-_TITAN_STEP = re.compile(r"step:\s*\d+\s.*?(?:tps|wps):\s*([\d,]+)")
-_TITAN_FIELD = {"tflops": re.compile(r"tflops:\s*([\d.]+)"), "mfu": re.compile(r"mfu:\s*([\d.]+)%"),
-                "memory": re.compile(r"memory:\s*([\d.]+)GiB")}
-_TITAN_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
+# Captured numbers are ASCII decimals ("1.2.3", Unicode digits and 5,000-digit runs do not match).
+_DEC = r"([0-9]{1,12}(?:\.[0-9]{1,9})?)(?![0-9.])"
+_MEGATRON_ITER = re.compile(r"iteration\s+[0-9]{1,12}/\s*[0-9]{1,12} \|.*elapsed time per iteration \(ms\): " + _DEC)
+_MEGATRON_TFLOPS = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): " + _DEC)
+_MEGATRON_TOKENS = re.compile(r"tokens per GPU \(tokens/s/GPU\): " + _DEC)
+_MEGATRON_GBS = re.compile(r"global batch size:\s+([0-9]{1,9})(?![0-9])")
+_MEGATRON_MEM = re.compile(r"memory \(MB\) \|.*?max allocated: " + _DEC)
+_TITAN_STEP = re.compile(r"step:\s*[0-9]{1,12}\s.*?(?:tps|wps):\s*([0-9]{1,3}(?:,[0-9]{3}){1,4}|[0-9]{1,15})"
+                         r"(?![0-9.,])")
+_TITAN_FIELD = {"tflops": re.compile(r"tflops:\s*" + _DEC), "mfu": re.compile(r"mfu:\s*" + _DEC + "%"),
+                "memory": re.compile(r"memory:\s*" + _DEC + "GiB")}
+_TITAN_MESH = re.compile(r"Building [0-9]{1,2}-D device mesh with \[([^\]]{0,400})\], \[([^\]]{0,400})\]")
+MAX_LOG_BYTES = 64 * 1024 * 1024
+"""Largest log read, bytes (a long pretraining log is tens of MB); bigger files are refused before reading."""
+MAX_LITERAL_CHARS = 100_000
+"""Longest Python literal (a torchtitan args dict, a Megatron argument value) given to ``ast.literal_eval``."""
 _TITAN_ARGS = re.compile(r"Running with args: (\{.*\})\s*$", re.MULTILINE)
 _TITAN_MODEL = re.compile(r"with \w*ModelArgs\((.*)\)")
 _TITAN_SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "GPipe": "gpipe",
@@ -165,17 +175,45 @@ def _run(log: _ParsedLog, fixed: dict[str, Any]) -> dict[str, Any]:
 
 def _parse(path: Path) -> _ParsedLog:
     try:
-        text = _ANSI.sub("", path.read_text(encoding="utf-8", errors="replace"))
+        size = path.stat().st_size
+        if size > MAX_LOG_BYTES:
+            raise LogImportError(f"{clip(path.name)}: {size} bytes; logs up to {MAX_LOG_BYTES} bytes are read")
+        text = _ANSI.sub("", path.read_bytes().decode("utf-8", errors="replace"))
     except OSError as err:
-        raise LogImportError(f"{path}: cannot read: {err}") from err
+        raise LogImportError(f"{clip(path.name)}: cannot read: {clip(err.strerror or type(err).__name__)}") from err
     if _MEGATRON_ITER.search(text):
-        return _parse_megatron(path, text)
+        return _checked(path, _parse_megatron, text)
     if _TITAN_STEP.search(text):
-        return _parse_torchtitan(path, text)
+        return _checked(path, _parse_torchtitan, text)
     raise LogImportError(
         f"{path}: no iteration lines found (expected Megatron 'iteration N/M | ... elapsed time "
         "per iteration (ms): ...' or torchtitan 'step: N ... tps: ...' lines)"
     )
+
+
+def _checked(path: Path, parse: Callable[[Path, str], _ParsedLog], text: str) -> _ParsedLog:
+    """Parse, then check every config value and count the log gave through the one reader per quantity."""
+    from projection.quantities import QuantityError, read_count
+
+    try:
+        log = parse(path, text)
+        for key, value in list(log.config.items()):
+            if key in _COUNT_KEYS:
+                log.config[key] = read_count(value, key, low=1)
+        if log.num_gpus is not None:
+            log.num_gpus = read_count(log.num_gpus, "world size", high=MAX_GPUS)
+        if log.model is not None:
+            log.model = {k: read_count(v, k, low=0) if k in _MODEL_COUNTS else v for k, v in log.model.items()}
+    except QuantityError as err:
+        raise LogImportError(f"{clip(path.name)}: {err}") from err
+    if not all(math.isfinite(v) and v >= 0 for v in log.measured.values()):
+        raise LogImportError(f"{clip(path.name)}: a logged metric is not a finite number")
+    return log
+
+
+_COUNT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "fsdp_size", "recompute_num_layers")
+_MODEL_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                 "intermediate_size", "vocab_size", "num_local_experts", "num_experts_per_tok")
 
 
 def _median_after_warmup(values: list[float]) -> tuple[float, str]:
@@ -190,7 +228,7 @@ def _parse_megatron(path: Path, text: str) -> _ParsedLog:
     framework = "primus" if "primus" in text.lower() else "megatron"
     log = _ParsedLog(path=path, framework=framework)
     args = {m[1]: _value(m[2]) for line in text.splitlines()
-            if (m := _MEGATRON_ARG.match(line.rsplit(" : ", 1)[-1]))}
+            if (m := _MEGATRON_ARG.match(line.rsplit(" : ", 1)[-1][:MAX_LITERAL_CHARS]))}
     iterations = [m for line in text.splitlines() if (m := _MEGATRON_ITER.search(line))]
     lines = [m.string for m in iterations]
     median_ms, log.note = _median_after_warmup([float(m[1]) for m in iterations])
@@ -214,10 +252,17 @@ def _parse_megatron(path: Path, text: str) -> _ParsedLog:
 
 
 def _value(raw: str) -> Any:
+    """A Python literal as printed by the framework (bounded: long or deeply nested text stays text)."""
+    if len(raw) > MAX_LITERAL_CHARS or flow_depth(raw, "([{", ")]}") > 32:
+        return raw
     try:
         return ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return raw
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _megatron_config(args: dict[str, Any]) -> dict[str, Any]:
@@ -299,9 +344,8 @@ def _parse_torchtitan(path: Path, text: str) -> _ParsedLog:
         log.measured["peak_memory_gib"] = max(memory)
         log.note += "; peak memory = max of the logged (max reserved) memory"
     log.config = {"framework": "torchtitan", **_titan_config(text)}
-    mesh = _TITAN_MESH.search(text)
-    if mesh:
-        log.num_gpus = math.prod(int(x) for x in mesh[2].split(","))
+    if (mesh := _mesh(text)) is not None:
+        log.num_gpus = math.prod(mesh.values()) if math.prod(mesh.values()) <= MAX_GPUS else MAX_GPUS + 1
     device = next((gpu for name, gpu in _GPU_NAMES if f"NVIDIA {name}" in text or f"AMD Instinct {name}" in text
                    or f"CUDA capacity: {name}" in text), None)
     log.gpu = device
@@ -311,14 +355,9 @@ def _parse_torchtitan(path: Path, text: str) -> _ParsedLog:
 
 def _titan_config(text: str) -> dict[str, Any]:
     args_match = _TITAN_ARGS.search(text)
-    args: dict[str, Any] = _value(args_match[1]) if args_match else {}
-    args = args if isinstance(args, dict) else {}
-    training, par = args.get("training", {}), args.get("parallelism", {})
-    mesh_match = _TITAN_MESH.search(text)
-    mesh: dict[str, int] = {}
-    if mesh_match:
-        names = [n.strip(" '\"") for n in mesh_match[1].split(",")]
-        mesh = dict(zip(names, (int(x) for x in mesh_match[2].split(",")), strict=True))
+    args = _dict(_value(args_match[1]) if args_match else {})
+    training, par = _dict(args.get("training")), _dict(args.get("parallelism"))
+    mesh = _mesh(text) or {}
     config: dict[str, Any] = {}
     if mesh:
         config.update(tp=mesh.get("tp", 1), pp=mesh.get("pp", 1), cp=mesh.get("cp", 1))
@@ -329,24 +368,41 @@ def _titan_config(text: str) -> dict[str, Any]:
         local = training.get("local_batch_size") or training.get("batch_size")
         if local:
             global_batch = training.get("global_batch_size") or -1
+            if not isinstance(global_batch, int) or not isinstance(local, int):
+                raise LogImportError(f"training batch sizes must be whole numbers, got {clip(local, 30)} and "
+                                     f"{clip(global_batch, 30)}")
             config["gbs"] = global_batch if global_batch > 0 else local * shard * replicate
             config["mbs"] = par.get("pipeline_parallel_microbatch_size", 1) if config["pp"] > 1 else local
     if training.get("seq_len"):
         config["seq_len"] = training["seq_len"]
-    converters = args.get("model", {}).get("converters", [])
-    float8 = args.get("float8", {}) or args.get("quantize", {}).get("linear", {}).get("float8", {})
+    converters = _dict(args.get("model")).get("converters", [])
+    converters = [c for c in converters if isinstance(c, str)] if isinstance(converters, list) else []
+    float8 = _dict(args.get("float8")) or _dict(_dict(_dict(args.get("quantize")).get("linear")).get("float8"))
     if "float8" in converters or "quantize.linear.float8" in converters:
         config["precision"] = "fp8-blockwise" if float8.get("recipe_name") == "rowwise" else "fp8"
     elif any("mx" in c for c in converters):
         config["precision"] = "mxfp8"
     elif training.get("mixed_precision_param") in ("bfloat16", "float16"):
         config["precision"] = "bf16" if training["mixed_precision_param"] == "bfloat16" else "fp16"
-    mode = args.get("activation_checkpoint", {}).get("mode")
-    if mode in RECOMPUTES:   # torchtitan's activation_checkpoint modes that are also sweep-format names
+    mode = _dict(args.get("activation_checkpoint")).get("mode")
+    if isinstance(mode, str) and mode in RECOMPUTES:   # torchtitan's AC modes that are also sweep-format names
         config["recompute"] = mode
-    if config.get("pp", 1) > 1 and par.get("pipeline_parallel_schedule") in _TITAN_SCHEDULES:
+    if config.get("pp", 1) > 1 and str(par.get("pipeline_parallel_schedule")) in _TITAN_SCHEDULES:
         config["pp_schedule"] = _TITAN_SCHEDULES[par["pipeline_parallel_schedule"]]
     return config
+
+
+def _mesh(text: str) -> dict[str, int] | None:
+    """torchtitan's device mesh {name: size}; a mesh whose names and sizes do not pair up is refused."""
+    match = _TITAN_MESH.search(text)
+    if match is None:
+        return None
+    names = [n.strip(" '\"") for n in match[1].split(",")]
+    sizes = [x.strip() for x in match[2].split(",")]
+    if len(names) != len(sizes) or not all(re.fullmatch(r"[0-9]{1,6}", x) for x in sizes):
+        raise LogImportError(f"device mesh {clip(match[0], 60)}: names and sizes do not pair up (one whole size "
+                             "per name)")
+    return dict(zip(names, (int(x) for x in sizes), strict=True))
 
 
 def _titan_model(text: str) -> dict[str, Any] | None:
@@ -356,12 +412,14 @@ def _titan_model(text: str) -> dict[str, Any] | None:
     fields = {m[1]: _value(m[2]) for m in re.finditer(r"(\w+)=([^,()]+)", match[1])}
     if not all(k in fields for k in ("dim", "n_layers", "n_heads", "vocab_size")):
         return None
-    dim = fields["dim"]
+    dim, multiple, factor = fields["dim"], fields.get("multiple_of", 256), fields.get("ffn_dim_multiplier")
+    if factor in (None, "None"):
+        factor = 1.0
+    numbers = (dim, multiple, factor, fields["n_layers"], fields["n_heads"], fields["vocab_size"])
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 2 ** 31 for v in numbers):
+        raise LogImportError(f"ModelArgs fields must be positive finite numbers: {clip(match[1], 60)}")
     # Llama FFN size rule of torchtitan models/llama3 (FeedForward.__init__).
-    ffn = int(2 * 4 * dim / 3)
-    if fields.get("ffn_dim_multiplier") not in (None, "None"):
-        ffn = int(fields["ffn_dim_multiplier"] * ffn)
-    multiple = fields.get("multiple_of", 256)
+    ffn = int(factor * int(2 * 4 * dim / 3))
     return {"model_type": "llama", "hidden_size": dim, "num_hidden_layers": fields["n_layers"],
             "num_attention_heads": fields["n_heads"],
             "num_key_value_heads": fields.get("n_kv_heads") or fields["n_heads"],

@@ -38,6 +38,7 @@ from evals.sweep_models import (
     primary_metric,
     unknown_name_message,
 )
+from projection.errors import clip
 from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
 
 __all__ = [
@@ -294,8 +295,7 @@ def _read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
 
 def _shown(value: object) -> str:
     """A value as quoted in an issue, cut to MAX_SHOWN characters."""
-    text = str(value)
-    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "..."
+    return clip(value, MAX_SHOWN)
 
 
 def _node_lines(root: yaml.Node | None) -> tuple[list[int | None], list[list[int | None]]]:
@@ -354,7 +354,9 @@ def _describe(err: ValidationError, model: type[BaseModel], skip: tuple[str, ...
         elif e["type"] == "missing":
             messages.append(f"missing required key '{path}'")
         else:
-            messages.append(f"{path}: {e['msg'].lower()} (got {_shown(repr(e['input']))})")
+            given = e["input"]
+            quoted = repr(given[:MAX_SHOWN + 1]) if isinstance(given, str) else given
+            messages.append(f"{path}: {e['msg'].lower()} (got {_shown(quoted)})")
     return messages
 
 

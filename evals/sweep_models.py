@@ -14,7 +14,7 @@ import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
-from projection.training_config import TrainingConfig
+from projection.training_config import MAX_NIC_GBPS, MIN_NIC_GBPS, TrainingConfig
 
 GPU_IDS: tuple[str, ...] = (
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
@@ -181,7 +181,8 @@ class ClusterSpec(BaseModel):
     gpu: str = Field(description="Hardware id, one of GPU_IDS.")
     num_gpus: int = Field(ge=1, description="Number of GPUs of the job.")
     gpus_per_node: int = Field(8, ge=1, description="GPUs per node.")
-    nic_gbps: float | None = Field(None, gt=0, description="Line rate of one NIC, Gbit/s.")
+    nic_gbps: float | None = Field(None, ge=MIN_NIC_GBPS, le=MAX_NIC_GBPS, allow_inf_nan=False,
+                                   description="Line rate of one NIC, Gbit/s.")
     nics_per_node: int | None = Field(None, ge=1, description="NICs per node.")
 
     @field_validator("gpu")

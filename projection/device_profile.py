@@ -100,7 +100,9 @@ def _profile_dir() -> Path:
 
 @lru_cache(maxsize=64)
 def _read_profile(path: str) -> DeviceProfile:
-    return DeviceProfile.model_validate(yaml.safe_load(Path(path).read_text()))
+    from projection.safe_yaml import load_bounded, read_text_bounded
+
+    return DeviceProfile.model_validate(load_bounded(read_text_bounded(path, max_bytes=4 * 1024 * 1024)))
 
 
 @lru_cache(maxsize=64)
@@ -125,8 +127,11 @@ def load_profile(path: str | Path) -> DeviceProfile:
         if isinstance(err, ValidationError):
             why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in err.errors()[:3])
         else:
+            from projection.safe_yaml import YamlLimitError
+
             mark = getattr(err, "problem_mark", None)
-            why = f"not valid YAML at line {mark.line + 1}" if mark is not None else type(err).__name__
+            why = (str(err) if isinstance(err, YamlLimitError) else
+                   f"not valid YAML at line {mark.line + 1}" if mark is not None else type(err).__name__)
         raise ProjtuneError(f"profile file '{file}' is not a valid device profile: {why}") from err
 
 

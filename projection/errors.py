@@ -48,3 +48,24 @@ class DeadlineExceeded(ProjtuneError):
             f"{limit_s:g} s deadline); the work was stopped and no answer is given (a partial search is not the "
             "best layout). Raise deadline_s, or ask for less (fewer GPUs, tighter constraints, fewer rounds)."
         )
+
+
+def clip(value: object, limit: int = 80) -> str:
+    """``value`` as quoted in a one-line message: at most ``limit`` characters plus a count of what was cut.
+
+    Containers are rendered with :mod:`reprlib` (a few items per level, a few levels), so quoting a
+    structure that YAML aliases expanded to millions of items costs a few hundred characters, not its size.
+    """
+    import reprlib
+
+    if isinstance(value, str):
+        text = value
+    else:
+        short = reprlib.Repr()
+        short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 6, limit, limit
+        short.maxlong = 40
+        text = short.repr(value)
+    text = text.replace("\n", "\\n")
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters cut)"

@@ -223,6 +223,22 @@ def _activation_clamp(cfg: Mapping[str, Any], model_type: str) -> float:
     return float(value)
 
 
+def _flag(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A config.json boolean: true/false, or the strings "true"/"false" (any case) some exporters write.
+
+    Raises:
+        ModelSpecError: any other value (``bool("false")`` would be True).
+    """
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ModelSpecError(f"model config field '{key}' must be true or false, got {str(value)[:40]!r}")
+
+
 def _require(cfg: Mapping[str, Any], *keys: str) -> int:
     value = _first(cfg, *keys)
     if value is None:
@@ -300,7 +316,8 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
     act = str(_first(cfg, "hidden_activation", "hidden_act", "activation_function", default=act))[:64]
     if model_type == "nemotron":
         act = "relu2"
-    gated = gated and (model_type in ("gemma", "gemma2") or act not in ("gelu", "gelu_new", "relu", "relu2"))
+    # The model type fixes the MLP's matrices: transformers' LlamaMLP/MistralMLP/Qwen2MLP/... always hold
+    # gate_proj and up_proj and apply hidden_act to the gate, whatever the activation; gpt2/mpt/nemotron never do.
 
     num_experts = int(_first(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=0) or 0)
     top_k = int(_first(cfg, "num_experts_per_tok", "experts_per_token", "moe_router_topk", default=0) or 0)
@@ -320,7 +337,7 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
         v_head_dim = int(_first(cfg, "v_head_dim", default=128))
         kv_heads = heads
 
-    attention_bias = bool(_first(cfg, "attention_bias", default=bias or model_type == "gpt_oss"))
+    attention_bias = _flag(cfg, "attention_bias", bias or model_type == "gpt_oss")
     return ModelSpec(
         name=name or str(cfg.get("_name_or_path") or f"{model_type}-{hidden}x{layers}")[:200],
         model_type=model_type,
@@ -338,7 +355,7 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
         attention_bias=attention_bias,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
         vocab_size=_require(cfg, "vocab_size", "padded_vocab_size"),
-        tie_embeddings=bool(_first(cfg, "tie_word_embeddings", default=tied)),
+        tie_embeddings=_flag(cfg, "tie_word_embeddings", tied),
         learned_positions=int(_first(cfg, "max_position_embeddings", "n_positions", default=1024)) if learned else 0,
         num_experts=num_experts,
         top_k=top_k,
@@ -424,9 +441,11 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
     path = Path(text)
     from projection.safe_yaml import UNTRUSTED
 
-    if UNTRUSTED.get() and (path.suffix in (".json", ".yaml", ".yml") or "/" in text):
-        raise ModelSpecError("model files are not read for remote tool calls; name a catalog model id or pass the "
-                             "config.json fields as an object")
+    if UNTRUSTED.get():   # a remote call: no name reaches the file system, so no answer depends on what exists
+        if path.suffix.lower() in (".json", ".yaml", ".yml") or "/" in text or "\\" in text:
+            raise ModelSpecError("model files are not read for remote tool calls; name a catalog model id or pass "
+                                 "the config.json fields as an object")
+        raise UnknownNameError("model", text[:80], list_model_ids())
     try:
         is_file = path.is_file()
     except OSError:   # a name too long for the file system, say: not a file

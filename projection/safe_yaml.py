@@ -9,18 +9,30 @@ so a file is refused, with the limit it broke, before anything builds or prints 
 Limits (generous for real files: the largest development sweep file is ~85 KB, ~20k nodes):
 :data:`MAX_BYTES` 16 MiB of text, :data:`MAX_NODES` 2,000,000 expanded nodes,
 :data:`MAX_DEPTH` 64 levels of nesting, :data:`MAX_ALIASES` 10,000 alias uses.
+
+Order of work: the size and a linear scan of flow-bracket depth are checked on the text first; the
+node graph is then composed with libyaml's C parser when PyYAML has it (``CSafeLoader``, ~9x faster
+than the pure-Python composer on nested text), walked within the limits, and only then constructed.
+Refused as well, with the line: duplicate keys in one mapping (YAML says keys are unique; PyYAML
+keeps the last silently), and YAML 1.1 numbers a person does not mean: ``0512`` (octal, 330),
+``0o17``, ``1:30`` (base 60, 90).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+_YAML11_SURPRISE = re.compile(r"[-+]?(?:0[0-7_]+|0o[0-7_]+|[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)")
 MAX_BYTES = 16 * 1024 * 1024
 MAX_NODES = 2_000_000
 MAX_DEPTH = 64
@@ -66,11 +78,49 @@ def _check_graph(root: yaml.Node, max_nodes: int, max_depth: int, max_aliases: i
             if aliases > max_aliases:
                 raise YamlLimitError(f"more than {max_aliases} alias uses", node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
+            if count == 1:
+                _check_keys(node)
             for key, value in node.value:
                 stack.append((key, depth + 1))
                 stack.append((value, depth + 1))
+        elif isinstance(node, yaml.ScalarNode) and count == 1 and node.tag in (_INT_TAG, _FLOAT_TAG) \
+                and not node.style and _YAML11_SURPRISE.fullmatch(node.value):
+            raise YamlLimitError(f"'{node.value[:20]}' is a YAML 1.1 octal or base-60 number (it would load as "
+                                 f"{_yaml11_value(node)}); write the decimal number, or quote it for text",
+                                 node.start_mark.line + 1)
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a mapping that gives one scalar key twice (the later value would win silently)."""
+    seen: set[str] = set()
+    for key, _ in node.value:
+        if isinstance(key, yaml.ScalarNode):
+            if key.value in seen:
+                raise YamlLimitError(f"duplicate key '{key.value[:40]}' (each key once per mapping)",
+                                     key.start_mark.line + 1)
+            seen.add(key.value)
+
+
+def _yaml11_value(node: yaml.ScalarNode) -> Any:
+    try:
+        return yaml.SafeLoader("").construct_object(node)
+    except Exception:   # noqa: BLE001 - only shown in the message
+        return "something else"
+
+
+def flow_depth(text: str, opening: str = "[{", closing: str = "]}") -> int:
+    """The deepest nesting of brackets (YAML flow ``[``/``{`` by default) in ``text``: one linear pass, quotes not
+    parsed (a bracket inside a string counts too, which only makes the bound stricter)."""
+    depth = deepest = 0
+    for char in text:
+        if char in opening:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in closing:
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def compose_bounded(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH,
@@ -83,7 +133,9 @@ def compose_bounded(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = M
     """
     if len(text) > MAX_BYTES:
         raise YamlLimitError(f"text is {len(text)} characters; at most {MAX_BYTES} are read")
-    loader = yaml.SafeLoader(text)
+    if flow_depth(text) > max_depth:
+        raise YamlLimitError(f"nested deeper than {max_depth} levels (flow brackets)")
+    loader = _Loader(text)
     try:
         try:
             root = loader.get_single_node()

@@ -45,12 +45,13 @@ MAX_SEQ_LEN = 4_194_304
 MAX_DEGREE = MAX_GPUS        # any single parallel degree or micro-batch size
 MAX_NICS_PER_NODE = 64       # input bound; published nodes carry at most 8-16 scale-out NICs
 MAX_NIC_GBPS = 1e5           # Gbit/s, input bound; the fastest shipping NICs run at 800 Gbit/s (ConnectX-8)
+MIN_NIC_GBPS = 1e-3          # Gbit/s (1 Mbit/s), input bound: refuses 0 and denormal rates (1e-310 projects to inf s)
 
 # The cluster's optional network overrides, one definition for Cluster and every tool input that carries them.
 NicsPerNode = Annotated[int | None, Field(ge=1, le=MAX_NICS_PER_NODE,
                                           description="Scale-out NICs per node; None = the GPU catalog's "
                                                       "(kept at the catalog's NICs per GPU).")]
-NicGbps = Annotated[float | None, Field(gt=0, le=MAX_NIC_GBPS, allow_inf_nan=False,
+NicGbps = Annotated[float | None, Field(ge=MIN_NIC_GBPS, le=MAX_NIC_GBPS, allow_inf_nan=False,
                                         description="Line rate of one NIC, Gbit/s (400 for NDR IB / 400G RoCE); "
                                                     "None = the catalog's.")]
 NvlinkDomain = Annotated[int | None, Field(

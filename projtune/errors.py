@@ -12,7 +12,7 @@ import typer
 from pydantic import ValidationError
 
 from evals.sweep_models import nearest
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, clip
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,8 +32,9 @@ def validation_message(err: ValidationError) -> str:
             allowed = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
             near = nearest(item["input"].lower(), allowed)
             hint = f"; did you mean '{near}'?" if near else ""
-        parts.append(f"{field}: {msg} (got {item.get('input')!r}){hint}")
-    return "; ".join(parts)
+        parts.append(f"{clip(field)}: {msg} (got {clip(item.get('input'))}){hint}")
+    message = "; ".join(parts[:5])
+    return message + (f"; and {len(parts) - 5} more problems" if len(parts) > 5 else "")
 
 
 def fail(message: str) -> None:

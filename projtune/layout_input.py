@@ -21,11 +21,14 @@ def read_layout_file(path: Path) -> dict[str, Any]:
     """Read a layout file: ``model``, ``cluster`` (or top-level cluster keys) and ``config`` (or top-level keys)."""
     if not path.is_file():
         raise ProjtuneError(f"layout file '{path}' does not exist")
-    text = path.read_text()
+    from projection.errors import clip
+    from projection.safe_yaml import YamlLimitError, load_bounded, read_text_bounded
+
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ProjtuneError(f"cannot parse layout file '{path}': {err}") from err
+        text = read_text_bounded(path, max_bytes=1024 * 1024)
+        data = tomllib.loads(text) if path.suffix == ".toml" else load_bounded(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, YamlLimitError, UnicodeDecodeError) as err:
+        raise ProjtuneError(f"cannot parse layout file '{path}': {clip(str(err), 200)}") from err
     if not isinstance(data, dict):
         raise ProjtuneError(f"layout file '{path}' must be a mapping with model, cluster and config keys")
     flat: dict[str, Any] = {}

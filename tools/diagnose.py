@@ -22,18 +22,23 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, clip
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.training_config import Cluster, TrainingConfig
 
-_HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>\d+) x (?P<gpu>[\w.-]+):", re.MULTILINE)
+_HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>[0-9]{1,7}) x (?P<gpu>[\w.-]+):", re.MULTILINE)
 _BRIDGE_WORDS = re.compile(r"^(?:model|train|ddp|dist)\.\w+=", re.MULTILINE)  # Megatron-Bridge overrides
 _LOG_HINT = re.compile(r"elapsed time per iteration \(ms\)|step:\s*\d+\s.*?(?:tps|wps):")
 _INT_FLAGS = ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
               "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--micro-batch-size",
               "--global-batch-size", "--seq-length", "--num-layers", "--num-layers-per-virtual-pipeline-stage",
-              "--num-virtual-stages-per-pipeline-rank", "--recompute-num-layers")
+              "--num-virtual-stages-per-pipeline-rank", "--recompute-num-layers", "--hidden-size",
+              "--num-attention-heads", "--num-query-groups", "--ffn-hidden-size", "--moe-ffn-hidden-size",
+              "--num-experts", "--moe-router-topk", "--kv-channels", "--padded-vocab-size",
+              "--max-position-embeddings")
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
+"""Largest config or log file diagnose reads (real launch files and logs are far smaller)."""
 
 
 class Projected(BaseModel):
@@ -89,17 +94,22 @@ def _is_file(source: str) -> bool:
 
 def read_source(source: str) -> tuple[str, str, str]:
     """(kind, framework, text) of a file path or a Megatron argument string."""
+    from projection.safe_yaml import MAX_BYTES
+
     path = Path(source)
     if source.lstrip().startswith("--"):
         return "megatron-args", "megatron", source
-    if path.is_file():
-        text = path.read_text(encoding="utf-8", errors="replace")
+    if _is_file(source):
+        size = path.stat().st_size
+        if size > min(MAX_BYTES, MAX_SOURCE_BYTES):
+            raise ProjtuneError(f"{clip(path.name)}: {size} bytes; diagnose reads files up to {MAX_SOURCE_BYTES} bytes")
+        text = path.read_bytes().decode("utf-8", errors="replace")
     elif "pretrain_gpt" in source or "\n" in source:
         return "megatron-args", "megatron", source
     elif path.suffix or "/" in source:
-        raise ProjtuneError(f"'{source}' does not exist (give a file or a quoted Megatron argument list)")
+        raise ProjtuneError(f"'{clip(source)}' does not exist (give a file or a quoted Megatron argument list)")
     else:
-        raise ProjtuneError(f"'{source}' is neither a file nor a Megatron argument list (starting with --)")
+        raise ProjtuneError(f"'{clip(source)}' is neither a file nor a Megatron argument list (starting with --)")
     suffix = path.suffix.lower()
     if suffix == ".toml":
         return "torchtitan-toml", "torchtitan", text
@@ -113,9 +123,10 @@ def read_source(source: str) -> tuple[str, str, str]:
                                                                                   for k in data):
             return "bridge-yaml", "megatron-bridge", text
         if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
-            raise ProjtuneError(f"{source}: MaxText YAML is not read back yet (diagnose reads Megatron arguments, "
+            raise ProjtuneError(f"{clip(source)}: MaxText YAML is not read back yet (diagnose reads Megatron "
+                                "arguments, "
                                 "Primus YAML, torchtitan TOML and training logs)")
-        raise ProjtuneError(f"{source}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
+        raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
                             "arguments, Primus YAML, torchtitan TOML and training logs")
     if _LOG_HINT.search(text):
         return "training-log", "", text
@@ -123,13 +134,18 @@ def read_source(source: str) -> tuple[str, str, str]:
 
 
 def _yaml(text: str, source: str) -> Any:
+    from projection.safe_yaml import YamlLimitError, load_bounded
+
     try:
-        return yaml.safe_load(text)
+        return load_bounded(text)
+    except YamlLimitError as err:
+        where = f"line {err.line}: " if err.line else ""
+        raise ProjtuneError(f"{clip(source)}: {where}YAML refused: {err}") from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "somewhere"
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ProjtuneError(f"{source}: {where}: cannot parse YAML: {problem}") from err
+        raise ProjtuneError(f"{clip(source)}: {where}: cannot parse YAML: {clip(problem)}") from err
 
 
 def check_megatron_text(text: str, source: str) -> None:
@@ -140,6 +156,8 @@ def check_megatron_text(text: str, source: str) -> None:
     """
     from tools.launch_config import known_options
     from tools.launch_shell import ShellScriptError, command_words
+
+    from projection.quantities import QuantityError, read_count
 
     known = sorted(known_options("megatron"))
     lines = text.splitlines()
@@ -158,13 +176,14 @@ def check_megatron_text(text: str, source: str) -> None:
         if flag not in known:
             near = difflib.get_close_matches(flag, known, n=1, cutoff=0.88)
             if near:
-                raise ProjtuneError(f"{source}: line {line_of(flag)}: unknown flag {flag} (did you mean {near[0]}?)")
+                raise ProjtuneError(f"{source}: line {line_of(flag)}: unknown flag {clip(flag)} (did you mean {near[0]}?)")
         if flag in _INT_FLAGS:
             value = word.split("=", 1)[1] if "=" in word else (words[i + 1] if i + 1 < len(words) else "")
-            if not value.isdigit():
+            try:
+                read_count(value.strip("'\""), flag)
+            except QuantityError as err:
                 unset = f"; unresolved in the file: {', '.join(unresolved[:3])}" if unresolved else ""
-                raise ProjtuneError(f"{source}: line {line_of(flag)}: {flag} needs a positive integer, got "
-                                    f"'{value if value and not value.startswith('--') else '(nothing)'}'{unset}")
+                raise ProjtuneError(f"{source}: line {line_of(flag)}: {err} (a positive integer){unset}") from err
 
 
 def _norm(text: str) -> str:
@@ -174,9 +193,16 @@ def _norm(text: str) -> str:
 def _catalog_match(shape: dict[str, Any]) -> str | None:
     """The catalog model with this shape: layers, hidden size, heads and experts must match; KV heads and FFN
     width break ties (llama2-7b and llama3-8b share the first four)."""
+    from projection.quantities import QuantityError, read_count
+
     want = [shape.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")]
     if None in want:
         return None
+    try:
+        shape = {k: read_count(v, k, low=0) if k in _SHAPE_KEYS and v is not None else v for k, v in shape.items()}
+    except QuantityError as err:
+        raise ProjtuneError(f"model shape: {err}") from err
+    want = [shape.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")]
     matches: list[tuple[int, str]] = []
     for model_id in list_model_ids():
         m = load_model(model_id)
@@ -222,6 +248,7 @@ def _named_model(kind: str, text: str, source: str = "") -> str | None:
         if found:
             return found[0]
     return None
+_SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "num_experts", "num_kv_heads", "ffn_hidden_size")
 
 
 def _megatron_shape(args: dict[str, Any]) -> dict[str, Any]:
@@ -278,8 +305,9 @@ def _options_of(kind: str, text: str) -> dict[str, Any]:
     if kind == "megatron-args":
         return {flag_of(k, v): v for k, v in megatron_args(text).items()}
     if kind == "primus-yaml":
-        data = yaml.safe_load(text)
-        return dict(data["modules"]["pre_trainer"].get("overrides") or {})
+        from tools.launch_import import primus_overrides
+
+        return primus_overrides(text)
     if kind == "torchtitan-toml":
         return titan_options_from_text(text)
     if kind.startswith("bridge-"):
@@ -330,8 +358,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     from tools.launch_import import import_with_notes, megatron_args
 
     kind, framework, text = read_source(source)
-    name = Path(source).name if kind != "megatron-args" or _is_file(source) else (
-        source if len(source) < 60 else source[:57] + "...")
+    name = clip(Path(source).name, 60) if kind != "megatron-args" or _is_file(source) else clip(source, 57)
     header = (m.groupdict() if (m := _HEADER.search(text)) else {})
     measured: dict[str, float] = {}
     notes: list[str] = []
@@ -355,7 +382,9 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     else:
         if kind == "megatron-args":
             check_megatron_text(text, name)
-            guessed = _catalog_match(_megatron_shape(megatron_args(text)))
+            args = megatron_args(text)   # parsed (and its values checked) even when the model is given
+            if model is None and "model" not in header:   # the shape names the model only when nothing else does
+                guessed = _catalog_match(_megatron_shape(args))
         if kind == "torchtitan-toml":
             try:
                 tomllib.loads(text)

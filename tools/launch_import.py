@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, clip
+from projection.quantities import QuantityError, read_count
 from projection.vocabulary import IMPORT_FRAMEWORKS
 from tools.launch_config import MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITAN_SCHEDULE
 
@@ -50,25 +51,38 @@ def megatron_args(text: str) -> dict[str, Any]:
     except ShellScriptError as err:
         raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
     args: dict[str, Any] = {}
-    _megatron_tokens(tokens, args, None)
+    earlier: dict[str, Any] = {}
+    _megatron_tokens(tokens, args, None, earlier)
+    for dest, first in earlier.items():
+        if first != args.get(dest):
+            raise LaunchConfigError(f"--{dest.replace('_', '-')} is given twice with different values "
+                                    f"({clip(first, 30)} and {clip(args.get(dest), 30)}); keep one")
     return args
 
 
+_PLAIN_INT = re.compile(r"[0-9]{1,15}", re.ASCII)
+_PLAIN_FLOAT = re.compile(r"[0-9]{0,15}\.[0-9]{1,15}(?:[eE][-+]?[0-9]{1,3})?|[0-9]{1,15}[eE][-+]?[0-9]{1,3}", re.ASCII)
+
+
 def _number(token: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(token)
-        except ValueError:
-            pass
+    """An ASCII integer or decimal as a number; anything else (``$TP``, ``①``, 5,000 digits) stays text, for
+    :func:`projection.quantities.read_count` to refuse where a number is needed."""
+    if _PLAIN_INT.fullmatch(token):
+        return int(token)
+    if _PLAIN_FLOAT.fullmatch(token):
+        return float(token)
     return token
 
 
-def _megatron_tokens(tokens: list[str], args: dict[str, Any], key: str | None) -> str | None:
+def _megatron_tokens(tokens: list[str], args: dict[str, Any], key: str | None,
+                     earlier: dict[str, Any] | None = None) -> str | None:
     for token in tokens:
         if token.startswith("--"):
             name, _, inline = token[2:].partition("=")
             key = name.replace("-", "_")
             key, value = _FLAG_DESTS.get(key, (key, None))
+            if earlier is not None and key in args and key not in earlier:
+                earlier[key] = args[key]
             args[key] = True if value is None else value
             if inline:
                 args[key] = _number(inline)
@@ -82,20 +96,32 @@ def _megatron_tokens(tokens: list[str], args: dict[str, Any], key: str | None) -
     return key
 
 
+def _count(args: dict[str, Any], dest: str) -> int:
+    """The whole positive count a Megatron dest holds (:func:`projection.quantities.read_count`), else one line."""
+    try:
+        return read_count(args[dest], f"--{dest.replace('_', '-')}")
+    except QuantityError as err:
+        raise LaunchConfigError(str(err)) from err
+
+
 def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[str, Any]:
     """Sweep-format keys from Megatron argument dests (shared by Megatron and Primus)."""
     config: dict[str, Any] = {}
     for dest, key in _INT_ARGS.items():
         if args.get(dest) is not None:
-            config[key] = int(args[dest])
-    layers = int(args["num_layers"]) if args.get("num_layers") is not None else num_layers
+            config[key] = _count(args, dest)
+    layers = _count(args, "num_layers") if args.get("num_layers") is not None else num_layers
     pp = config.get("pp", 1)
     if args.get("num_virtual_stages_per_pipeline_rank"):
-        config["vpp"] = int(args["num_virtual_stages_per_pipeline_rank"])
+        config["vpp"] = _count(args, "num_virtual_stages_per_pipeline_rank")
     elif args.get("num_layers_per_virtual_pipeline_stage"):
         if layers is None:
             raise LaunchConfigError("num_layers_per_virtual_pipeline_stage needs the model's layer count (num_layers)")
-        config["vpp"] = layers // (pp * int(args["num_layers_per_virtual_pipeline_stage"]))
+        per_chunk = _count(args, "num_layers_per_virtual_pipeline_stage")
+        if layers % (pp * per_chunk):
+            raise LaunchConfigError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the "
+                                    f"{layers} layers over {pp} pipeline stages")
+        config["vpp"] = layers // (pp * per_chunk)
     fp8 = args.get("fp8")
     if fp8:
         recipes = {v: k for k, v in MEGATRON_FP8_RECIPE.items()} | {"delayed": "fp8"}   # both per-tensor
@@ -114,7 +140,7 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
         config["recompute"] = "full"
         method, count = args.get("recompute_method"), args.get("recompute_num_layers")
         if method == "block" and count is not None:  # per model chunk: a stage of vpp chunks recomputes vpp x
-            config["recompute_num_layers"] = int(count) * config.get("vpp", 1)
+            config["recompute_num_layers"] = _count(args, "recompute_num_layers") * config.get("vpp", 1)
     elif granularity in (None, False, "none"):
         config["recompute"] = "none"
     config["sequence_parallel"] = bool(args.get("sequence_parallel"))
@@ -134,21 +160,32 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
     return config
 
 
-def _primus_overrides(text: str) -> dict[str, Any]:
-    """The overrides of a Primus experiment YAML, ``${VAR:default}`` read as the default."""
+def primus_overrides(text: str) -> dict[str, Any]:
+    """The ``modules.pre_trainer.overrides`` mapping of a Primus YAML, ``${VAR:default}`` read as the default (read
+    by the bounded safe reader)."""
+    from projection.safe_yaml import YamlLimitError, load_bounded
     from tools.launch_shell import expand_primus
 
     text, _ = expand_primus(text)
     try:
-        data = yaml.safe_load(text)
+        data = load_bounded(text)
+    except YamlLimitError as err:
+        raise LaunchConfigError(f"Primus YAML refused: {err}" + (f" (line {err.line})" if err.line else "")) \
+            from err
     except yaml.YAMLError as err:
-        raise LaunchConfigError(f"cannot parse Primus YAML: {err}") from err
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise LaunchConfigError(f"cannot parse Primus YAML{where}: {clip(getattr(err, 'problem', '') or err)}") \
+            from err
     if not isinstance(data, dict):
         raise LaunchConfigError("Primus YAML must be a mapping (modules.pre_trainer.overrides)")
-    overrides = data.get("modules", {}).get("pre_trainer", {}).get("overrides") if "modules" in data else data
-    if not isinstance(overrides, dict):
-        raise LaunchConfigError("Primus YAML has no modules.pre_trainer.overrides mapping")
-    return dict(overrides)
+    overrides: Any = data
+    if "modules" in data:
+        for part in ("modules", "pre_trainer", "overrides"):
+            if not isinstance(overrides, dict) or not isinstance(overrides.get(part), dict):
+                raise LaunchConfigError(f"Primus YAML: '{part}' must be a mapping (modules.pre_trainer.overrides)")
+            overrides = overrides[part]
+    return {str(k): v for k, v in overrides.items() if v is not False}
 
 
 def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
@@ -156,17 +193,24 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise LaunchConfigError(f"cannot parse torchtitan TOML: {err}") from err
-    par, train = data.get("parallelism", {}), data.get("training", {})
-    ac = data.get("activation_checkpoint", {})
-    config: dict[str, Any] = {"tp": int(par.get("tensor_parallel_degree", 1)),
-                              "pp": int(par.get("pipeline_parallel_degree", 1)),
-                              "cp": int(par.get("context_parallel_degree", 1))}
-    config["sequence_parallel"] = config["tp"] > 1 and bool(par.get("enable_sequence_parallel", True))
+    par, train = _section(data, "parallelism"), _section(data, "training")
+    ac = _section(data, "activation_checkpoint")
+
+    def count(table: dict[str, Any], key: str, default: int, low: int = 1) -> int:
+        return _titan_count(table, key, default, low)
+
+    config: dict[str, Any] = {"tp": count(par, "tensor_parallel_degree", 1),
+                              "pp": count(par, "pipeline_parallel_degree", 1),
+                              "cp": count(par, "context_parallel_degree", 1)}
+    config["sequence_parallel"] = config["tp"] > 1 and _titan_bool(par, "enable_sequence_parallel", True)
     if "expert_parallel_degree" in par:
-        config["ep"] = int(par["expert_parallel_degree"])
+        config["ep"] = count(par, "expert_parallel_degree", 1)
         # torchtitan 0.3.0: experts are not TP-sharded under EP; without EP they follow TP
-        config["etp"] = int(par.get("expert_tensor_parallel_degree", 1 if config["ep"] > 1 else config["tp"]))
-    shard, replicate = int(par.get("data_parallel_shard_degree", -1)), int(par.get("data_parallel_replicate_degree", 1))
+        config["etp"] = count(par, "expert_tensor_parallel_degree", 1 if config["ep"] > 1 else config["tp"])
+    shard = count(par, "data_parallel_shard_degree", -1, low=-1)
+    replicate = count(par, "data_parallel_replicate_degree", 1)
+    if shard == 0:
+        raise LaunchConfigError("[parallelism] data_parallel_shard_degree: 0 is not a degree (-1 = the rest, or >= 1)")
     if shard > 0:
         config["dp"] = shard * replicate
     if shard in (0, 1):  # -1: FSDP over the ranks left (resolved with the GPU count, tools.launch_defaults)
@@ -179,24 +223,24 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
             config["fsdp_size"] = shard * config["cp"]  # torchtitan's FSDP group is dp_shard * cp
     for key, name in (("global_batch_size", "gbs"), ("seq_len", "seq_len")):
         if key in train:
-            config[name] = int(train[key])
+            config[name] = count(train, key, 1)
     pp = config["pp"]
     if pp > 1:
-        config["mbs"] = int(par.get("pipeline_parallel_microbatch_size", 1))
+        config["mbs"] = count(par, "pipeline_parallel_microbatch_size", 1)
         schedules = {v: k for k, v in TORCHTITAN_SCHEDULE.items()}
         config["pp_schedule"] = schedules.get(par.get("pipeline_parallel_schedule", "1F1B"), "1f1b")
-        per_stage = par.get("pipeline_parallel_layers_per_stage")
+        per_stage = count(par, "pipeline_parallel_layers_per_stage", 0, low=0) or None
         if per_stage and num_layers:
             # torchtitan pipeline_parallel.py: stages = ceil((layers + first_less + last_less) / layers_per_stage)
-            extra = int(par.get("pipeline_parallel_first_stage_less_layers", 1)) + \
-                int(par.get("pipeline_parallel_last_stage_less_layers", 1))
-            stages = -(-(num_layers + extra) // int(per_stage))
+            extra = count(par, "pipeline_parallel_first_stage_less_layers", 1, low=0) + \
+                count(par, "pipeline_parallel_last_stage_less_layers", 1, low=0)
+            stages = -(-(num_layers + extra) // per_stage)
             config["vpp"] = max(1, stages // pp)
         elif config["pp_schedule"] in ("interleaved", "zbv"):
             raise LaunchConfigError("an interleaved torchtitan schedule needs pipeline_parallel_layers_per_stage and "
                                     "the model's layer count (num_layers) to recover vpp")
     elif "local_batch_size" in train:
-        config["mbs"] = int(train["local_batch_size"])
+        config["mbs"] = count(train, "local_batch_size", 1)
     config["precision"] = _torchtitan_precision(data)
     chosen = re.search(r"--config[ =](\w+)", text)  # torchtitan 0.3.0: the config function sets the converters
     if config["precision"] == "bf16" and chosen:
@@ -208,6 +252,32 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
     return config
 
 
+def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
+    table = data.get(name, {})
+    if not isinstance(table, dict):
+        raise LaunchConfigError(f"torchtitan TOML: [{name}] must be a table, got {type(table).__name__}")
+    return table
+
+
+def _titan_count(table: dict[str, Any], key: str, default: int, low: int = 1) -> int:
+    """A whole count of a torchtitan table (wrong types, inf, dates and out-of-range values refused in one line)."""
+    if key not in table:
+        return default
+    if not isinstance(table[key], int) or isinstance(table[key], bool):
+        raise LaunchConfigError(f"torchtitan TOML: {key} must be a TOML integer, got {clip(table[key], 30)}")
+    try:
+        return read_count(table[key], key, low=low)
+    except QuantityError as err:
+        raise LaunchConfigError(f"torchtitan TOML: {err}") from err
+
+
+def _titan_bool(table: dict[str, Any], key: str, default: bool) -> bool:
+    value = table.get(key, default)
+    if not isinstance(value, bool):
+        raise LaunchConfigError(f"torchtitan TOML: {key} must be true or false, got {clip(value, 30)}")
+    return value
+
+
 def _torchtitan_precision(data: dict[str, Any]) -> str:
     def section(dotted: str) -> dict[str, Any]:
         node: Any = data
@@ -215,7 +285,10 @@ def _torchtitan_precision(data: dict[str, Any]) -> str:
             node = node.get(part, {}) if isinstance(node, dict) else {}
         return node if isinstance(node, dict) else {}
 
-    converters = data.get("model", {}).get("converters", [])
+    converters = data.get("model", {}).get("converters", []) if isinstance(data.get("model"), dict) else []
+    if not isinstance(converters, list):
+        raise LaunchConfigError(f"torchtitan TOML: [model] converters must be a list, got {clip(converters, 30)}")
+    converters = [c for c in converters if isinstance(c, str)]
     for precision, (name, recipe) in TORCHTITAN_QUANT.items():
         legacy = name.rsplit(".", 1)[-1]  # [float8] / [mx] before the quantize refactor
         if name in converters or legacy in converters:
@@ -235,10 +308,16 @@ def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[
         return {"recompute": "none"}
     if mode == "full":
         return {"recompute": "full"}
-    option = str(ac.get("selective_ac_option", "op"))  # torchtitan 0.3.0 selective AC is op-level
+    if mode != "selective":
+        raise LaunchConfigError(f"torchtitan TOML: [activation_checkpoint] mode must be none, selective or full, "
+                                f"got {clip(mode, 30)}")
+    option = ac.get("selective_ac_option", "op")  # torchtitan 0.3.0 selective AC is op-level
     if option == "op":
         return {"recompute": "selective"}
-    every = int(option)
+    try:   # layer-selective: every Nth layer, N >= 1 (torchtitan's int(selective_ac_option))
+        every = read_count(option, "[activation_checkpoint] selective_ac_option ('op' or a layer period)")
+    except QuantityError as err:
+        raise LaunchConfigError(f"torchtitan TOML: {err}") from err
     if num_layers is None:
         raise LaunchConfigError("layer-selective AC (every Nth layer) needs the model's layer count (num_layers)")
     stage_layers = -(-num_layers // pp)
@@ -269,7 +348,7 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
         config = _from_megatron_dests(dests, num_layers)
         return config, notes + switch_notes(dests, config)
     if framework == "primus":
-        overrides, notes = primus_with_defaults(_primus_overrides(text))
+        overrides, notes = primus_with_defaults(primus_overrides(text))
         overrides = {k: v for k, v in overrides.items() if v is not False}
         config = _from_megatron_dests(overrides, num_layers)
         try:

@@ -270,6 +270,23 @@ def check_bind(host: str, token: str | None) -> None:
                             "Bearer TOKEN'), or bind 127.0.0.1")
 
 
+KEEP_ALIVE_MARGIN_S = 30.0
+"""Seconds an idle keep-alive connection outlives the longest tool call (uvicorn's own default is 5 s)."""
+
+
+def http_timeouts(deadline_s: float) -> dict[str, Any]:
+    """uvicorn settings for long tool calls: keep idle connections open longer than any call may take.
+
+    With uvicorn's default 5 s keep-alive, a client that reuses a pooled connection while another of its
+    calls runs for seconds (a ``search``) races the server closing that idle connection: the request is
+    written to a socket the server has just closed and the client's session dies with ``ReadError``
+    (issue 29: up to 45 of 50 sessions dropped).  The connection is kept for the tool deadline plus
+    :data:`KEEP_ALIVE_MARGIN_S`; a graceful shutdown waits at most 5 s for calls in flight.
+    """
+    return {"timeout_keep_alive": int(deadline_s + KEEP_ALIVE_MARGIN_S), "timeout_graceful_shutdown": 5,
+            "backlog": 2048}
+
+
 def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
           token: str | None = None) -> None:
     """Run the server: stdio (default) or streamable HTTP at http://HOST:PORT/mcp.
@@ -294,4 +311,4 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HT
     app: Any = server.streamable_http_app(host=host)
     if token:
         app = BearerAuth(app, token)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", **http_timeouts(tool_deadline_s()))

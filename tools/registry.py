@@ -223,7 +223,8 @@ def resolve_profile_name(value: str) -> str | None:
 
 
 def _looks_like_path(value: Any) -> bool:
-    return isinstance(value, str) and ("/" in value or "\\" in value or value.endswith((".json", ".yaml", ".yml"))
+    return isinstance(value, str) and ("/" in value or "\\" in value
+                                       or value.lower().endswith((".json", ".yaml", ".yml"))
                                        or value.startswith(("~", ".")))
 
 

@@ -86,6 +86,52 @@ class _Progress:
                                 f"{self.search}", refresh=True)
 
 
+class _TrialLog:
+    """``tune --log FILE``: one JSON line per trial, appended as the trial is scored (a kill keeps every line
+    written; projtune/atomic_output.py), then the file replaced whole by the final history (same rows, in order)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.writer: Any = None
+        self.written = 0
+
+    def __enter__(self) -> _TrialLog:
+        if self.path is not None:
+            from projtune.atomic_output import JsonLines
+
+            self.writer = JsonLines(self.path, json_text)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def wrap(self, progress: Any) -> Any:
+        """The progress reporter that also logs each trial event's trial."""
+        if self.writer is None:
+            return progress
+
+        def report(event: str, data: dict[str, Any]) -> None:
+            if event == "trial" and isinstance(data.get("trial"), dict):
+                from agent.run import trial_log_rows
+
+                self.writer.write(trial_log_rows([data["trial"]])[0])
+                self.written += 1
+            progress(event, {k: v for k, v in data.items() if k != "trial"})
+
+        return report
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        """Replace the streamed file by the final history (atomically: a temporary file renamed over it)."""
+        if self.path is None:
+            return
+        import os
+
+        staged = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        staged.write_text("".join(json_text(row) + "\n" for row in rows))
+        os.replace(staged, self.path)
+
+
 def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str | None, timeout: float | None,
             deadline: float | None, context: int | None) -> Any:
     from agent.policies import make_policy
@@ -244,7 +290,7 @@ def tune_command(
     budget_tokens = parse_tokens(tokens) if tokens else None
     deadline_s = parse_duration(deadline) if deadline else None
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
-    with _Progress(enabled=True) as progress:
+    with _Progress(enabled=True) as progress, _TrialLog(log) as trial_log:
         parsed, parse_fallback = _request(policy, request, constraint or [], top,
                                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
                                            "packed_document_tokens": packed_document_tokens})
@@ -259,11 +305,11 @@ def tune_command(
                                 degraded=bool(parse_fallback), degraded_reason=parse_fallback)
         else:
             outcome = tune(request=parsed, policy=policy, budget={"max_rounds": rounds} if rounds else None,
-                           options=RunOptions(framework=framework, allow_benchmark=benchmark, progress=progress,
-                                              tokens=budget_tokens, deadline_s=deadline_s))
+                           options=RunOptions(framework=framework, allow_benchmark=benchmark,
+                                              progress=trial_log.wrap(progress), tokens=budget_tokens,
+                                              deadline_s=deadline_s))
             answer = outcome.report
-            if log is not None:
-                log.write_text("".join(json_text(row) + "\n" for row in trial_log_rows(outcome.trials)))
+            trial_log.finish(trial_log_rows(outcome.trials))
     if as_json:
         typer.echo(json_text(answer.model_dump(mode="json")))
     elif answer.status == "clarification":

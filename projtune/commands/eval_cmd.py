@@ -75,9 +75,7 @@ def eval_command(
                                     "REPRESENTATIVE (CPU plumbing / shrunk shapes): the scores test the code path only")
     result = evaluate(paths, options) if as_json else _evaluate_with_progress(paths, options)
     if report is not None:
-        from evals.report import write_report
-
-        written = write_report(result, report)
+        written = write_report_atomically(result, report)
         _stderr_console().print(f"report: {written[0]} and {len(written) - 1} plots")
     if as_json:
         typer.echo(json_text(result.to_dict()))
@@ -128,6 +126,23 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
             per.add_row(name, str(row["pairs"]), _pct(row["mape_anchored"]), _pct(row["mape_unanchored"]),
                         _pct(row["coverage_anchored"]))
         console.print(per)
+
+
+def _report_file(relative: Path) -> bool:
+    """Whether a file inside a --report folder is one an earlier report wrote (report.md, PNG plots)."""
+    return relative.name == "report.md" or relative.suffix == ".png"
+
+
+def write_report_atomically(result: EvalResult, folder: Path) -> list[Path]:
+    """Write the report into a fresh sibling folder and swap it in whole (projtune/atomic_output.py): a kill
+    leaves the old report or the complete new one; a folder holding other files is refused."""
+    from evals.report import write_report
+    from projtune.atomic_output import replace_dir
+
+    def fill(staging: Path) -> list[Path]:
+        return [p.relative_to(staging) for p in write_report(result, staging)]
+
+    return [folder / p for p in replace_dir(folder, fill, owned=_report_file, what="--report folder")]
 
 
 def _evaluate_with_progress(paths: list[Path], options: Any) -> EvalResult:
@@ -243,6 +258,7 @@ def calibrate_command(
     from evals import calibrate
     from evals.record_issues import left_out_text
     from evals.sweep_file import load_sweep_files
+    from projection.errors import clip
 
     loaded = load_sweep_files(paths)
     err = _stderr_console()
@@ -390,6 +406,10 @@ def anchors_command(
     typer.echo(json_text([a.model_dump(mode="json") for a in read_anchors(files, default_gpu=gpu)]))
 
 
+MAX_ISSUES_SHOWN = 50
+"""Most issues `sweeps validate` prints (each cut to 400 characters); the rest are counted."""
+
+
 @sweeps_app.command("validate")
 @user_errors
 def validate_command(
@@ -400,11 +420,14 @@ def validate_command(
 ) -> None:
     """Load sweep files and print every issue (exit 2 if there is any)."""
     from evals.sweep_file import load_sweep_files
+    from projection.errors import clip
 
     loaded = load_sweep_files(paths)
     runs = sum(len(s.runs) for s in loaded.sweeps)
-    for issue in loaded.errors:
-        typer.echo(issue.message)
+    for issue in loaded.errors[:MAX_ISSUES_SHOWN]:
+        typer.echo(clip(issue.message, 400))
+    if len(loaded.errors) > MAX_ISSUES_SHOWN:
+        typer.echo(f"... {len(loaded.errors) - MAX_ISSUES_SHOWN} more issues cut (fix these first)")
     summary = f"{len(loaded.sweeps)} sweeps, {runs} runs, {len(loaded.errors)} issues"
     if check:
         from evals.data_checks import check_consistency

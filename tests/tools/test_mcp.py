@@ -112,3 +112,10 @@ def test_output_schema_is_the_success_envelope() -> None:
     search = next(t for t in tools if t.name == "search")
     assert search.output_schema["required"] == ["ok", "tool", "result"]
     assert search.annotations.read_only_hint is True
+
+
+def test_http_keeps_idle_connections_longer_than_a_tool_call() -> None:
+    from tools.mcp_server import http_timeouts
+
+    for deadline in (5.0, 120.0, 3600.0):
+        assert http_timeouts(deadline)["timeout_keep_alive"] > deadline   # the 5 s default dropped sessions
