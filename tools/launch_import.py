@@ -185,7 +185,7 @@ def primus_overrides(text: str) -> dict[str, Any]:
             if not isinstance(overrides, dict) or not isinstance(overrides.get(part), dict):
                 raise LaunchConfigError(f"Primus YAML: '{part}' must be a mapping (modules.pre_trainer.overrides)")
             overrides = overrides[part]
-    return {str(k): v for k, v in overrides.items() if v is not False}
+    return {str(k): v for k, v in overrides.items()}
 
 
 def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
