@@ -28,7 +28,7 @@ from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
-from tools.framework_rules import RECIPE_OF_LAUNCH
+from projection.framework import record_of_launch
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -71,8 +71,9 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     if isinstance(result, Clarification):
         return {**start, "clarification": result.model_dump()}
     if result.framework is None and not result.candidates:
-        # The search keeps to layouts the launch framework (--framework, default megatron) can run.
-        result = result.model_copy(update={"framework": RECIPE_OF_LAUNCH.get(options_of(runtime).framework)})
+        # The layouts run on the launch framework (--framework, default megatron): its record prices them and the
+        # search keeps to what it can launch.
+        result = result.model_copy(update={"framework": record_of_launch(options_of(runtime).framework).name})
     try:
         Job(result)
     except ProjtuneError as err:

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
+from projection.framework import framework_words
 from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
 from projection.vocabulary import FINETUNES, PRECISIONS
 
@@ -47,10 +48,7 @@ MAX_DIGITS = 9
 MAX_TOP_K = 50
 _NUM = r"(\d{1,9}(?:\.\d{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
 _MULTIPLIER = {"k": 1024, "m": 1024 ** 2, "thousand": 1000, "million": 1_000_000}
-FRAMEWORKS = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
-              "nemo": "nemo", "megatron-bridge": "nemo", "torchtitan": "torchtitan", "titan": "torchtitan",
-              "primus": "primus", "deepspeed": "deepspeed", "maxtext": "jax", "jax": "jax",
-              "llm-foundry": "llm-foundry"}
+FRAMEWORKS = framework_words()   # every word naming a framework -> its recipe name (projection/framework.py)
 _FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nemo|torchtitan|titan|primus|deepspeed|"
                         r"maxtext|jax|llm-foundry)\b", re.I)
 _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
@@ -125,8 +123,9 @@ class TuneRequest(BaseModel):
     finetune: str | None = Field(default=None, pattern=f"^({'|'.join(FINETUNES)})$",
                                  description="'lora' (frozen base weights) or 'sft'; None = pretraining.")
     packed_document_tokens: PackedDocumentTokens = None
-    framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
-                                                            "torchtitan, primus, deepspeed, jax); None = not said.")
+    framework: str | None = Field(default=None, description="The framework the user named, as its recipe name "
+                                                            "(megatron, nemo, torchtitan, primus, deepspeed, jax): "
+                                                            "its record prices the layouts; None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
     nic_gbps: float | None = Field(default=None, gt=0, le=1e5, description="Line rate of one NIC, Gbit/s (if said).")
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")

@@ -71,7 +71,10 @@ class Job:
         """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""
         self.packed_document_tokens: int | None = get("packed_document_tokens")
         """Mean tokens per packed fine-tuning document (None = unpacked): every layout of the job carries it."""
-        self.launch_framework = launch_framework_of(get("framework"))
+        self.framework: str | None = get("framework")
+        """The recipe framework the layouts run on (its record prices them; None = megatron): every layout of the job
+        carries it, as the search's do."""
+        self.launch_framework = launch_framework_of(self.framework)
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
         if candidates is not None:
@@ -97,7 +100,8 @@ class Job:
     def check(self, raw: dict[str, Any]) -> Checked:
         """Validate a proposed config dict: types, legality, then the request's constraints."""
         values = with_job_fields({k: v for k, v in raw.items() if v is not None}, gbs=self.gbs, seq_len=self.seq_len,
-                                 finetune=self.finetune, packed_document_tokens=self.packed_document_tokens)
+                                 finetune=self.finetune, packed_document_tokens=self.packed_document_tokens,
+                                 framework=self.framework)
         try:
             config = TrainingConfig(**values)
         except (ValidationError, TypeError) as err:
@@ -134,4 +138,4 @@ class Job:
         """Whether the search enumerates this layout for the request (or it is an explicit candidate)."""
         if self.explicit is not None:
             return self.key(config) in self.explicit
-        return in_space(self.space, config, self.finetune, self.packed_document_tokens)
+        return in_space(self.space, config, self.finetune, self.packed_document_tokens, self.framework)

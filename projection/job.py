@@ -29,7 +29,8 @@ from typing import Any
 
 from projection.device_profile import DeviceProfile, default_profile, load_profile
 from projection.errors import UnknownNameError
-from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.framework import framework_profile
+from projection.framework_profile import FrameworkProfile
 from projection.hardware import HardwareSpec, load_hardware
 from projection.model_spec import ModelSpec, load_model
 from projection.training_config import Cluster, TrainingConfig

@@ -60,10 +60,10 @@ from projection.activations import (
     output_activation_bytes,
 )
 from projection.device_profile import DeviceProfile
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
-from projection.memory_frameworks import MemoryTraits, memory_traits
+from projection.memory_frameworks import MemoryTraits
 from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, verdict
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params

@@ -16,7 +16,7 @@ from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s,
 from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
-from projection.memory_frameworks import memory_traits
+from projection.framework import WorkloadTraits, framework_record, memory_traits
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 
@@ -45,7 +45,7 @@ GROUPED_GEMM_HALF_M = 60.0
 # dimensions to one batched BLAS call (openxla/xla matmul_utils MatrixLayout.batch_size, equal per-batch
 # shapes), so they run at the dense GEMM efficiency under the tile/wave model, not the ragged grouped-GEMM
 # efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of a dropless grouped GEMM.
-EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.einsum_token_drop_dispatch of the framework record, projection/framework.py)
 # Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
 # (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
 # min(local experts, top_k) rows ("In the worst case, all of the global input data is assigned to each expert
@@ -53,7 +53,7 @@ EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # total_repeat_length=inputs.shape[0], then a gather), as do the gated activation and the unpermute after the
 # expert GEMMs; only the grouped GEMMs stop at the received rows (group_sizes).  So every row of the buffer,
 # not only the routed ones, is written once and moved by the local permute, unpermute and activation.
-RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.ragged_worst_case_buffer)
 # Frameworks whose DeepEP path (moe_dispatcher "deepep") also receives into a worst-case buffer: MaxText's
 # Primus-Turbo DeepEP integration (``RoutedMoE.sparse_matmul`` with use_deepep_dispatch, the patch branches
 # yihuang/moe-turbo-gmm-and-deepep{,-v2,-v3} of ROCm/maxtext that evals/data/maxtext-mi355x-deepseek-v3.yaml ran)
@@ -71,7 +71,7 @@ RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
 # same profile show no standalone gather kernels (``loop_gather_fusion`` 0.00 s/step against 1.79-3.47 s on the
 # ragged path) but a ``loop_select_fusion`` for the valid-rows mask.  No zero fill: rows past the received
 # ones are masked, not initialised.  The gated activation runs over the whole buffer, as on the ragged path.
-DEEPEP_BUFFER_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.deepep_worst_case_buffer)
 DEEPEP_BUFFER_PASSES = 3           # h-wide bf16 passes over every buffer row per forward (see above)
 FAN_IN_BYTES = 4                   # fp32 fan-in output per received token element
 # HBM bytes moved per element cast to a low-precision GEMM input, by recipe (Transformer Engine):
@@ -103,7 +103,7 @@ FAN_IN_BYTES = 4                   # fp32 fan-in output per received token eleme
 #   average), fp32 torch.cat for the send 8 = 23.5;
 # - backward, per query element: fp32 accumulate 11.5 (as dK/dV).
 # Megatron-core / Transformer Engine fuse the correction into their CP kernels, so only these frameworks pay.
-RING_SDPA_FRAMEWORKS = frozenset({"torchtitan"})
+# (WorkloadTraits.ring_sdpa_context_parallel)
 RING_MERGE_FWD_BYTES_PER_OUT = 32.0
 RING_MERGE_FWD_BYTES_PER_KV = 4.0
 RING_MERGE_BWD_BYTES_PER_KV = 23.5
@@ -113,7 +113,7 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # torchtitan's Llama attention repeats K/V heads to the query heads before SDPA (torchtitan/models/llama/
 # model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
 # exchanges and merges K/V at the full head count, not the GQA one.
-REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
+# (WorkloadTraits.repeats_kv_heads)
 # Frameworks whose attention runs unfused (no flash kernel): DeepSpeed's 2021 GPT training (Narayanan et al.
 # SC'21 comparison) ran Megatron-LM's CoreAttention (projection.compute.unfused_attention_fwd_bwd_s), as its
 # memory traits already say (projection.memory_frameworks.DEEPSPEED, flash_attention=False).  Not MaxText:
@@ -121,7 +121,7 @@ REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
 # configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
 # flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
 # pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
-UNFUSED_ATTENTION_FRAMEWORKS = frozenset({"deepspeed"})
+# (WorkloadTraits.unfused_attention)
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -140,7 +140,7 @@ CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
 # ceil(experts / 4) kernel overheads on the GPU (not one, as a single fused kernel would) and one host launch
 # per expert.  MaxText (ragged_dot / megablox) and torchtitan (torch._grouped_mm) launch one kernel; Primus is left
 # out (its Primus-Turbo grouped GEMM, when enabled, is one kernel, and its rows do not say which ran).
-TE_GROUPED_GEMM_FRAMEWORKS = frozenset({"megatron", "nemo"})
+# (WorkloadTraits.te_grouped_mlp)
 TE_GROUPED_GEMM_STREAMS = 4
 # Expert biases under Megatron-core's TEGroupedMLP (gpt-oss: ``add_bias_linear`` on the experts).  linear_fc1 adds
 # its bias inside the grouped GEMM (``skip_bias_add=False``), but linear_fc2 is built with ``skip_bias_add=True`` and
@@ -154,7 +154,7 @@ TE_GROUPED_GEMM_STREAMS = 4
 # token-copy x hidden element in the forward (bf16 probabilities; fp32 ones would widen the passes), 2 kernels per
 # local expert plus the cat.  The backward (autograd of the same ops) is charged as the model charges every
 # element-wise pass, twice the forward.  Other frameworks (MaxText, torchtitan) do not run this code.
-EXPERT_BIAS_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_grouped_mlp)
 EXPERT_BIAS_APPLY_BYTES = 12.0      # HBM bytes per routed token-copy x hidden element, forward (see above)
 EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus one torch.cat)
 # Clamped gated activation under Megatron-core's TEGroupedMLP (gpt-oss: ``activation_func_clamp_value`` 7.0, the
@@ -171,7 +171,7 @@ EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus o
 # (ATen clamp_backward: ``where(self <= max, grad, 0)``, and ``where((self >= min).logical_and_(self <= max), ...)``
 # for the two-sided clamp, then the chunk's backward concatenating the two half gradients) moves 8 + 14 + 8 = 30 B in
 # about 7 kernels, about the twice-the-forward (32 B, 6 kernels) the model charges every element-wise pass.
-CLAMPED_ACTIVATION_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_grouped_mlp)
 ACTIVATION_CLAMP_BYTES = 16.0       # HBM bytes per routed token-copy x expert-FFN element, forward (see above)
 ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
 
@@ -186,14 +186,19 @@ ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
 # cited code path); an MoE layer's MLP input is gathered by its token dispatcher in bf16, so only its attention
 # input counts.  The backward is charged as the forward, as before (its wgrad re-gathers stay uncounted).
 TP_GATHER_QUANTISED_BYTES = {"fp8": 1.0}
-TP_GATHER_QUANTISED_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_quantised_tp_gather)
+
+
+def traits(config: TrainingConfig) -> WorkloadTraits:
+    """The workload traits of the config's framework (its record, :mod:`projection.framework`)."""
+    return framework_record(config.framework).workload
 
 
 def tp_gather_bytes(config: TrainingConfig) -> float:
     """Bytes per element of a sequence-parallel all-gather of a GEMM input that the framework quantises before
     gathering (TP_GATHER_QUANTISED_BYTES), else bf16's ACT_BYTES.  Without sequence parallelism the input is
     replicated and the layer all-reduces its bf16 output instead (the caller's choice)."""
-    if config.framework in TP_GATHER_QUANTISED_FRAMEWORKS:
+    if traits(config).te_quantised_tp_gather:
         return TP_GATHER_QUANTISED_BYTES.get(config.precision, ACT_BYTES)
     return ACT_BYTES
 
@@ -243,8 +248,9 @@ FUSED_GATED_ACT_BYTES = 3 * ACT_BYTES
 # head_dim).reshape(...)``: a reshape of an expanded tensor copies) materialises K and V at the query head count
 # before SDPA when n_rep > 1 (GQA): per token each of K and V reads its kv width and writes the q width (bf16), and
 # the backward (expand's gradient, a sum over the repeats) reads the q width and writes the kv width.  Flash and TE
-# attention take GQA K/V as they are, so only REPEATED_KV_FRAMEWORKS pay.  The copy stays under torch.compile (SDPA
-# is an extern kernel that needs its inputs materialised), so it is keyed on the framework, not on eager_elementwise.
+# attention take GQA K/V as they are, so only frameworks with WorkloadTraits.repeats_kv_heads pay.  The copy stays
+# under torch.compile (SDPA is an extern kernel that needs its inputs materialised), so it is keyed on the framework,
+# not on eager_elementwise.
 REPEAT_KV_KERNELS = 2                 # K and V, forward and backward
 
 
@@ -276,10 +282,10 @@ def eager_elementwise_bytes(model: ModelSpec, config: TrainingConfig, rates: Dev
     ``norm_elements``: token x hidden elements of the two norms together; ``rope_elements``: elements of q and k;
     ``act_elements``: gated-activation (gate) elements; ``repeat_elements``: token x (kv width + q width) elements of
     one repeated tensor (0 without repeat_kv).  Eager passes apply under ``rates.eager_elementwise`` (gated MLPs only
-    for the activation); repeat_kv under REPEATED_KV_FRAMEWORKS.
+    for the activation); repeat_kv under WorkloadTraits.repeats_kv_heads.
     """
     eager = rates.eager_elementwise
-    repeat = repeat_elements if config.framework in REPEATED_KV_FRAMEWORKS else 0.0
+    repeat = repeat_elements if traits(config).repeats_kv_heads else 0.0
     if not eager and repeat <= 0:
         return NO_EAGER_PASSES
     norm = (EAGER_NORM_BYTES[0] - FUSED_NORM_BYTES, EAGER_NORM_BYTES[1] - 2 * FUSED_NORM_BYTES)
@@ -301,8 +307,8 @@ def eager_elementwise_bytes(model: ModelSpec, config: TrainingConfig, rates: Dev
 
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
     """(GPU kernel overheads, host launches) of one grouped GEMM over ``local_experts`` experts, beyond the one
-    kernel every GEMM is charged (see TE_GROUPED_GEMM_FRAMEWORKS)."""
-    if framework not in TE_GROUPED_GEMM_FRAMEWORKS or local_experts <= 1:
+    kernel every GEMM is charged (WorkloadTraits.te_grouped_mlp)."""
+    if not framework_record(framework).workload.te_grouped_mlp or local_experts <= 1:
         return 0, 0
     return -(-local_experts // TE_GROUPED_GEMM_STREAMS) - 1, local_experts - 1
 
@@ -314,23 +320,23 @@ def single_expert_gemm(framework: str, local_experts: int) -> bool:
     expert (num_experts == ep, e.g. Mixtral 8x7B at EP 8) TEGroupedMLP's GroupedLinear holds ``num_gemms`` = 1
     and TE's ``general_grouped_gemm`` hands that one GEMM to nvte_multi_stream_cublas_gemm, which issues one
     cublasLtMatmul on the first compute stream (NVIDIA/TransformerEngine@5c62f728
-    transformer_engine/common/gemm/cublaslt_gemm.cu, see TE_GROUPED_GEMM_FRAMEWORKS); SequentialMLP runs the one
+    transformer_engine/common/gemm/cublaslt_gemm.cu, WorkloadTraits.te_grouped_mlp); SequentialMLP runs the one
     expert as a plain MLP of TE Linear layers.  Either way it is one ordinary cuBLAS GEMM over all the routed
     rows, priced by the dense tile/wave model at the dense GEMM efficiency, not by the ragged grouped-GEMM
     efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of several unequal expert GEMMs.  Other frameworks run a
     single-group call through a grouped kernel (torch._grouped_mm, ragged_dot, Primus-Turbo), which keeps it.
     """
-    return local_experts == 1 and framework in TE_GROUPED_GEMM_FRAMEWORKS
+    return local_experts == 1 and framework_record(framework).workload.te_grouped_mlp
 
 
 def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, local_experts: int
                       ) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of TEGroupedMLP's unfused, per-expert fc2 bias add
-    (EXPERT_BIAS_FRAMEWORKS); (0, 0) without expert biases or under another framework.
+    (WorkloadTraits.te_grouped_mlp); (0, 0) without expert biases or under another framework.
 
     ``routed`` token copies this GPU's ``local_experts`` process, each ``hidden_size`` wide.
     """
-    if not model.expert_bias or config.framework not in EXPERT_BIAS_FRAMEWORKS or routed <= 0:
+    if not model.expert_bias or not traits(config).te_grouped_mlp or routed <= 0:
         return 0.0, 0
     return (EXPERT_BIAS_APPLY_BYTES * routed * model.hidden_size,
             EXPERT_BIAS_APPLY_KERNELS * local_experts + 1)
@@ -338,11 +344,11 @@ def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, l
 
 def activation_clamp(model: ModelSpec, config: TrainingConfig, routed: float, ffn_local: float) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of the eager clamps and cat in front of TEGroupedMLP's fused clamped
-    activation (CLAMPED_ACTIVATION_FRAMEWORKS); (0, 0) without a clamp or under another framework.
+    activation (WorkloadTraits.te_grouped_mlp); (0, 0) without a clamp or under another framework.
 
     ``routed`` token copies on this GPU's experts, each ``ffn_local`` (expert FFN width on this GPU) wide per half.
     """
-    if model.activation_clamp <= 0 or config.framework not in CLAMPED_ACTIVATION_FRAMEWORKS or routed <= 0:
+    if model.activation_clamp <= 0 or not traits(config).te_grouped_mlp or routed <= 0:
         return 0.0, 0
     return ACTIVATION_CLAMP_BYTES * routed * ffn_local, ACTIVATION_CLAMP_KERNELS
 
@@ -484,8 +490,8 @@ def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rate
 def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, tokens: float,
                         local_experts: int, ffn_local: float) -> float:
     """HBM bytes of one MoE layer forward spent on a worst-case ragged all-to-all receive buffer (see
-    RAGGED_BUFFER_FRAMEWORKS), or on a static-shape DeepEP receive buffer (DEEPEP_BUFFER_FRAMEWORKS);
-    0 where the framework receives exactly the routed tokens.
+    WorkloadTraits.ragged_worst_case_buffer), or on a static-shape DeepEP receive buffer
+    (WorkloadTraits.deepep_worst_case_buffer); 0 where the framework receives exactly the routed tokens.
 
     ``tokens`` on this GPU, ``local_experts`` held by it.  The buffer has ``ep * tokens * min(local_experts,
     top_k)`` rows: zero-initialised (h wide, written once), sorted into expert order and back by the local
@@ -497,13 +503,13 @@ def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Parallel
     if config.moe_routing != "dropless" or dims.ep <= 1:
         return 0.0
     h = model.hidden_size
-    if config.moe_dispatcher == "deepep" and config.framework in DEEPEP_BUFFER_FRAMEWORKS:
+    if config.moe_dispatcher == "deepep" and traits(config).deepep_worst_case_buffer:
         received = dims.ep * tokens                  # num_worst_tokens: every local token from every EP rank
         rows = received * model.top_k                # fanned out K-way
         padding = max(0.0, rows - tokens * model.top_k)
         return (ACT_BYTES * (rows * DEEPEP_BUFFER_PASSES * h + padding * 3 * ffn_local)
                 + FAN_IN_BYTES * received * h)
-    if config.framework not in RAGGED_BUFFER_FRAMEWORKS or config.moe_dispatcher != "alltoall":
+    if not traits(config).ragged_worst_case_buffer or config.moe_dispatcher != "alltoall":
         return 0.0
     rows = dims.ep * tokens * min(local_experts, model.top_k)
     padding = max(0.0, rows - tokens * model.top_k)
@@ -605,7 +611,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     if doc is not None and doc < config.seq_len and not window:
         keys, tiled = _document_keys(doc)               # per-document (THD) attention of packed fine-tuning data
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
+    if traits(config).unfused_attention and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
                                                          model.head_dim, model.v_head_dim, rates,
@@ -613,9 +619,9 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     else:
         attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops * tiled / keys, rates,
                                                  config.mbs * a_local * seq_local * tiled)
-    kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
+    kv_heads = (a_local if traits(config).repeats_kv_heads
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
-    if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
+    if dims.cp > 1 and traits(config).ring_sdpa_context_parallel:
         merge_fwd, merge_bwd = ring_merge_s(config.mbs * seq_local, a_local * model.v_head_dim,
                                             kv_heads * model.head_dim, dims.cp, rates)
         attn_fwd, attn_bwd = attn_fwd + merge_fwd, attn_bwd + merge_bwd
@@ -642,7 +648,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
         per_expert = routed / local_experts
-        einsum_path = cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS   # MaxText dense_matmul
+        einsum_path = cf != 1.0 and traits(config).einsum_token_drop_dispatch   # MaxText dense_matmul
         if einsum_path:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
             linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,

@@ -247,16 +247,16 @@ def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int,
                     yield fsdp, dispatcher, precision, recompute, rnl, modules
 
 
-def job_template(space: SearchSpace, finetune: str | None, packed_document_tokens: int | None = None
-                 ) -> TrainingConfig:
-    """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents; defaults for the
-    rest) that every layout of the search carries.
+def job_template(space: SearchSpace, finetune: str | None, packed_document_tokens: int | None = None,
+                 framework: str | None = None) -> TrainingConfig:
+    """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents, the recipe
+    framework that prices the layouts; defaults for the rest) that every layout of the search carries.
 
     Raises:
         pydantic.ValidationError: a packed document longer than the sequence (TrainingConfig's rule).
     """
     return TrainingConfig(gbs=space.gbs, seq_len=space.seq_len, finetune=finetune,
-                          packed_document_tokens=packed_document_tokens)
+                          packed_document_tokens=packed_document_tokens, framework=framework)
 
 
 def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
@@ -267,14 +267,14 @@ def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
 
 
 def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = None,
-             packed_document_tokens: int | None = None) -> bool:
+             packed_document_tokens: int | None = None, framework: str | None = None) -> bool:
     """Whether :func:`enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
     schedule implied, and recompute modules are ignored unless recompute is selective).
 
     The membership form of the enumeration: the same axis functions, in the same nesting.
     """
     c, n = config, space.cluster.num_gpus
-    template = job_template(space, finetune, packed_document_tokens)
+    template = job_template(space, finetune, packed_document_tokens, framework)
     if any(getattr(c, name) != getattr(template, name) for name in _JOB_FIELDS):
         return False
     if c.cp not in cp_values(space) or c.tp not in tp_values(space, c.cp) or c.pp not in pp_values(space, c.tp, c.cp):
@@ -297,12 +297,14 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
 
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
                          gbs: int, seq_len: int, finetune: str | None = None, *,
-                         packed_document_tokens: int | None = None) -> Iterator[TrainingConfig]:
+                         packed_document_tokens: int | None = None, framework: str | None = None
+                         ) -> Iterator[TrainingConfig]:
     """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
 
     ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
-    fine-tuning document, at most ``seq_len``; None = unpacked) are part of the job, not knobs: every layout
-    carries them.
+    fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
+    profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
+    them.
     """
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
                         seq_len=seq_len)
@@ -311,7 +313,8 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
         recomputes[pp] = recompute_variants(space, pp)
     n = cluster.num_gpus
-    template = job_template(space, finetune, packed_document_tokens)   # copies skip validation: legal by construction
+    # copies of the template skip validation: legal by construction
+    template = job_template(space, finetune, packed_document_tokens, framework)
     seen: set[tuple[object, ...]] = set()
     for cp in cp_values(space):
         for tp in tp_values(space, cp):

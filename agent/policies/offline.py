@@ -50,7 +50,6 @@ def request_search(request: dict[str, Any], top_k: int
 
     from projection.errors import ProjtuneError
     from tools.constraints import Constraints
-    from tools.framework_rules import launch_framework_of
     from tools.search import SearchRequest, run_search
 
     try:
@@ -61,8 +60,8 @@ def request_search(request: dict[str, Any], top_k: int
             candidates=request.get("candidates"), profile_path=request.get("profile_path"),
             finetune=None if request.get("candidates") else request.get("finetune"),
             packed_document_tokens=request.get("packed_document_tokens"),   # fills explicit candidates, as Job.check
-            # Only layouts the launch framework can run (measured candidates are ranked as they ran).
-            framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
+            # Priced with the request's framework, only layouts it can launch (measured candidates as they ran).
+            framework=None if request.get("candidates") else request.get("framework"))
         result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))
     except (ProjtuneError, ValidationError) as err:
         failure, _ = failure_of("search", SearchRequest, err)

@@ -13,6 +13,8 @@ import yaml
 from tools.exports.common import Job, LaunchConfig, comment_block
 from tools.exports.megatron import megatron_dests
 
+FRAMEWORK = "primus"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 SOURCE = ("Primus experiment YAML (examples/megatron/configs/*.yaml); run: "
           "EXP=this.yaml bash examples/run_pretrain.sh")
 USER_MUST_ADD = ["modules.pre_trainer.model: your Primus model file (e.g. llama3.1_8B.yaml)",
