@@ -22,7 +22,7 @@ from agent import names
 from agent.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
 from agent.decide import mfu_text
 from agent.policies import Policy
-from agent.policies.offline import run_request_search
+from agent.search_step import run_request_search
 from agent.replies import memory_text, report_text
 from agent.report import TuneReport
 from agent.request import Clarification, TuneRequest, answer_clarification, find_framework

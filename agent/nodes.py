@@ -19,16 +19,17 @@ from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest
+from agent.search_step import measured_summary, request_search, search_top_k
 from agent.seeds import seed_proposals
 from agent.space import Job
 from agent.state import DEFAULT_BUDGET, RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed
 from agent.trials import trial_score
 from projection.errors import ProjtuneError
+from projection.framework import record_of_launch
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
-from projection.framework import record_of_launch
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -79,6 +80,20 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     except ProjtuneError as err:
         return {**start, "clarification": Clarification(question=str(err), partial=result.model_dump()).model_dump()}
     return {**start, "clarification": None, "request": result.model_dump(), "notes": list(result.notes)}
+
+
+def search(state: State) -> dict[str, Any]:
+    """Run the layout search for the request through the Toolbox (:mod:`agent.search_step`): its summary goes into
+    ``search`` for the policy's first round; an eval's measured candidates are not searched (they ran)."""
+    request = state["request"]
+    if state.get("candidates_ran") and request.get("candidates"):
+        return {"search": measured_summary(request)}
+    summary, failed = request_search(request, search_top_k(request))
+    if failed is None:
+        return {"search": summary, "usage": _spend(state, tool_calls=1)}
+    failure, error = failed
+    return {"search": {"enumerated": 0, "projected": 0, "ranked": [], "message": error},
+            "usage": _spend(state, tool_calls=1), "notes": [error], "tool_errors": [failure.model_dump()]}
 
 
 def seed(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:

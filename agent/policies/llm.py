@@ -34,7 +34,8 @@ from agent.policies.llm_tools import (
     parse_arguments,
     tool_result_text,
 )
-from agent.policies.offline import OfflinePolicy, offline_explanation, request_search, search_proposals
+from agent.policies.offline import OfflinePolicy, offline_explanation
+from agent.search_step import measured_proposals, search_proposals
 from agent.prompts_text import history_table, job_text, parse_reply
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.space import Job
@@ -104,8 +105,10 @@ class LLMPolicy:
             except ToolFailed:
                 axes = None
             messages = [{"role": "system", "content": render_prompt("propose", job=job_text(job, axes))}]
-            if self.anchor_search and state.get("search") is None:
-                anchored = self._anchor(state, step)
+            if self.anchor_search and state.get("round") == 1 and state.get("search") is not None:
+                search = state["search"]                       # the graph's search step ran the search
+                anchored = (measured_proposals(state["request"]) if search.get("measured_candidates")
+                            else search_proposals(search))
         messages.append({"role": "user", "content": history_table(state, anchored)})
         try:
             proposals = self._converse(job, tools, messages, step)
@@ -118,20 +121,9 @@ class LLMPolicy:
         step.tool_errors += tools.failures_dump()
         return step.done(anchored + [{**p, "source": self.name, "search_rank": None} for p in proposals], messages)
 
-    def _anchor(self, state: dict[str, Any], step: _Step) -> list[dict[str, Any]]:
-        request = state["request"]
-        summary, failed = request_search(request, max(request.get("top_k", 5), 5))
-        step.tool_calls += 1
-        if failed is not None:
-            step.tool_errors.append(failed[0].model_dump())
-        step.search = summary or {"enumerated": 0, "projected": 0, "ranked": [],
-                                  "message": None if failed is None else failed[1]}
-        return search_proposals(summary) if summary else []
-
     def _offline(self, state: dict[str, Any], step: _Step, *, skip_search: bool = False) -> list[dict[str, Any]]:
-        if skip_search and state.get("search") is None:
-            state = {**state, "search": step.search}
-        fallback = self.offline.propose(state)
+        """The offline policy's proposals (its neighbours only when the search's layouts are already proposed)."""
+        fallback = self.offline.neighbours(state) if skip_search else self.offline.propose(state)
         step.tool_calls += fallback.tool_calls
         step.notes += fallback.notes
         step.tool_errors += fallback.tool_errors
