@@ -148,11 +148,30 @@ def test_framework_names_are_spelled_only_in_the_record() -> None:
         assert _framework_name_sets(ROOT / rel), f"{rel} no longer needs its exception"
 
 
+def _framework_name_tests(path: Path) -> list[int]:
+    """Lines of ``path`` that compare a framework with a name (``config.framework == "jax"``)."""
+    words = set(framework_words())
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare)
+            and any(isinstance(c, ast.Constant) and c.value in words for c in [node.left, *node.comparators])
+            and "framework" in ast.unparse(node)]
+
+
+def test_the_physics_reads_framework_traits_not_names() -> None:
+    """projection/ prices a framework through its record's traits, never by testing its name (the launch rule sets
+    and exporters of tools/ dispatch on launch names)."""
+    offenders = [f"{path.relative_to(ROOT).as_posix()}:{line}: tests a framework name; add a trait to its record"
+                 for path in sorted((ROOT / "projection").rglob("*.py"))
+                 if path.relative_to(ROOT).as_posix() not in FRAMEWORK_OWNERS for line in _framework_name_tests(path)]
+    assert not offenders, "\n".join(offenders)
+
+
 def test_the_framework_name_check_can_fail(tmp_path: Path) -> None:
     path = tmp_path / "x.py"
     path.write_text('A = frozenset({"jax"})\nB = {"nemo": "megatron-bridge", "jax": "maxtext"}\n'
                     'C = x in ("titan", "primus")\nD = ("megatron-args", "megatron", text)\n')
     assert sorted(_framework_name_sets(path)) == [1, 2, 2, 3]
+    path.write_text('if config.framework == "jax" and x:\n    pass\nif name == "jax":\n    pass\n')
+    assert _framework_name_tests(path) == [1]
 
 
 def test_one_record_per_framework_and_per_launch_name() -> None:
