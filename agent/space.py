@@ -1,9 +1,11 @@
 """Layouts as the agent handles them: normalised config dicts, canonical keys, legality and the search space.
 
-``Job`` resolves a request once (model, GPU, cluster, constraints).  ``Job.check`` turns any
+``LayoutSpace`` is the space of layouts a request allows: it holds the request's resolved
+:class:`projection.job.Job` (the one job class: model, GPU, cluster, profiles, framework) with the request's
+constraints, batch and job fields.  ``LayoutSpace.check`` turns any
 proposed config dict into a validated :class:`TrainingConfig` or the reasons it is not one
 (pydantic errors, :func:`projection.legality.layout_violations`, the request's constraints).
-``Job.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
+``LayoutSpace.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
 yields for the request (or one of the request's explicit candidates): the offline policy keeps
 its own trials inside that space, which is what makes its answer equal the search's best.
 """
@@ -18,7 +20,7 @@ from pydantic import ValidationError
 
 from agent.request import network_fields
 from projection.hardware import HardwareSpec
-from projection.job import resolve_job
+from projection.job import Job, resolve_job
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
@@ -52,16 +54,17 @@ def canonical(config: TrainingConfig, num_gpus: int) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-class Job:
-    """One request resolved: specs, cluster, constraints and the search space."""
+class LayoutSpace:
+    """The layouts one request allows: its resolved job, constraints and the search space."""
 
     def __init__(self, request: Any) -> None:
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
-        resolved = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"),
-                               **network_fields(request))
-        self.model: ModelSpec = resolved.model
-        self.hardware: HardwareSpec = resolved.hardware
-        self.cluster: Cluster = resolved.cluster
+        self.job: Job = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"),
+                                    **network_fields(request), framework=get("framework"))
+        """The request's job (:func:`projection.job.resolve_job`), priced with the request's framework."""
+        self.model: ModelSpec = self.job.model
+        self.hardware: HardwareSpec = self.job.hardware
+        self.cluster: Cluster = self.job.cluster
         self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
         self.constraints = Constraints.parse(get("constraints") or [])
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,

@@ -38,7 +38,7 @@ from agent.policies.offline import OfflinePolicy, offline_explanation
 from agent.search_step import measured_proposals, search_proposals
 from agent.prompts_text import history_table, job_text, parse_reply
 from agent.request import Clarification, TuneRequest, parse_request
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.toolbox import Toolbox, ToolFailed
 from prompts.loader import render_prompt
 from tools.schemas import LegalAxesOutput
@@ -95,7 +95,7 @@ class LLMPolicy:
         """One round: the model's legal proposals (plus the search's top-k in round 1)."""
         if state.get("degraded"):
             return self.offline.propose(state)
-        job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+        job, tools = LayoutSpace(state["request"]), Toolbox.for_request(state["request"])
         step = _Step()
         anchored: list[dict[str, Any]] = []
         messages = [dict(m) for m in state.get("conversation") or []]
@@ -131,7 +131,7 @@ class LLMPolicy:
             step.search = fallback.search
         return fallback.proposals
 
-    def _converse(self, job: Job, tools: Toolbox, messages: list[dict[str, Any]], step: _Step
+    def _converse(self, job: LayoutSpace, tools: Toolbox, messages: list[dict[str, Any]], step: _Step
                   ) -> list[dict[str, Any]]:
         """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns.
 
@@ -168,7 +168,7 @@ class LLMPolicy:
         step.notes.append(f"the LLM put forward no legal layout in {self.max_turns} turns")
         return []
 
-    def _handle(self, job: Job, tools: Toolbox, calls: list[tuple[str | None, str, Any]], step: _Step
+    def _handle(self, job: LayoutSpace, tools: Toolbox, calls: list[tuple[str | None, str, Any]], step: _Step
                 ) -> tuple[list[dict[str, Any]], bool, list[dict[str, Any]]]:
         """Run each call: validate proposals in code, run read-only tools; (accepted, done, per-call results)."""
         accepted: list[dict[str, Any]] = []
@@ -192,7 +192,7 @@ class LLMPolicy:
                 results.append({"args": args, "text": tool_result_text(error)})
         return accepted, done, results
 
-    def _proposals(self, job: Job, args: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    def _proposals(self, job: LayoutSpace, args: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
         try:
             parsed = ProposeLayoutsArgs.model_validate(args)
         except ValidationError as err:

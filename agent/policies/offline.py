@@ -16,7 +16,7 @@ from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.request import Clarification, TuneRequest, parse_request
 from agent.search_step import measured_proposals, search_proposals
 from agent.seeds import single_axis_moves
-from agent.space import Job
+from agent.space import LayoutSpace
 
 NEIGHBOURS_PER_ROUND = 6
 
@@ -50,7 +50,7 @@ class OfflinePolicy:
 
     def neighbours(self, state: dict[str, Any]) -> PolicyStep:
         """Untried single-axis neighbours of the best trial (none when nothing is scored yet)."""
-        job = Job(state["request"])
+        job = LayoutSpace(state["request"])
         best = best_trial(state)
         if best is None:
             return PolicyStep()

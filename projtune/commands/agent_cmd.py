@@ -91,7 +91,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     """The typed request (flags merged: the network, packed documents), or the Clarification to answer with."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
-    from agent.space import Job
+    from agent.space import LayoutSpace
     from tools.constraints import Constraints
 
     parsed = policy.parse(text)
@@ -103,7 +103,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
         update["top_k"] = top
     update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
-    Job(request)                     # unknown names / bad constraints raise here (exit 2)
+    LayoutSpace(request)                     # unknown names / bad constraints raise here (exit 2)
     return request
 
 
