@@ -9,7 +9,7 @@ Routed experts run as one grouped GEMM over the experts local to the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_to_all_s,
                                    reduce_scatter_s)
@@ -546,22 +546,22 @@ def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, e
     return elements
 
 
-def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
-               net: NetworkParams, groups: CommGroups) -> LayerCost:
-    """Compute and communication of ``layer`` for one micro-batch."""
-    t = dims.tp
-    h = model.hidden_size
-    seq_local = config.seq_len / dims.cp
-    tokens = config.mbs * seq_local
-    a_local = model.num_attention_heads / t
-    fwd = bwd_in = bwd_w = 0.0
-    flops = 0.0
-    launches = 0                  # forward kernel launches of the layer (backward launches about twice as many)
-    quantised_calls = quantised_inputs = 0   # low-precision GEMMs and the inputs they quantise (one per expert)
+@dataclass(slots=True)
+class _Gemms:
+    """The GEMMs of one layer forward as a PyTorch block issues them, accumulated: seconds of the forward and of the
+    backward's input and weight gradients, model FLOPs, launches, and the low-precision inputs they quantise."""
 
-    matmul_fwd: list[float] = []  # forward seconds of each matmul in the order a PyTorch block issues them
+    rates: DeviceRates
+    fwd: float = 0.0
+    bwd_in: float = 0.0
+    bwd_w: float = 0.0
+    flops: float = 0.0
+    launches: int = 0             # forward kernel launches of the layer (backward launches about twice as many)
+    quantised_calls: int = 0      # low-precision GEMMs
+    quantised_inputs: int = 0     # the inputs they quantise (one per expert)
+    matmul_fwd: list[float] = field(default_factory=list)   # forward seconds of each matmul, in issue order
 
-    def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
+    def linear(self, m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
                weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,),
                constant_left: bool = False) -> None:
         """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one).
@@ -569,37 +569,56 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         ``constant_left``: the (m x k) operand is a constant of the backward (a 0/1 mask with no gradient), so
         the backward runs only the gradient of the (k x n) activation operand.
         """
-        nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
-        launches += 1
+        self.launches += 1
         if quantised:
-            quantised_calls += 1
-            quantised_inputs += groups_
-        f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
-        matmul_fwd.extend(f * share for share in parts)
-        fwd = fwd + f
+            self.quantised_calls += 1
+            self.quantised_inputs += groups_
+        f, di, dw = gemm_fwd_bwd_s(m, n, k, self.rates, groups=groups_, efficiency=eff)
+        self.matmul_fwd.extend(f * share for share in parts)
+        self.fwd = self.fwd + f
         if constant_left:  # only the (k x n) operand's gradient: an activation gradient
-            bwd_in += dw
+            self.bwd_in += dw
         else:
-            bwd_in, bwd_w = bwd_in + di, bwd_w + (dw if weight else 0.0)
+            self.bwd_in, self.bwd_w = self.bwd_in + di, self.bwd_w + (dw if weight else 0.0)
             if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
-                bwd_in += dw
-        flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
+                self.bwd_in += dw
+        self.flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
-    up_proj = 0.0                 # forward of the MLA up-projections (recompute module mla_up_proj)
+
+@dataclass(frozen=True, slots=True)
+class _Attention:
+    """The attention block's results beyond its projection GEMMs (those are in the layer's :class:`_Gemms`)."""
+
+    fwd_s: float                  # the attention kernel (and torchtitan's ring merge), forward
+    bwd_s: float                  # and backward
+    kv_heads: float               # K/V heads one GPU holds for attention
+    up_proj_s: float              # forward of the MLA up-projections (recompute module mla_up_proj)
+
+
+def _attention(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+               g: _Gemms) -> _Attention:
+    """Attention block of ``layer``: the projection GEMMs (into ``g``) and the attention kernel."""
+    t = dims.tp
+    h = model.hidden_size
+    seq_local = config.seq_len / dims.cp
+    tokens = config.mbs * seq_local
+    a_local = model.num_attention_heads / t
+    linear = g.linear
+    up_proj = 0.0
     # Attention projections.
     if model.uses_mla:
         qk = model.head_dim
         if model.q_lora_rank:
             linear(tokens, model.q_lora_rank, h)
-            before = fwd
+            before = g.fwd
             linear(tokens, a_local * qk, model.q_lora_rank)
-            up_proj = fwd - before
+            up_proj = g.fwd - before
         else:
             linear(tokens, a_local * qk, h)
         linear(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h)
-        before = fwd
+        before = g.fwd
         linear(tokens, a_local * (qk - model.qk_rope_head_dim + model.v_head_dim), model.kv_lora_rank)
-        up_proj += fwd - before
+        up_proj += g.fwd - before
     else:
         qkv = model.q_width + 2 * model.kv_width
         linear(tokens, qkv / t, h, parts=(model.q_width / qkv, model.kv_width / qkv, model.kv_width / qkv))
@@ -625,25 +644,53 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         merge_fwd, merge_bwd = ring_merge_s(config.mbs * seq_local, a_local * model.v_head_dim,
                                             kv_heads * model.head_dim, dims.cp, rates)
         attn_fwd, attn_bwd = attn_fwd + merge_fwd, attn_bwd + merge_bwd
-    flops += attn_flops
+    g.flops += attn_flops
+    return _Attention(attn_fwd, attn_bwd, kv_heads, up_proj)
 
-    # MLP: dense, or router + shared experts + routed experts.
+
+@dataclass(frozen=True, slots=True)
+class _Mlp:
+    """The MLP or MoE block's results beyond its GEMMs (those are in the layer's :class:`_Gemms`)."""
+
+    moe: bool
+    fixed_s: float                # per-MoE-layer overhead (router, dispatch bookkeeping), forward
+    ep_comm_s: float              # dispatch + combine
+    routed: float                 # token copies (padded) this GPU's experts process
+    stream_bytes: float           # element-wise HBM bytes of the block (activation, permutes, buffers)
+    kernels: int                  # element-wise kernels of the block beyond KERNELS_PER_LAYER_FWD
+    gemms_fwd_s: float            # forward of the block's GEMMs
+    shared_s: float               # forward of the shared experts' GEMMs
+    act_elements: float           # elements of the gated activation
+    act_bytes: float              # its fused HBM bytes
+    clamp_bytes: float            # eager clamps in front of a clamped activation (MoE)
+    clamp_kernels: int
+
+
+def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+         net: NetworkParams, groups: CommGroups, g: _Gemms) -> _Mlp:
+    """MLP block of ``layer``: dense, or router + shared experts + routed experts and the EP dispatch."""
+    t = dims.tp
+    h = model.hidden_size
+    seq_local = config.seq_len / dims.cp
+    tokens = config.mbs * seq_local
+    linear = g.linear
     mats = 2 if model.gated_mlp else 1
     moe = bool(model.moe_layers and model.moe_layers[layer])
     fixed = rates.moe_layer_overhead_s if moe else 0.0
     ep_comm = 0.0
     routed = 0.0
     stream_bytes = 0.0
-    kernels = KERNELS_PER_LAYER_FWD
-    mlp_start = fwd
+    kernels = 0
+    mlp_start = g.fwd
     shared = 0.0
+    clamp_bytes, clamp_kernels = 0.0, 0
     if moe:
         linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h, quantised=False)  # router
         if model.num_shared_experts:
-            before = fwd
+            before = g.fwd
             linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
             linear(tokens, h, model.shared_expert_ffn_hidden_size / t)
-            shared = fwd - before
+            shared = g.fwd - before
         cf = capacity_factor(config)
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
@@ -663,8 +710,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
-        fwd, bwd_in, bwd_w = fwd + per_expert_s, bwd_in + per_expert_s, bwd_w + per_expert_s
-        launches += 2 * host_extra
+        g.fwd, g.bwd_in, g.bwd_w = g.fwd + per_expert_s, g.bwd_in + per_expert_s, g.bwd_w + per_expert_s
+        g.launches += 2 * host_extra
         # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
         stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
@@ -690,7 +737,32 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         act_elements = tokens * model.ffn_hidden_size / t
         act_bytes = FUSED_GATED_ACT_BYTES * act_elements
         stream_bytes += act_bytes
-    mlp_gemms = fwd - mlp_start
+    return _Mlp(moe=moe, fixed_s=fixed, ep_comm_s=ep_comm, routed=routed, stream_bytes=stream_bytes, kernels=kernels,
+                gemms_fwd_s=g.fwd - mlp_start, shared_s=shared, act_elements=act_elements, act_bytes=act_bytes,
+                clamp_bytes=clamp_bytes, clamp_kernels=clamp_kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class _Elementwise:
+    """The layer's element-wise passes (norms, residuals, rotary embedding, casts, the MLP block's) and launches."""
+
+    stream_s: float               # fused element-wise kernels, forward (the backward charges twice)
+    eager_fwd_s: float            # eager PyTorch element-wise code beyond the fused kernels, forward
+    eager_bwd_s: float            # and backward
+    host_fwd_s: float             # host time to launch the layer's forward kernels
+    norm_bytes: float
+    rope_bytes: float
+    eager: EagerPasses
+
+
+def _elementwise(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates, g: _Gemms,
+                 mlp: _Mlp) -> _Elementwise:
+    """Element-wise passes of the layer at the streaming rate, and the host time of all its forward launches."""
+    t = dims.tp
+    h = model.hidden_size
+    tokens = config.mbs * config.seq_len / dims.cp
+    stream_bytes = mlp.stream_bytes
+    kernels = KERNELS_PER_LAYER_FWD + mlp.kernels
     sp_div = t if config.sequence_parallel else 1
     norm_elements = 2 * tokens * h / sp_div                           # 2 norms
     norm_bytes = FUSED_NORM_BYTES * norm_elements                     # read + write each
@@ -700,25 +772,31 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     stream_bytes += rope_bytes
     repeat_elements = (tokens * (model.kv_width + model.q_width) / t
                        if not model.uses_mla and model.num_kv_heads < model.num_attention_heads else 0.0)
-    eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, act_elements,
+    eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, mlp.act_elements,
                                     repeat_elements)
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
-        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
+        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, mlp.routed,
                                                                                     dims.etp)
         # KERNELS_PER_LAYER_FWD holds one cast per GEMM; the per-expert casts and the recipe's further launches:
-        extra_casts, cast_launches = cast_kernels(config.precision, quantised_calls, quantised_inputs)
+        extra_casts, cast_launches = cast_kernels(config.precision, g.quantised_calls, g.quantised_inputs)
         kernels += extra_casts
-        launches += cast_launches - extra_casts
+        g.launches += cast_launches - extra_casts
     stream = streaming_s(stream_bytes, kernels, rates)
-    launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
+    g.launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
-    host_fwd = launches * rates.host_launch_s
+    return _Elementwise(stream, eager_fwd, eager_bwd, g.launches * rates.host_launch_s, norm_bytes, rope_bytes, eager)
 
+
+def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net: NetworkParams,
+                groups: CommGroups, moe: bool, kv_heads: float) -> tuple[float, float]:
+    """(TP, CP) communication seconds of the layer's forward."""
+    h = model.hidden_size
+    tokens = config.mbs * config.seq_len / dims.cp
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
     # (an all-reduce is a reduce-scatter + an all-gather; SP runs them as separate collectives)
     tp_comm = 0.0
-    if t > 1:
+    if dims.tp > 1:
         quantised = tp_gather_bytes(config) if config.sequence_parallel else ACT_BYTES   # no SP: all-reduces
         gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
                    + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
@@ -728,38 +806,59 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         kv_bytes = ACT_BYTES * tokens * 2 * kv_heads * model.head_dim
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
-    # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
-    fwd_total = max(fwd + attn_fwd + stream + eager_fwd + fixed, host_fwd)
-    bwd_total = bwd_in + attn_bwd + 2 * stream + eager_bwd + 2 * fixed
-    bwd_total = max(bwd_total, 2 * host_fwd - bwd_w)
-    # What selective recompute of each module re-runs (Megatron-core TransformerConfig.recompute_modules):
-    # its GEMMs at the same rates, its element-wise passes at the streaming rate (one kernel each).
-    # Eager element-wise code re-runs with its module, at its own bytes and kernels (EAGER_*_KERNELS forward).
+    return tp_comm, cp_comm
+
+
+def _recompute_modules(rates: DeviceRates, g: _Gemms, attn: _Attention, mlp: _Mlp, elem: _Elementwise
+                       ) -> dict[str, float]:
+    """What selective recompute of each module re-runs, forward seconds (Megatron-core
+    TransformerConfig.recompute_modules): its GEMMs at the same rates, its element-wise passes at the streaming rate
+    (one kernel each).  Eager element-wise code re-runs with its module, at its own bytes and kernels
+    (EAGER_*_KERNELS forward)."""
+    eager = elem.eager
     eager_act = bool(eager.act_fwd)
-    act_s = streaming_s(act_bytes + eager.act_fwd, 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * eager_act, rates)
-    if moe:                       # recomputing moe_act re-runs the clamps in front of the fused activation too
-        act_s += streaming_s(clamp_bytes, clamp_kernels, rates)
+    act_s = streaming_s(mlp.act_bytes + eager.act_fwd, 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * eager_act, rates)
+    if mlp.moe:                   # recomputing moe_act re-runs the clamps in front of the fused activation too
+        act_s += streaming_s(mlp.clamp_bytes, mlp.clamp_kernels, rates)
     eager_norm = bool(eager.norm_fwd)
-    norm_s = streaming_s(norm_bytes + eager.norm_fwd, 2 * (EAGER_NORM_KERNELS[0] if eager_norm else 1), rates)
-    modules = {"layernorm": norm_s, "mlp": mlp_gemms + act_s} if not moe else {
-        "layernorm": norm_s, "moe": mlp_gemms + act_s + fixed, "moe_act": act_s}
-    if shared:
-        modules["shared_experts"] = shared
-    if up_proj:
-        modules["mla_up_proj"] = up_proj
-    rope_s = streaming_s(rope_bytes + eager.rope_fwd, EAGER_ROPE_KERNELS[0] if eager.rope_fwd else 1, rates)
+    norm_s = streaming_s(elem.norm_bytes + eager.norm_fwd, 2 * (EAGER_NORM_KERNELS[0] if eager_norm else 1), rates)
+    modules = {"layernorm": norm_s, "mlp": mlp.gemms_fwd_s + act_s} if not mlp.moe else {
+        "layernorm": norm_s, "moe": mlp.gemms_fwd_s + act_s + mlp.fixed_s, "moe_act": act_s}
+    if mlp.shared_s:
+        modules["shared_experts"] = mlp.shared_s
+    if attn.up_proj_s:
+        modules["mla_up_proj"] = attn.up_proj_s
+    rope_s = streaming_s(elem.rope_bytes + eager.rope_fwd, EAGER_ROPE_KERNELS[0] if eager.rope_fwd else 1, rates)
     repeat_s = streaming_s(eager.repeat_fwd, REPEAT_KV_KERNELS, rates) if eager.repeat_fwd else 0.0
-    modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s + repeat_s
+    modules[OP_SAC] = sum(g.matmul_fwd[1::2]) + norm_s + act_s + rope_s + repeat_s
+    return modules
+
+
+def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+               net: NetworkParams, groups: CommGroups) -> LayerCost:
+    """Compute and communication of ``layer`` for one micro-batch, block by block: attention (:func:`_attention`),
+    MLP or MoE (:func:`_mlp`), element-wise passes (:func:`_elementwise`), TP/CP communication
+    (:func:`_tp_cp_comm`); then the host-bound floor and what selective recompute re-runs."""
+    g = _Gemms(rates)
+    attn = _attention(model, layer, config, dims, rates, g)
+    mlp = _mlp(model, layer, config, dims, rates, net, groups, g)
+    elem = _elementwise(model, config, dims, rates, g, mlp)
+    tp_comm, cp_comm = _tp_cp_comm(model, config, dims, net, groups, mlp.moe, attn.kv_heads)
+    # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
+    fwd_total = max(g.fwd + attn.fwd_s + elem.stream_s + elem.eager_fwd_s + mlp.fixed_s, elem.host_fwd_s)
+    bwd_total = g.bwd_in + attn.bwd_s + 2 * elem.stream_s + elem.eager_bwd_s + 2 * mlp.fixed_s
+    bwd_total = max(bwd_total, 2 * elem.host_fwd_s - g.bwd_w)
+    modules = _recompute_modules(rates, g, attn, mlp, elem)
     return LayerCost(
         module_fwd_s=tuple(sorted(modules.items())),
         fwd_s=fwd_total,
         bwd_input_s=bwd_total,
-        bwd_weight_s=bwd_w,
-        attention_fwd_s=attn_fwd,
+        bwd_weight_s=g.bwd_w,
+        attention_fwd_s=attn.fwd_s,
         tp_comm_s=tp_comm,
         cp_comm_s=cp_comm,
-        ep_comm_s=ep_comm,
-        flops_fwd=flops,
+        ep_comm_s=mlp.ep_comm_s,
+        flops_fwd=g.flops,
     )
 
 
