@@ -329,6 +329,16 @@ def single_expert_gemm(framework: str, local_experts: int) -> bool:
     return local_experts == 1 and framework_record(framework).workload.te_grouped_mlp
 
 
+def routed_expert_efficiency(config: TrainingConfig, rates: DeviceRates, per_expert: float, local_experts: int,
+                             einsum_path: bool = False) -> float:
+    """Efficiency of the routed experts' GEMMs: batched dense GEMMs (1.0, the tile/wave model) on MaxText's einsum
+    path and for a lone TE expert (:func:`single_expert_gemm`), a ragged grouped GEMM otherwise
+    (``moe_efficiency`` falling with the tokens per expert, GROUPED_GEMM_HALF_M)."""
+    if einsum_path or single_expert_gemm(config.framework, local_experts):
+        return 1.0
+    return rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
+
+
 def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, local_experts: int
                       ) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of TEGroupedMLP's unfused, per-expert fc2 bias add
@@ -703,9 +713,7 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        # batched dense GEMMs on the einsum path and for a lone TE expert, a ragged grouped GEMM otherwise
-        grouped_eff = (1.0 if einsum_path or single_expert_gemm(config.framework, local_experts)
-                       else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M))
+        grouped_eff = routed_expert_efficiency(config, rates, per_expert, local_experts, einsum_path)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
