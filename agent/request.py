@@ -601,7 +601,8 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         assumed.discard("precision")
     if not values.get("framework"):
         if "framework" not in assumed:
-            notes.append("framework not said: layouts are Megatron-style (export with --framework)")
+            notes.append("framework not said: layouts are priced and launched as Megatron-LM runs them (the default; "
+                         "say 'with torchtitan' or pass --framework)")
         assumed.add("framework")
 
 

@@ -26,7 +26,7 @@ from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 from tools.candidates import SearchSpace, in_space, with_job_fields
 from tools.constraints import Constraints
-from tools.framework_rules import framework_violations, launch_framework_of
+from tools.framework_rules import framework_violations
 
 
 @dataclass(slots=True)
@@ -77,7 +77,7 @@ class LayoutSpace:
         self.framework: str | None = get("framework")
         """The recipe framework the layouts run on (its record prices them; None = megatron): every layout of the job
         carries it, as the search's do."""
-        self.launch_framework = launch_framework_of(self.framework)
+        self.launch_framework = self.job.record.launch if self.framework is not None else None
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
         if candidates is not None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from projection.device_profile import DeviceProfile, default_profile, load_profile
-from projection.framework import framework_record
+from projection.framework import FrameworkRecord, framework_record
 from projection.framework_profile import FrameworkProfile
 from projection.hardware import HardwareSpec, load_hardware
 from projection.model_spec import ModelSpec, load_model
@@ -62,6 +62,11 @@ class Job:
     profile: DeviceProfile
     framework: FrameworkProfile
     config: TrainingConfig | None = None
+
+    @property
+    def record(self) -> FrameworkRecord:
+        """The record of the job's framework (traits, launch name), the one its profile is named after."""
+        return framework_record(self.framework.name)
 
     @property
     def num_gpus(self) -> int:
