@@ -62,3 +62,19 @@ def test_a_recipe_name_or_alias_reads_as_its_framework() -> None:
     by_recipe = run_search(SearchRequest(**base, framework="jax"), workers=1)
     assert by_launch.framework == by_recipe.framework == "jax"
     assert by_launch.ranked[0].config == by_recipe.ranked[0].config
+
+
+def test_the_tool_api_and_a_tune_price_with_the_named_framework() -> None:
+    """The search tool (the registry that MCP and the OpenAI schemas serve) and a tune that names the framework
+    give the same numbers as the search with it."""
+    from agent.run import tune
+    from tools.registry import call_tool
+
+    base = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=16, gbs=64, seq_len=4096)
+    direct = run_search(SearchRequest(**base, framework="torchtitan", top_k=1), workers=1).ranked[0]
+    out = call_tool("search", {**base, "framework": "torchtitan", "top_k": 1})
+    assert out["ok"] and out["result"]["framework"] == "torchtitan"
+    assert out["result"]["ranked"][0]["tokens_per_sec_per_gpu"] == direct.tokens_per_sec_per_gpu
+    report = tune("tune llama3 8b on 16 h100 with torchtitan, gbs 64, seq 4096", budget={"max_rounds": 1}).report
+    assert report.best is not None and report.best.config["framework"] == "torchtitan"
+    assert report.best.tokens_per_sec_per_gpu == pytest.approx(direct.tokens_per_sec_per_gpu, rel=1e-12)
