@@ -67,16 +67,17 @@ class LayoutSpace:
         self.cluster: Cluster = self.job.cluster
         self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
         self.constraints = Constraints.parse(get("constraints") or [])
+        self.framework: str | None = get("framework")
+        """The recipe framework the layouts run on (its record prices them; None = megatron): every layout of the job
+        carries it, as the search's do."""
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
-                                 constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len)
+                                 constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len,
+                                 framework=self.framework)
         self.explicit: set[str] | None = None
         self.finetune: str | None = get("finetune")
         """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""
         self.packed_document_tokens: int | None = get("packed_document_tokens")
         """Mean tokens per packed fine-tuning document (None = unpacked): every layout of the job carries it."""
-        self.framework: str | None = get("framework")
-        """The recipe framework the layouts run on (its record prices them; None = megatron): every layout of the job
-        carries it, as the search's do."""
         self.launch_framework = self.job.record.launch if self.framework is not None else None
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
@@ -141,4 +142,4 @@ class LayoutSpace:
         """Whether the search enumerates this layout for the request (or it is an explicit candidate)."""
         if self.explicit is not None:
             return self.key(config) in self.explicit
-        return in_space(self.space, config, self.finetune, self.packed_document_tokens, self.framework)
+        return in_space(self.space, config, self.finetune, self.packed_document_tokens)
