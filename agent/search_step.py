@@ -59,7 +59,8 @@ def request_search(request: dict[str, Any], top_k: int
             gbs=request["gbs"], seq_len=request["seq_len"], **network_fields(request), constraints=constraints,
             top_k=top_k, candidates=request.get("candidates"),
             finetune=None if request.get("candidates") else request.get("finetune"),
-            packed_document_tokens=request.get("packed_document_tokens"),   # fills explicit candidates, as LayoutSpace.check
+            # packed documents fill explicit candidates, as LayoutSpace.check
+            packed_document_tokens=request.get("packed_document_tokens"),
             # Priced with the request's framework, only layouts it can launch (measured candidates as they ran).
             framework=None if request.get("candidates") else request.get("framework"))
     except ToolFailed as err:

@@ -202,7 +202,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     return SearchResult(
         request=request, ranked=ranked, enumerated=total + len(rejected), screened_out=tally.screened_out,
         projected=len(tally.outcomes), pruned=tally.pruned, pareto=pareto, rejected=rejected,
-        framework=job.framework.name, framework_default=record is None, elapsed_s=time.perf_counter() - start, message=message, complete=tally.complete,
+        framework=job.framework.name, framework_default=record is None, elapsed_s=time.perf_counter() - start,
+        message=message, complete=tally.complete,
     )
 
 
