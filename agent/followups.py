@@ -23,20 +23,28 @@ from agent import names
 from agent.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
 from agent.decide import mfu_text
 from agent.policies import Policy
-from agent.policies.offline import run_request_search
+from agent.search_step import run_request_search
 from agent.replies import memory_text, report_text
 from agent.report import TuneReport
-from agent.request import Clarification, TuneRequest, answer_clarification
+from agent.request import Clarification, TuneRequest, answer_clarification, find_framework
 from agent.run import tune
 from agent.state import RunOptions
 from agent.toolbox import Toolbox, ToolFailed
+from projection.framework import framework_record
 
 HELP = ("Ask for a layout ('tune llama3 8b on 8 h100'), then follow up: 'what if I only have 4?', 'use fp8', "
         "'set gbs to 512', 'seq 16k', 'why not TP 8?', 'why is #1 better than #3?', 'show memory of #2', "
         "'export it for primus to run.yaml', 'go back to the previous one', 'what was the best on 8 GPUs?', "
         "'I ran it, here is the log: runs/'. "
         "'exit' ends the session; --session NAME resumes it later.")
-_FRAMEWORKS = {"megatron": "megatron", "primus": "primus", "torchtitan": "torchtitan", "titan": "torchtitan"}
+
+
+def export_framework(text: str) -> str:
+    """The launch framework an export follow-up names ('export #2 for primus', 'for MaxText'): the launch name of the
+    framework it names (a framework projtune cannot export to keeps its name, so the export says so); megatron
+    when it names none."""
+    recipe = find_framework(text)
+    return framework_record(recipe).launch or str(recipe)
 
 
 @dataclass(slots=True)
@@ -242,7 +250,7 @@ class ChatTurns:
         return f"No earlier run on {gpus} GPUs in this session; say 'what if I had {gpus}?' to tune it."
 
     def _export(self, text: str, last: TuneReport) -> str:
-        framework = next((f for w, f in _FRAMEWORKS.items() if w in text.lower()), "megatron")
+        framework = export_framework(text)
         picked = _pick(last, text)
         if picked is None:
             return f"There are {len(last.top5)} ranked layouts; say e.g. 'export #2 for primus'."

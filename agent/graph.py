@@ -1,7 +1,9 @@
-"""The tuning graph: parse -> seed -> evaluate -> rank -> reflect -> (propose -> evaluate -> ... | report) -> END.
+"""The tuning graph: parse -> search -> seed -> evaluate -> rank -> reflect -> (propose -> evaluate -> ... | report)
+-> END.
 
-The seed trials are evaluated as round 0, before the policy's first proposal, so a policy (the
-LLM especially) starts from scored baselines, as Primus's planner does.
+The search step runs the layout search tool once through the Toolbox (:mod:`agent.search_step`); the policy's
+first proposal round starts from its ranked layouts.  The seed trials are evaluated as round 0, before the
+policy's first proposal, so a policy (the LLM especially) starts from scored baselines, as Primus's planner does.
 
 ``build_graph(policy)`` compiles it; ``graph`` is the module-level graph with the offline policy,
 built on first use (compiling is cheap, but importing the policy pulls in the tools).  Invoke it
@@ -28,7 +30,8 @@ STEPS_PER_ROUND = 4     # propose, evaluate, rank, reflect
 
 
 def recursion_limit(max_rounds: int) -> int:
-    """Super-steps a run can take: parse, seed, report, four per round (seed round included), plus slack."""
+    """Super-steps a run can take: parse, search, seed, report, four per round (seed round included), plus
+    slack."""
     return STEPS_PER_ROUND * (int(max_rounds) + 1) + 8
 
 
@@ -49,6 +52,7 @@ def build_graph(policy: Policy, checkpointer: Any = None) -> Any:
     """Compile the tuning graph around ``policy`` (one thread per tuning run when a checkpointer is given)."""
     builder = StateGraph(State, input_schema=InputState, context_schema=RunOptions)
     builder.add_node("parse", _node(nodes.parse, policy=policy))
+    builder.add_node("search", _node(nodes.search))
     builder.add_node("seed", _node(nodes.seed))
     builder.add_node("propose", _node(nodes.propose, policy=policy))
     builder.add_node("evaluate", _node(nodes.evaluate))
@@ -56,7 +60,8 @@ def build_graph(policy: Policy, checkpointer: Any = None) -> Any:
     builder.add_node("reflect", _node(nodes.reflect))
     builder.add_node("report", _node(report, policy=policy))
     builder.add_edge(START, "parse")
-    builder.add_conditional_edges("parse", routing.after_parse, ["seed", "report"])
+    builder.add_conditional_edges("parse", routing.after_parse, ["search", "report"])
+    builder.add_edge("search", "seed")
     builder.add_edge("seed", "evaluate")
     builder.add_edge("propose", "evaluate")
     builder.add_edge("evaluate", "rank")

@@ -19,16 +19,17 @@ from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest
+from agent.search_step import measured_summary, request_search, search_top_k
 from agent.seeds import seed_proposals
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.state import DEFAULT_BUDGET, RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed
-from agent.trials import trial_score
+from agent.trials import Trial, trial_score
 from projection.errors import ProjtuneError
+from projection.framework import record_of_launch
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
-from tools.framework_rules import RECIPE_OF_LAUNCH
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -71,18 +72,33 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     if isinstance(result, Clarification):
         return {**start, "clarification": result.model_dump()}
     if result.framework is None and not result.candidates:
-        # The search keeps to layouts the launch framework (--framework, default megatron) can run.
-        result = result.model_copy(update={"framework": RECIPE_OF_LAUNCH.get(options_of(runtime).framework)})
+        # The layouts run on the launch framework (--framework, default megatron): its record prices them and the
+        # search keeps to what it can launch.
+        result = result.model_copy(update={"framework": record_of_launch(options_of(runtime).framework).name})
     try:
-        Job(result)
+        LayoutSpace(result)
     except ProjtuneError as err:
         return {**start, "clarification": Clarification(question=str(err), partial=result.model_dump()).model_dump()}
     return {**start, "clarification": None, "request": result.model_dump(), "notes": list(result.notes)}
 
 
+def search(state: State) -> dict[str, Any]:
+    """Run the layout search for the request through the Toolbox (:mod:`agent.search_step`): its summary goes into
+    ``search`` for the policy's first round; an eval's measured candidates are not searched (they ran)."""
+    request = state["request"]
+    if state.get("candidates_ran") and request.get("candidates"):
+        return {"search": measured_summary(request)}
+    summary, failed = request_search(request, search_top_k(request))
+    if failed is None:
+        return {"search": summary, "usage": _spend(state, tool_calls=1)}
+    failure, error = failed
+    return {"search": {"enumerated": 0, "projected": 0, "ranked": [], "message": error},
+            "usage": _spend(state, tool_calls=1), "notes": [error], "tool_errors": [failure.model_dump()]}
+
+
 def seed(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     """Queue the deterministic seed trials: recipe baseline plus single-axis moves."""
-    job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+    job, tools = LayoutSpace(state["request"]), Toolbox.for_request(state["request"])
     seeds = [{**s, "round": 0} for s in seed_proposals(job, tools)]
     emit("seed", count=len(seeds))
     return {"pending": seeds, "usage": _spend(state, tool_calls=tools.calls), "tool_errors": tools.failures_dump()}
@@ -123,7 +139,7 @@ def _trial(tid: int, proposal: dict[str, Any], status: str, **fields: Any) -> di
 
 def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     """Validate every pending proposal, screen its memory, project what fits (search results come scored)."""
-    job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+    job, tools = LayoutSpace(state["request"]), Toolbox.for_request(state["request"])
     seen = {t["key"] for t in state.get("trials", []) if t.get("key")}
     next_id = len(state.get("trials", []))
     left = state["budget"]["max_tool_calls"] - state["usage"].get("tool_calls", 0)
@@ -131,7 +147,8 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     for proposal in state.get("pending") or []:
         checked = job.check(proposal.get("config") or {})
         if checked.config is None:
-            trials.append(_trial(next_id + len(trials), proposal, "invalid", violations=checked.reasons))
+            trials.append(Trial(**_trial(next_id + len(trials), proposal, "invalid",
+                                         violations=checked.reasons)).state())
             continue
         key = job.key(checked.config)
         if key in seen:
@@ -148,7 +165,7 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
                 notes.append("tool-call budget spent: some proposals were not evaluated")
             else:
                 trial.update(_score(job, tools, trial["config"], ran=bool(state.get("candidates_ran"))))
-        trials.append(trial)
+        trials.append(Trial(**trial).state())
         emit("trial", status=trial["status"], layout=trial.get("layout"),
              tokens_per_sec_per_gpu=trial.get("tokens_per_sec_per_gpu"), trial=trial)   # trial: for `tune --log`
     if duplicates:
@@ -163,7 +180,7 @@ def evaluate(state: State, runtime: Runtime[RunOptions]) -> dict[str, Any]:
     return update
 
 
-def _score(job: Job, tools: Toolbox, config: dict[str, Any], *, ran: bool = False) -> dict[str, Any]:
+def _score(job: LayoutSpace, tools: Toolbox, config: dict[str, Any], *, ran: bool = False) -> dict[str, Any]:
     """Memory screen, then projection; the trial fields that result.
 
     ``ran``: the layout was measured to run (an eval's candidate), so the memory verdict does not
@@ -242,7 +259,7 @@ def search_ranks(state: State) -> dict[str, int]:
     ranked = (state.get("search") or {}).get("ranked") or []
     if not ranked:
         return {}
-    job = Job(state["request"])
+    job = LayoutSpace(state["request"])
     out: dict[str, int] = {}
     for c in ranked:
         checked = job.check(c["config"])

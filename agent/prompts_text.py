@@ -15,7 +15,7 @@ import json_repair
 from agent.grounding import stated_constraints, stated_number, unstated_job
 from agent.plain_text import plain_text
 from agent.request import Clarification, TuneRequest, parse_request
-from agent.space import Job
+from agent.space import LayoutSpace
 from projection.memory import GIB
 from projection.vocabulary import FINETUNES
 from tools.schemas import LegalAxesOutput
@@ -25,7 +25,7 @@ QUESTION_MAX_CHARS = 300
 """Longest question back from the LLM shown to the user (one or two sentences; longer is cut and marked)."""
 
 
-def job_text(job: Job, axes: LegalAxesOutput | None) -> str:
+def job_text(job: LayoutSpace, axes: LegalAxesOutput | None) -> str:
     """The job for the proposal prompt: model shape, GPU, cluster, batch, constraints and legal axes (when the
     legal_axes tool answered)."""
     m, h, c = job.model, job.hardware, job.cluster

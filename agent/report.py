@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from agent.decide import benchmark_choice, decision_text, mfu_labels, near_ties
 from agent.nodes import options_of, ordered
 from agent.planning import job_plan
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.policies import Policy
 from agent.state import RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed, ToolFailure
@@ -249,7 +249,8 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),
         best=ranked_layout(1, best_first[0], gpu) if best_first else None,
         top5=[ranked_layout(i + 1, t, gpu) for i, t in enumerate(best_first[:request.get("top_k", 5)])],
-        near_ties=ties, decision=decision, plan=plan, recompute=recompute_summary(best_first, Job(request), tools),
+        near_ties=ties, decision=decision, plan=plan,
+        recompute=recompute_summary(best_first, LayoutSpace(request), tools),
         why=facts["why"], why_terms=facts["why_terms"], launch_config=launch, explanation=explanation,
         trials=len(state.get("trials", [])), trials_scored=len(best_first), rounds=state.get("round", 0),
         stop_reason=state.get("stop_reason"), search=search, message=message,

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agent import names
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
 from agent.request_numbers import BAD_COUNT, canonical_numbers, count_problem
+from projection.framework import framework_words
 from projection.quantities import QuantityError, read_size
 from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, NicGbps,
                                          PackedDocumentTokens)
@@ -53,10 +54,7 @@ MAX_TOP_K = 50
 _NUM = (r"(?<![\w.,^*+\-−])([0-9]{1,9}(?:\.[0-9]{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
         r"(?![\w]|\.[0-9])")
 _MULTIPLIER = {"k": 1024, "m": 1024 ** 2, "thousand": 1000, "million": 1_000_000}
-FRAMEWORKS = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
-              "nemo": "nemo", "megatron-bridge": "nemo", "torchtitan": "torchtitan", "titan": "torchtitan",
-              "primus": "primus", "deepspeed": "deepspeed", "maxtext": "jax", "jax": "jax",
-              "llm-foundry": "llm-foundry"}
+FRAMEWORKS = framework_words()   # every word naming a framework -> its recipe name (projection/framework.py)
 _FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nemo|torchtitan|titan|primus|deepspeed|"
                         r"maxtext|jax|llm-foundry)\b", re.I)
 _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
@@ -131,8 +129,9 @@ class TuneRequest(BaseModel):
     finetune: str | None = Field(default=None, pattern=f"^({'|'.join(FINETUNES)})$",
                                  description="'lora' (frozen base weights) or 'sft'; None = pretraining.")
     packed_document_tokens: PackedDocumentTokens = None
-    framework: str | None = Field(default=None, description="Launch framework the user named (megatron, nemo, "
-                                                            "torchtitan, primus, deepspeed, jax); None = not said.")
+    framework: str | None = Field(default=None, description="The framework the user named, as its recipe name "
+                                                            "(megatron, nemo, torchtitan, primus, deepspeed, jax): "
+                                                            "its record prices the layouts; None = not said.")
     batch_tokens: int | None = Field(default=None, ge=1, description="The global batch in tokens, when given so.")
     nic_gbps: NicGbps = Field(default=None, description="Line rate of one NIC, Gbit/s (if said).")
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
@@ -718,7 +717,8 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         assumed.add("framework")
     if not values.get("framework"):
         if "framework" not in assumed:
-            notes.append("framework not said: layouts are Megatron-style (export with --framework)")
+            notes.append("framework not said: layouts are priced and launched as Megatron-LM runs them (the default; "
+                         "say 'with torchtitan' or pass --framework)")
         assumed.add("framework")
 
 

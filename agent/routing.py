@@ -7,12 +7,12 @@ from typing import Literal
 from agent.state import State
 
 
-def after_parse(state: State) -> Literal["seed", "report"]:
-    """A clarification goes straight to the report; a parsed request starts the seed trials."""
+def after_parse(state: State) -> Literal["search", "report"]:
+    """A clarification goes straight to the report; a parsed request starts with the layout search."""
     if state.get("clarification"):
         return "report"
     if state.get("request"):
-        return "seed"
+        return "search"
     raise ValueError("parse left neither a request nor a clarification in the state")
 
 

@@ -5,7 +5,7 @@ The baseline is what a Megatron recipe would start from: bf16, selective recompu
 domain), and the smallest model-parallel size tp*pp (TP first, inside a node) whose memory passes the screen.  The moves
 change one axis at a time (recompute sweep, FP8, micro-batch, schedule, TP, PP, EP, ZeRO), the
 order Primus's seed planner tries them in.  Every seed is inside the search space of the
-request (``Job.in_space``), so seeds can enrich the history but never out-rank the search.
+request (``LayoutSpace.in_space``), so seeds can enrich the history but never out-rank the search.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.toolbox import Toolbox, ToolFailed
 from projection.legality import tp_span
 from projection.memory_verdict import passes_screen
@@ -33,7 +33,7 @@ MAX_SEEDS = 12
 MAX_BASELINE_SCREENS = 24
 
 
-def _recipe(job: Job, tp: int, pp: int, cp: int) -> dict[str, Any]:
+def _recipe(job: LayoutSpace, tp: int, pp: int, cp: int) -> dict[str, Any]:
     s = job.space
     dp = job.num_gpus // (tp * pp * cp)
     eps = [e for e, et in expert_options(s, tp, cp, dp) if et == 1] or [1]
@@ -44,14 +44,14 @@ def _recipe(job: Job, tp: int, pp: int, cp: int) -> dict[str, Any]:
             "sequence_parallel": tp > 1, "pp_schedule": "1f1b"}
 
 
-def _in_space(job: Job, raw: dict[str, Any]) -> TrainingConfig | None:
+def _in_space(job: LayoutSpace, raw: dict[str, Any]) -> TrainingConfig | None:
     checked = job.check(raw)
     if checked.config is None or checked.status != "ok" or not job.in_space(checked.config):
         return None
     return checked.config
 
 
-def baseline(job: Job, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
+def baseline(job: LayoutSpace, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
     """The recipe baseline and why it was chosen (None when the request allows no recipe-like layout)."""
     s = job.space
     shapes = sorted(((tp, pp, cp) for cp in cp_values(s) for tp in tp_values(s, cp) for pp in pp_values(s, tp, cp)),
@@ -76,7 +76,7 @@ def baseline(job: Job, tools: Toolbox) -> tuple[TrainingConfig | None, str]:
     return None, ""
 
 
-def _moves(job: Job, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
+def _moves(job: LayoutSpace, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
     """Single-axis changes of ``c`` with their reasons, in the seed planner's order."""
     base = c.model_dump(exclude_none=True, exclude={"dp"})
     for recompute in RECOMPUTES:
@@ -117,7 +117,7 @@ def _moves(job: Job, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
             yield {**base, "zero": zero}, why
 
 
-def single_axis_moves(job: Job, config: TrainingConfig, *, limit: int, skip: set[str]) -> list[dict[str, Any]]:
+def single_axis_moves(job: LayoutSpace, config: TrainingConfig, *, limit: int, skip: set[str]) -> list[dict[str, Any]]:
     """Up to ``limit`` in-space single-axis moves of ``config`` whose keys are not in ``skip``, as proposals."""
     out: list[dict[str, Any]] = []
     seen = set(skip)
@@ -132,7 +132,7 @@ def single_axis_moves(job: Job, config: TrainingConfig, *, limit: int, skip: set
     return out
 
 
-def seed_proposals(job: Job, tools: Toolbox, limit: int = MAX_SEEDS) -> list[dict[str, Any]]:
+def seed_proposals(job: LayoutSpace, tools: Toolbox, limit: int = MAX_SEEDS) -> list[dict[str, Any]]:
     """Baseline plus single-axis trials (at most ``limit``), each tagged with source 'seed'."""
     if job.explicit is not None:
         return []  # an explicit candidate set is the whole space; the policy ranks it

@@ -1,9 +1,11 @@
 """Layouts as the agent handles them: normalised config dicts, canonical keys, legality and the search space.
 
-``Job`` resolves a request once (model, GPU, cluster, constraints).  ``Job.check`` turns any
+``LayoutSpace`` is the space of layouts a request allows: it holds the request's resolved
+:class:`projection.job.Job` (the one job class: model, GPU, cluster, profiles, framework) with the request's
+constraints, batch and job fields.  ``LayoutSpace.check`` turns any
 proposed config dict into a validated :class:`TrainingConfig` or the reasons it is not one
 (pydantic errors, :func:`projection.legality.layout_violations`, the request's constraints).
-``Job.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
+``LayoutSpace.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
 yields for the request (or one of the request's explicit candidates): the offline policy keeps
 its own trials inside that space, which is what makes its answer equal the search's best.
 """
@@ -18,13 +20,13 @@ from pydantic import ValidationError
 
 from agent.request import network_fields
 from projection.hardware import HardwareSpec
-from projection.job import resolve_job
+from projection.job import Job, resolve_job
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 from tools.candidates import SearchSpace, in_space, with_job_fields
 from tools.constraints import Constraints
-from tools.framework_rules import framework_violations, launch_framework_of
+from tools.framework_rules import framework_violations
 
 
 @dataclass(slots=True)
@@ -52,26 +54,31 @@ def canonical(config: TrainingConfig, num_gpus: int) -> str:
     return json.dumps(data, sort_keys=True)
 
 
-class Job:
-    """One request resolved: specs, cluster, constraints and the search space."""
+class LayoutSpace:
+    """The layouts one request allows: its resolved job, constraints and the search space."""
 
     def __init__(self, request: Any) -> None:
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
-        resolved = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"),
-                               **network_fields(request))
-        self.model: ModelSpec = resolved.model
-        self.hardware: HardwareSpec = resolved.hardware
-        self.cluster: Cluster = resolved.cluster
+        self.job: Job = resolve_job(get("model"), get("gpu"), get("num_gpus"), gpus_per_node=get("gpus_per_node"),
+                                    **network_fields(request), framework=get("framework"))
+        """The request's job (:func:`projection.job.resolve_job`), priced with the request's framework."""
+        self.model: ModelSpec = self.job.model
+        self.hardware: HardwareSpec = self.job.hardware
+        self.cluster: Cluster = self.job.cluster
         self.gbs, self.seq_len = int(get("gbs")), int(get("seq_len"))
         self.constraints = Constraints.parse(get("constraints") or [])
+        self.framework: str | None = get("framework")
+        """The recipe framework the layouts run on (its record prices them; None = megatron): every layout of the job
+        carries it, as the search's do."""
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
-                                 constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len)
+                                 constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len,
+                                 framework=self.framework)
         self.explicit: set[str] | None = None
         self.finetune: str | None = get("finetune")
         """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""
         self.packed_document_tokens: int | None = get("packed_document_tokens")
         """Mean tokens per packed fine-tuning document (None = unpacked): every layout of the job carries it."""
-        self.launch_framework = launch_framework_of(get("framework"))
+        self.launch_framework = self.job.record.launch if self.framework is not None else None
         """The framework that must launch a searched layout (tools/framework_rules.py); None: no launch rules."""
         candidates = get("candidates")
         if candidates is not None:
@@ -97,7 +104,8 @@ class Job:
     def check(self, raw: dict[str, Any]) -> Checked:
         """Validate a proposed config dict: types, legality, then the request's constraints."""
         values = with_job_fields({k: v for k, v in raw.items() if v is not None}, gbs=self.gbs, seq_len=self.seq_len,
-                                 finetune=self.finetune, packed_document_tokens=self.packed_document_tokens)
+                                 finetune=self.finetune, packed_document_tokens=self.packed_document_tokens,
+                                 framework=self.framework)
         try:
             config = TrainingConfig(**values)
         except (ValidationError, TypeError) as err:

@@ -25,6 +25,7 @@ from tools import schemas as s
 from tools.constraints import ConstraintError
 from tools.launch_config import LaunchConfig
 from tools.registry import TOOLS_BY_NAME, error_of
+from tools.search import SearchRequest, SearchResult, run_search
 
 Out = TypeVar("Out", bound=BaseModel)
 FailureKind = Literal["invalid_input", "unknown_name", "illegal_layout", "constraint", "model_spec", "rejected"]
@@ -155,6 +156,11 @@ class Toolbox:
         """One layout as a launch config of ``framework`` (:func:`tools.functions.export_launch_config`)."""
         return self._on_job("export_launch_config", f.export_launch_config, s.ExportInput, layout=layout,
                             framework=framework)
+
+    def search(self, progress: Callable[[int, int], None] | None = None, **arguments: Any) -> SearchResult:
+        """The layout search for the job (:func:`tools.functions.search`); ``progress(done, total)`` as it goes."""
+        call = f.search if progress is None else (lambda inp: run_search(inp, progress=progress))
+        return self._on_job("search", call, SearchRequest, **arguments)
 
     def run_benchmark(self, layout: dict[str, Any]) -> s.BenchmarkOutput:
         """Measure one layout on the local GPU, or say why not (:func:`tools.functions.run_benchmark`)."""

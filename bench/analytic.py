@@ -22,7 +22,7 @@ from projection.layout import ParallelDims, parallel_dims
 from projection.model_spec import ModelSpec
 from projection.params import layer_params
 from projection.training_config import Cluster, TrainingConfig
-from projection.workload import ACT_BYTES, LayerCost
+from projection.workload import ACT_BYTES, LayerCost, grouped_gemm_kernels, routed_expert_efficiency
 
 LayerKind = tuple[bool, int]   # (routed-expert MLP, attention window in tokens; 0 = full causal)
 
@@ -107,12 +107,13 @@ def expert_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, ra
     local_experts = max(1, model.num_experts // dims.ep)
     per_expert = routed / local_experts
     ffn_local = model.moe_ffn_hidden_size / dims.etp
-    f1, i1, w1 = gemm_fwd_bwd_s(per_expert, mats * ffn_local, h, rates, groups=local_experts,
-                                efficiency=rates.moe_efficiency)
-    f2, i2, w2 = gemm_fwd_bwd_s(per_expert, h, ffn_local, rates, groups=local_experts,
-                                efficiency=rates.moe_efficiency)
+    eff = routed_expert_efficiency(config, rates, per_expert, local_experts)   # as the layer's (a part of it)
+    f1, i1, w1 = gemm_fwd_bwd_s(per_expert, mats * ffn_local, h, rates, groups=local_experts, efficiency=eff)
+    f2, i2, w2 = gemm_fwd_bwd_s(per_expert, h, ffn_local, rates, groups=local_experts, efficiency=eff)
     stream = streaming_s(4 * ACT_BYTES * routed * h + 3 * ACT_BYTES * routed * ffn_local, 0, rates)
-    return ExpertCost(fwd_s=f1 + f2 + stream, bwd_input_s=i1 + i2 + 2 * stream, bwd_weight_s=w1 + w2)
+    per_expert_s = 2 * grouped_gemm_kernels(config.framework, local_experts)[0] * rates.kernel_overhead_s
+    return ExpertCost(fwd_s=f1 + f2 + stream + per_expert_s, bwd_input_s=i1 + i2 + 2 * stream + per_expert_s,
+                      bwd_weight_s=w1 + w2 + per_expert_s)
 
 
 def analytic_layout(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *,

@@ -58,7 +58,8 @@ from evals.sweep_file import LoadedSweep
 from evals.sweep_models import nearest
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
 from projection.errors import ProjtuneError
-from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.framework import framework_profile
+from projection.framework_profile import FrameworkProfile
 from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
 from projection.uncertainty import BandTable, band_for, build_table, write_table
 

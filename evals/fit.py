@@ -35,7 +35,8 @@ from evals.sweep_file import LoadedRun, LoadedSweep
 from projection.device_profile import FITTABLE, DeviceProfile
 from projection.engine import network_for, project
 from projection.errors import ProjtuneError
-from projection.framework_profile import FRAMEWORK_ALIASES, FrameworkProfile, framework_profile
+from projection.framework import framework_profile, framework_record
+from projection.framework_profile import FrameworkProfile
 from projection.profile_priors import member_profile, parameter_bounds, physical, prior_profile, silicon_group
 
 MIN_RUNS_PER_ID = 4            # a silicon group with fewer complete runs shares its family's profile
@@ -78,8 +79,7 @@ class FitRun:
 
 def framework_key(name: str | None) -> str:
     """The framework profile a run uses (Megatron-core based stacks share one)."""
-    key = name or REFERENCE_FRAMEWORK
-    return FRAMEWORK_ALIASES.get(key, key)
+    return framework_record(name or REFERENCE_FRAMEWORK).band_name
 
 
 def collect_fit_runs(sweeps: Sequence[LoadedSweep]) -> list[FitRun]:

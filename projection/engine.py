@@ -35,7 +35,8 @@ from projection.compute import DeviceRates, device_rates
 from projection.device_profile import DeviceProfile, default_profile
 from projection.errors import IllegalLayoutError
 from projection.flops import FlopsFormula, model_flops_per_step
-from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.framework import framework_profile
+from projection.framework_profile import FrameworkProfile
 from projection.hardware import HardwareSpec
 from projection.job import hardware_of
 from projection.layout import ParallelDims, chunk_layers, effective_schedule, parallel_dims, recomputed_layers

@@ -5,7 +5,8 @@ overlap, userbuffers), torchtitan (PyTorch eager/compile, FSDP2) or DeepSpeed Ze
 per-parameter-group collectives with little prefetch).  A framework profile holds a few
 multipliers on top of the device profile; ``projtune calibrate`` fits them on the
 development sweeps like device profiles, and the files record what they were fitted on.
-Runs that name no framework use ``megatron`` (what every public recipe here is built on).
+Runs that name no framework use ``megatron`` (what every public recipe here is built on); which file a
+framework reads is said by its record (:mod:`projection.framework`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.vocabulary import Precision
-
-DEFAULT_FRAMEWORK = "megatron"
-# Frameworks that run Megatron-core underneath share its profile unless they have their own file.
-FRAMEWORK_ALIASES = {"nemo": "megatron", "primus": "megatron"}
 
 
 class AttentionKernelSpeed(BaseModel):
@@ -115,13 +112,13 @@ class FrameworkProfile(BaseModel):
 
 
 @lru_cache(maxsize=32)
-def framework_profile(name: str | None) -> FrameworkProfile:
-    """The shipped profile of a framework (defaults when there is no file)."""
-    key = name or DEFAULT_FRAMEWORK
+def load_framework_profile(stems: tuple[str, ...], name: str) -> FrameworkProfile:
+    """The profile in the first ``catalog/frameworks/<stem>.yaml`` that exists, named ``name`` (multiplier
+    defaults when none does).  Which files a framework reads is its record's choice
+    (:attr:`projection.framework.FrameworkRecord.profile`)."""
     folder = Path(str(resources.files("projection") / "catalog" / "frameworks"))
-    for stem in (key, FRAMEWORK_ALIASES.get(key, key)):
+    for stem in stems:
         path = folder / f"{stem}.yaml"
         if path.is_file():
-            data = yaml.safe_load(path.read_text()) or {}
-            return FrameworkProfile.model_validate({**data, "name": key})
-    return FrameworkProfile(name=key)
+            return FrameworkProfile.model_validate({**(yaml.safe_load(path.read_text()) or {}), "name": name})
+    return FrameworkProfile(name=name)

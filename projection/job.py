@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from projection.device_profile import DeviceProfile, default_profile, load_profile
-from projection.errors import UnknownNameError
-from projection.framework_profile import FrameworkProfile, framework_profile
+from projection.framework import FrameworkRecord, framework_record
+from projection.framework_profile import FrameworkProfile
 from projection.hardware import HardwareSpec, load_hardware
 from projection.model_spec import ModelSpec, load_model
 from projection.training_config import Cluster, TrainingConfig
@@ -62,6 +62,11 @@ class Job:
     profile: DeviceProfile
     framework: FrameworkProfile
     config: TrainingConfig | None = None
+
+    @property
+    def record(self) -> FrameworkRecord:
+        """The record of the job's framework (traits, launch name), the one its profile is named after."""
+        return framework_record(self.framework.name)
 
     @property
     def num_gpus(self) -> int:
@@ -103,12 +108,9 @@ def resolve_device(gpu: str, profile_path: str | Path | None = None) -> tuple[Ha
 
 
 def _framework(name: str | None, config: TrainingConfig | None) -> FrameworkProfile:
-    """The framework profile of a name (checked) or, with none, of the config's framework."""
-    if name is None:
-        return framework_profile(config.framework if config is not None else None)
-    if name not in FRAMEWORK_NAMES:
-        raise UnknownNameError(kind="framework", name=name, choices=list(FRAMEWORK_NAMES))
-    return framework_profile(name)
+    """The framework profile of a name (checked: :func:`projection.framework.framework_record`) or, with none, of
+    the config's framework (megatron when it names none)."""
+    return framework_record(name if name is not None else config.framework if config is not None else None).profile
 
 
 def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,

@@ -60,10 +60,10 @@ from projection.activations import (
     output_activation_bytes,
 )
 from projection.device_profile import DeviceProfile
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile, framework_record, memory_traits
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
-from projection.memory_frameworks import MemoryTraits, memory_traits
+from projection.memory_frameworks import MemoryTraits
 from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, verdict
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
@@ -335,7 +335,8 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Pa
         return 0.0
     if config.moe_dispatcher == "deepep":
         return DEEPEP_BUFFER_BYTES
-    if config.framework == "jax" and config.moe_routing != "token-drop" and dims.ep > 1:
+    if (framework_record(config.framework).workload.ragged_worst_case_buffer and config.moe_routing != "token-drop"
+            and dims.ep > 1):
         rows = dims.ep * config.mbs * (config.seq_len // config.cp) * model.top_k
         buffer = BF16_BYTES * rows * (model.hidden_size + 2 * model.moe_ffn_hidden_size / max(1, config.etp))
         return buffer * (1 + (DCN_STAGING_COPIES if dims.ep > scale_up_gpus else 0))

@@ -31,7 +31,7 @@ import numpy as np
 
 from projection.activations import embedding_activation_bytes, output_activation_bytes
 from projection.device_profile import DeviceProfile
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
 from projection.memory import (
@@ -46,7 +46,6 @@ from projection.memory import (
     stage_params,
     usable_capacity_bytes,
 )
-from projection.memory_frameworks import memory_traits
 from projection.model_spec import ModelSpec
 from projection.params import layer_param_table
 from projection.pipeline import peak_in_flight_closed_form

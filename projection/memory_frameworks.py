@@ -1,6 +1,7 @@
 """What each training framework allocates per parameter, and how its allocator behaves (memory traits).
 
-One small table, one row per framework family, each value cited to the framework's source:
+One small table, one row per framework family, each value cited to the framework's source (which framework
+has which row: its record, :mod:`projection.framework`):
 
 - **Megatron-core** (``megatron``, ``nemo``, ``primus``): bf16 model weights (2 B), fp32 main
   gradients (4 B: Megatron-LM ``--accumulate-allreduce-grads-in-fp32`` is forced on for bf16,
@@ -63,11 +64,3 @@ DEEPSPEED = MemoryTraits(name="deepspeed", weight_bytes=2, grad_bytes=2, optimiz
 # source's temp 178 GiB this is what brings DeepSeek-V3 at per-device batch 7 to its measured 236 GiB.
 JAX_XLA = MemoryTraits(name="jax", weight_bytes=2, grad_bytes=2, optimizer_bytes=4, flash_attention=False,
                        loss_bytes_per_logit=None, score_bytes=6, usable_fraction=268 / 288, caching_allocator=False)
-
-_TRAITS = {"megatron": MEGATRON, "nemo": MEGATRON, "primus": MEGATRON, "torchtitan": TORCHTITAN,
-           "llm-foundry": TORCHTITAN, "deepspeed": DEEPSPEED, "jax": JAX_XLA}
-
-
-def memory_traits(framework: str | None) -> MemoryTraits:
-    """The memory traits of a framework (Megatron-core when none is named, as every public recipe here)."""
-    return _TRAITS.get(framework or "megatron", MEGATRON)

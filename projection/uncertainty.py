@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from projection.framework_profile import FRAMEWORK_ALIASES, DEFAULT_FRAMEWORK
+from projection.framework import framework_record
 
 ANY = "*"
 
@@ -82,8 +82,7 @@ def band_table() -> BandTable:
 
 def framework_key(framework: str | None) -> str:
     """The framework name a band is keyed by (Megatron-core stacks share ``megatron``)."""
-    key = framework or DEFAULT_FRAMEWORK
-    return FRAMEWORK_ALIASES.get(key, key)
+    return framework_record(framework).band_name
 
 
 @lru_cache(maxsize=256)

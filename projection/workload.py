@@ -9,14 +9,14 @@ Routed experts run as one grouped GEMM over the experts local to the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_to_all_s,
                                    reduce_scatter_s)
 from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
-from projection.memory_frameworks import memory_traits
+from projection.framework import WorkloadTraits, framework_record, memory_traits
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 
@@ -45,7 +45,7 @@ GROUPED_GEMM_HALF_M = 60.0
 # dimensions to one batched BLAS call (openxla/xla matmul_utils MatrixLayout.batch_size, equal per-batch
 # shapes), so they run at the dense GEMM efficiency under the tile/wave model, not the ragged grouped-GEMM
 # efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of a dropless grouped GEMM.
-EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.einsum_token_drop_dispatch of the framework record, projection/framework.py)
 # Frameworks whose dropless expert-parallel path receives into a worst-case buffer: MaxText's sparse_matmul
 # (src/MaxText/layers/moe.py) sizes the ragged_all_to_all output as ep * per_device_batch * seq_len *
 # min(local experts, top_k) rows ("In the worst case, all of the global input data is assigned to each expert
@@ -53,7 +53,7 @@ EINSUM_DISPATCH_FRAMEWORKS = frozenset({"jax"})
 # total_repeat_length=inputs.shape[0], then a gather), as do the gated activation and the unpermute after the
 # expert GEMMs; only the grouped GEMMs stop at the received rows (group_sizes).  So every row of the buffer,
 # not only the routed ones, is written once and moved by the local permute, unpermute and activation.
-RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.ragged_worst_case_buffer)
 # Frameworks whose DeepEP path (moe_dispatcher "deepep") also receives into a worst-case buffer: MaxText's
 # Primus-Turbo DeepEP integration (``RoutedMoE.sparse_matmul`` with use_deepep_dispatch, the patch branches
 # yihuang/moe-turbo-gmm-and-deepep{,-v2,-v3} of ROCm/maxtext that evals/data/maxtext-mi355x-deepseek-v3.yaml ran)
@@ -71,7 +71,7 @@ RAGGED_BUFFER_FRAMEWORKS = frozenset({"jax"})
 # same profile show no standalone gather kernels (``loop_gather_fusion`` 0.00 s/step against 1.79-3.47 s on the
 # ragged path) but a ``loop_select_fusion`` for the valid-rows mask.  No zero fill: rows past the received
 # ones are masked, not initialised.  The gated activation runs over the whole buffer, as on the ragged path.
-DEEPEP_BUFFER_FRAMEWORKS = frozenset({"jax"})
+# (WorkloadTraits.deepep_worst_case_buffer)
 DEEPEP_BUFFER_PASSES = 3           # h-wide bf16 passes over every buffer row per forward (see above)
 FAN_IN_BYTES = 4                   # fp32 fan-in output per received token element
 # HBM bytes moved per element cast to a low-precision GEMM input, by recipe (Transformer Engine):
@@ -103,7 +103,7 @@ FAN_IN_BYTES = 4                   # fp32 fan-in output per received token eleme
 #   average), fp32 torch.cat for the send 8 = 23.5;
 # - backward, per query element: fp32 accumulate 11.5 (as dK/dV).
 # Megatron-core / Transformer Engine fuse the correction into their CP kernels, so only these frameworks pay.
-RING_SDPA_FRAMEWORKS = frozenset({"torchtitan"})
+# (WorkloadTraits.ring_sdpa_context_parallel)
 RING_MERGE_FWD_BYTES_PER_OUT = 32.0
 RING_MERGE_FWD_BYTES_PER_KV = 4.0
 RING_MERGE_BWD_BYTES_PER_KV = 23.5
@@ -113,7 +113,7 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # torchtitan's Llama attention repeats K/V heads to the query heads before SDPA (torchtitan/models/llama/
 # model.py: "repeat k/v heads if n_kv_heads < n_heads", keys = repeat_kv(xk, self.n_rep)), so the ring
 # exchanges and merges K/V at the full head count, not the GQA one.
-REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
+# (WorkloadTraits.repeats_kv_heads)
 # Frameworks whose attention runs unfused (no flash kernel): DeepSpeed's 2021 GPT training (Narayanan et al.
 # SC'21 comparison) ran Megatron-LM's CoreAttention (projection.compute.unfused_attention_fwd_bwd_s), as its
 # memory traits already say (projection.memory_frameworks.DEEPSPEED, flash_attention=False).  Not MaxText:
@@ -121,7 +121,7 @@ REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
 # configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
 # flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
 # pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
-UNFUSED_ATTENTION_FRAMEWORKS = frozenset({"deepspeed"})
+# (WorkloadTraits.unfused_attention)
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -140,7 +140,7 @@ CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
 # ceil(experts / 4) kernel overheads on the GPU (not one, as a single fused kernel would) and one host launch
 # per expert.  MaxText (ragged_dot / megablox) and torchtitan (torch._grouped_mm) launch one kernel; Primus is left
 # out (its Primus-Turbo grouped GEMM, when enabled, is one kernel, and its rows do not say which ran).
-TE_GROUPED_GEMM_FRAMEWORKS = frozenset({"megatron", "nemo"})
+# (WorkloadTraits.te_grouped_mlp)
 TE_GROUPED_GEMM_STREAMS = 4
 # Expert biases under Megatron-core's TEGroupedMLP (gpt-oss: ``add_bias_linear`` on the experts).  linear_fc1 adds
 # its bias inside the grouped GEMM (``skip_bias_add=False``), but linear_fc2 is built with ``skip_bias_add=True`` and
@@ -154,7 +154,7 @@ TE_GROUPED_GEMM_STREAMS = 4
 # token-copy x hidden element in the forward (bf16 probabilities; fp32 ones would widen the passes), 2 kernels per
 # local expert plus the cat.  The backward (autograd of the same ops) is charged as the model charges every
 # element-wise pass, twice the forward.  Other frameworks (MaxText, torchtitan) do not run this code.
-EXPERT_BIAS_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_grouped_mlp)
 EXPERT_BIAS_APPLY_BYTES = 12.0      # HBM bytes per routed token-copy x hidden element, forward (see above)
 EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus one torch.cat)
 # Clamped gated activation under Megatron-core's TEGroupedMLP (gpt-oss: ``activation_func_clamp_value`` 7.0, the
@@ -171,7 +171,7 @@ EXPERT_BIAS_APPLY_KERNELS = 2       # b * p and t + b*p per local expert (plus o
 # (ATen clamp_backward: ``where(self <= max, grad, 0)``, and ``where((self >= min).logical_and_(self <= max), ...)``
 # for the two-sided clamp, then the chunk's backward concatenating the two half gradients) moves 8 + 14 + 8 = 30 B in
 # about 7 kernels, about the twice-the-forward (32 B, 6 kernels) the model charges every element-wise pass.
-CLAMPED_ACTIVATION_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_grouped_mlp)
 ACTIVATION_CLAMP_BYTES = 16.0       # HBM bytes per routed token-copy x expert-FFN element, forward (see above)
 ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
 
@@ -186,14 +186,19 @@ ACTIVATION_CLAMP_KERNELS = 3        # two clamps and the cat
 # cited code path); an MoE layer's MLP input is gathered by its token dispatcher in bf16, so only its attention
 # input counts.  The backward is charged as the forward, as before (its wgrad re-gathers stay uncounted).
 TP_GATHER_QUANTISED_BYTES = {"fp8": 1.0}
-TP_GATHER_QUANTISED_FRAMEWORKS = TE_GROUPED_GEMM_FRAMEWORKS
+# (WorkloadTraits.te_quantised_tp_gather)
+
+
+def traits(config: TrainingConfig) -> WorkloadTraits:
+    """The workload traits of the config's framework (its record, :mod:`projection.framework`)."""
+    return framework_record(config.framework).workload
 
 
 def tp_gather_bytes(config: TrainingConfig) -> float:
     """Bytes per element of a sequence-parallel all-gather of a GEMM input that the framework quantises before
     gathering (TP_GATHER_QUANTISED_BYTES), else bf16's ACT_BYTES.  Without sequence parallelism the input is
     replicated and the layer all-reduces its bf16 output instead (the caller's choice)."""
-    if config.framework in TP_GATHER_QUANTISED_FRAMEWORKS:
+    if traits(config).te_quantised_tp_gather:
         return TP_GATHER_QUANTISED_BYTES.get(config.precision, ACT_BYTES)
     return ACT_BYTES
 
@@ -243,8 +248,9 @@ FUSED_GATED_ACT_BYTES = 3 * ACT_BYTES
 # head_dim).reshape(...)``: a reshape of an expanded tensor copies) materialises K and V at the query head count
 # before SDPA when n_rep > 1 (GQA): per token each of K and V reads its kv width and writes the q width (bf16), and
 # the backward (expand's gradient, a sum over the repeats) reads the q width and writes the kv width.  Flash and TE
-# attention take GQA K/V as they are, so only REPEATED_KV_FRAMEWORKS pay.  The copy stays under torch.compile (SDPA
-# is an extern kernel that needs its inputs materialised), so it is keyed on the framework, not on eager_elementwise.
+# attention take GQA K/V as they are, so only frameworks with WorkloadTraits.repeats_kv_heads pay.  The copy stays
+# under torch.compile (SDPA is an extern kernel that needs its inputs materialised), so it is keyed on the framework,
+# not on eager_elementwise.
 REPEAT_KV_KERNELS = 2                 # K and V, forward and backward
 
 
@@ -276,10 +282,10 @@ def eager_elementwise_bytes(model: ModelSpec, config: TrainingConfig, rates: Dev
     ``norm_elements``: token x hidden elements of the two norms together; ``rope_elements``: elements of q and k;
     ``act_elements``: gated-activation (gate) elements; ``repeat_elements``: token x (kv width + q width) elements of
     one repeated tensor (0 without repeat_kv).  Eager passes apply under ``rates.eager_elementwise`` (gated MLPs only
-    for the activation); repeat_kv under REPEATED_KV_FRAMEWORKS.
+    for the activation); repeat_kv under WorkloadTraits.repeats_kv_heads.
     """
     eager = rates.eager_elementwise
-    repeat = repeat_elements if config.framework in REPEATED_KV_FRAMEWORKS else 0.0
+    repeat = repeat_elements if traits(config).repeats_kv_heads else 0.0
     if not eager and repeat <= 0:
         return NO_EAGER_PASSES
     norm = (EAGER_NORM_BYTES[0] - FUSED_NORM_BYTES, EAGER_NORM_BYTES[1] - 2 * FUSED_NORM_BYTES)
@@ -301,8 +307,8 @@ def eager_elementwise_bytes(model: ModelSpec, config: TrainingConfig, rates: Dev
 
 def grouped_gemm_kernels(framework: str, local_experts: int) -> tuple[int, int]:
     """(GPU kernel overheads, host launches) of one grouped GEMM over ``local_experts`` experts, beyond the one
-    kernel every GEMM is charged (see TE_GROUPED_GEMM_FRAMEWORKS)."""
-    if framework not in TE_GROUPED_GEMM_FRAMEWORKS or local_experts <= 1:
+    kernel every GEMM is charged (WorkloadTraits.te_grouped_mlp)."""
+    if not framework_record(framework).workload.te_grouped_mlp or local_experts <= 1:
         return 0, 0
     return -(-local_experts // TE_GROUPED_GEMM_STREAMS) - 1, local_experts - 1
 
@@ -314,23 +320,33 @@ def single_expert_gemm(framework: str, local_experts: int) -> bool:
     expert (num_experts == ep, e.g. Mixtral 8x7B at EP 8) TEGroupedMLP's GroupedLinear holds ``num_gemms`` = 1
     and TE's ``general_grouped_gemm`` hands that one GEMM to nvte_multi_stream_cublas_gemm, which issues one
     cublasLtMatmul on the first compute stream (NVIDIA/TransformerEngine@5c62f728
-    transformer_engine/common/gemm/cublaslt_gemm.cu, see TE_GROUPED_GEMM_FRAMEWORKS); SequentialMLP runs the one
+    transformer_engine/common/gemm/cublaslt_gemm.cu, WorkloadTraits.te_grouped_mlp); SequentialMLP runs the one
     expert as a plain MLP of TE Linear layers.  Either way it is one ordinary cuBLAS GEMM over all the routed
     rows, priced by the dense tile/wave model at the dense GEMM efficiency, not by the ragged grouped-GEMM
     efficiency (moe_efficiency, GROUPED_GEMM_HALF_M) of several unequal expert GEMMs.  Other frameworks run a
     single-group call through a grouped kernel (torch._grouped_mm, ragged_dot, Primus-Turbo), which keeps it.
     """
-    return local_experts == 1 and framework in TE_GROUPED_GEMM_FRAMEWORKS
+    return local_experts == 1 and framework_record(framework).workload.te_grouped_mlp
+
+
+def routed_expert_efficiency(config: TrainingConfig, rates: DeviceRates, per_expert: float, local_experts: int,
+                             einsum_path: bool = False) -> float:
+    """Efficiency of the routed experts' GEMMs: batched dense GEMMs (1.0, the tile/wave model) on MaxText's einsum
+    path and for a lone TE expert (:func:`single_expert_gemm`), a ragged grouped GEMM otherwise
+    (``moe_efficiency`` falling with the tokens per expert, GROUPED_GEMM_HALF_M)."""
+    if einsum_path or single_expert_gemm(config.framework, local_experts):
+        return 1.0
+    return rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M)
 
 
 def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, local_experts: int
                       ) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of TEGroupedMLP's unfused, per-expert fc2 bias add
-    (EXPERT_BIAS_FRAMEWORKS); (0, 0) without expert biases or under another framework.
+    (WorkloadTraits.te_grouped_mlp); (0, 0) without expert biases or under another framework.
 
     ``routed`` token copies this GPU's ``local_experts`` process, each ``hidden_size`` wide.
     """
-    if not model.expert_bias or config.framework not in EXPERT_BIAS_FRAMEWORKS or routed <= 0:
+    if not model.expert_bias or not traits(config).te_grouped_mlp or routed <= 0:
         return 0.0, 0
     return (EXPERT_BIAS_APPLY_BYTES * routed * model.hidden_size,
             EXPERT_BIAS_APPLY_KERNELS * local_experts + 1)
@@ -338,11 +354,11 @@ def expert_bias_apply(model: ModelSpec, config: TrainingConfig, routed: float, l
 
 def activation_clamp(model: ModelSpec, config: TrainingConfig, routed: float, ffn_local: float) -> tuple[float, int]:
     """(HBM bytes, kernels) of one forward of the eager clamps and cat in front of TEGroupedMLP's fused clamped
-    activation (CLAMPED_ACTIVATION_FRAMEWORKS); (0, 0) without a clamp or under another framework.
+    activation (WorkloadTraits.te_grouped_mlp); (0, 0) without a clamp or under another framework.
 
     ``routed`` token copies on this GPU's experts, each ``ffn_local`` (expert FFN width on this GPU) wide per half.
     """
-    if model.activation_clamp <= 0 or config.framework not in CLAMPED_ACTIVATION_FRAMEWORKS or routed <= 0:
+    if model.activation_clamp <= 0 or not traits(config).te_grouped_mlp or routed <= 0:
         return 0.0, 0
     return ACTIVATION_CLAMP_BYTES * routed * ffn_local, ACTIVATION_CLAMP_KERNELS
 
@@ -484,8 +500,8 @@ def ring_merge_s(tokens: float, out_width: float, kv_width: float, cp: int, rate
 def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, tokens: float,
                         local_experts: int, ffn_local: float) -> float:
     """HBM bytes of one MoE layer forward spent on a worst-case ragged all-to-all receive buffer (see
-    RAGGED_BUFFER_FRAMEWORKS), or on a static-shape DeepEP receive buffer (DEEPEP_BUFFER_FRAMEWORKS);
-    0 where the framework receives exactly the routed tokens.
+    WorkloadTraits.ragged_worst_case_buffer), or on a static-shape DeepEP receive buffer
+    (WorkloadTraits.deepep_worst_case_buffer); 0 where the framework receives exactly the routed tokens.
 
     ``tokens`` on this GPU, ``local_experts`` held by it.  The buffer has ``ep * tokens * min(local_experts,
     top_k)`` rows: zero-initialised (h wide, written once), sorted into expert order and back by the local
@@ -497,13 +513,13 @@ def ragged_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Parallel
     if config.moe_routing != "dropless" or dims.ep <= 1:
         return 0.0
     h = model.hidden_size
-    if config.moe_dispatcher == "deepep" and config.framework in DEEPEP_BUFFER_FRAMEWORKS:
+    if config.moe_dispatcher == "deepep" and traits(config).deepep_worst_case_buffer:
         received = dims.ep * tokens                  # num_worst_tokens: every local token from every EP rank
         rows = received * model.top_k                # fanned out K-way
         padding = max(0.0, rows - tokens * model.top_k)
         return (ACT_BYTES * (rows * DEEPEP_BUFFER_PASSES * h + padding * 3 * ffn_local)
                 + FAN_IN_BYTES * received * h)
-    if config.framework not in RAGGED_BUFFER_FRAMEWORKS or config.moe_dispatcher != "alltoall":
+    if not traits(config).ragged_worst_case_buffer or config.moe_dispatcher != "alltoall":
         return 0.0
     rows = dims.ep * tokens * min(local_experts, model.top_k)
     padding = max(0.0, rows - tokens * model.top_k)
@@ -540,22 +556,22 @@ def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, e
     return elements
 
 
-def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
-               net: NetworkParams, groups: CommGroups) -> LayerCost:
-    """Compute and communication of ``layer`` for one micro-batch."""
-    t = dims.tp
-    h = model.hidden_size
-    seq_local = config.seq_len / dims.cp
-    tokens = config.mbs * seq_local
-    a_local = model.num_attention_heads / t
-    fwd = bwd_in = bwd_w = 0.0
-    flops = 0.0
-    launches = 0                  # forward kernel launches of the layer (backward launches about twice as many)
-    quantised_calls = quantised_inputs = 0   # low-precision GEMMs and the inputs they quantise (one per expert)
+@dataclass(slots=True)
+class _Gemms:
+    """The GEMMs of one layer forward as a PyTorch block issues them, accumulated: seconds of the forward and of the
+    backward's input and weight gradients, model FLOPs, launches, and the low-precision inputs they quantise."""
 
-    matmul_fwd: list[float] = []  # forward seconds of each matmul in the order a PyTorch block issues them
+    rates: DeviceRates
+    fwd: float = 0.0
+    bwd_in: float = 0.0
+    bwd_w: float = 0.0
+    flops: float = 0.0
+    launches: int = 0             # forward kernel launches of the layer (backward launches about twice as many)
+    quantised_calls: int = 0      # low-precision GEMMs
+    quantised_inputs: int = 0     # the inputs they quantise (one per expert)
+    matmul_fwd: list[float] = field(default_factory=list)   # forward seconds of each matmul, in issue order
 
-    def linear(m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
+    def linear(self, m: float, n: float, k: float, *, groups_: int = 1, eff: float = 1.0, model_flops: bool = True,
                weight: bool = True, quantised: bool = True, parts: tuple[float, ...] = (1.0,),
                constant_left: bool = False) -> None:
         """One GEMM (``parts``: the shares of the separate matmuls a PyTorch block runs for a fused one).
@@ -563,37 +579,56 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         ``constant_left``: the (m x k) operand is a constant of the backward (a 0/1 mask with no gradient), so
         the backward runs only the gradient of the (k x n) activation operand.
         """
-        nonlocal fwd, bwd_in, bwd_w, flops, launches, quantised_calls, quantised_inputs
-        launches += 1
+        self.launches += 1
         if quantised:
-            quantised_calls += 1
-            quantised_inputs += groups_
-        f, di, dw = gemm_fwd_bwd_s(m, n, k, rates, groups=groups_, efficiency=eff)
-        matmul_fwd.extend(f * share for share in parts)
-        fwd = fwd + f
+            self.quantised_calls += 1
+            self.quantised_inputs += groups_
+        f, di, dw = gemm_fwd_bwd_s(m, n, k, self.rates, groups=groups_, efficiency=eff)
+        self.matmul_fwd.extend(f * share for share in parts)
+        self.fwd = self.fwd + f
         if constant_left:  # only the (k x n) operand's gradient: an activation gradient
-            bwd_in += dw
+            self.bwd_in += dw
         else:
-            bwd_in, bwd_w = bwd_in + di, bwd_w + (dw if weight else 0.0)
+            self.bwd_in, self.bwd_w = self.bwd_in + di, self.bwd_w + (dw if weight else 0.0)
             if not weight:  # both operands are activations: the second backward GEMM is an input gradient too
-                bwd_in += dw
-        flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
+                self.bwd_in += dw
+        self.flops += 2.0 * m * n * k * groups_ if model_flops else 0.0
 
-    up_proj = 0.0                 # forward of the MLA up-projections (recompute module mla_up_proj)
+
+@dataclass(frozen=True, slots=True)
+class _Attention:
+    """The attention block's results beyond its projection GEMMs (those are in the layer's :class:`_Gemms`)."""
+
+    fwd_s: float                  # the attention kernel (and torchtitan's ring merge), forward
+    bwd_s: float                  # and backward
+    kv_heads: float               # K/V heads one GPU holds for attention
+    up_proj_s: float              # forward of the MLA up-projections (recompute module mla_up_proj)
+
+
+def _attention(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+               g: _Gemms) -> _Attention:
+    """Attention block of ``layer``: the projection GEMMs (into ``g``) and the attention kernel."""
+    t = dims.tp
+    h = model.hidden_size
+    seq_local = config.seq_len / dims.cp
+    tokens = config.mbs * seq_local
+    a_local = model.num_attention_heads / t
+    linear = g.linear
+    up_proj = 0.0
     # Attention projections.
     if model.uses_mla:
         qk = model.head_dim
         if model.q_lora_rank:
             linear(tokens, model.q_lora_rank, h)
-            before = fwd
+            before = g.fwd
             linear(tokens, a_local * qk, model.q_lora_rank)
-            up_proj = fwd - before
+            up_proj = g.fwd - before
         else:
             linear(tokens, a_local * qk, h)
         linear(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h)
-        before = fwd
+        before = g.fwd
         linear(tokens, a_local * (qk - model.qk_rope_head_dim + model.v_head_dim), model.kv_lora_rank)
-        up_proj += fwd - before
+        up_proj += g.fwd - before
     else:
         qkv = model.q_width + 2 * model.kv_width
         linear(tokens, qkv / t, h, parts=(model.q_width / qkv, model.kv_width / qkv, model.kv_width / qkv))
@@ -605,7 +640,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     if doc is not None and doc < config.seq_len and not window:
         keys, tiled = _document_keys(doc)               # per-document (THD) attention of packed fine-tuning data
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
+    if traits(config).unfused_attention and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
                                                          model.head_dim, model.v_head_dim, rates,
@@ -613,36 +648,64 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     else:
         attn_fwd, attn_bwd = attention_fwd_bwd_s(attn_flops * tiled / keys, rates,
                                                  config.mbs * a_local * seq_local * tiled)
-    kv_heads = (a_local if config.framework in REPEATED_KV_FRAMEWORKS
+    kv_heads = (a_local if traits(config).repeats_kv_heads
                 else model.num_kv_heads / t)                    # K/V heads one GPU holds for attention
-    if dims.cp > 1 and config.framework in RING_SDPA_FRAMEWORKS:
+    if dims.cp > 1 and traits(config).ring_sdpa_context_parallel:
         merge_fwd, merge_bwd = ring_merge_s(config.mbs * seq_local, a_local * model.v_head_dim,
                                             kv_heads * model.head_dim, dims.cp, rates)
         attn_fwd, attn_bwd = attn_fwd + merge_fwd, attn_bwd + merge_bwd
-    flops += attn_flops
+    g.flops += attn_flops
+    return _Attention(attn_fwd, attn_bwd, kv_heads, up_proj)
 
-    # MLP: dense, or router + shared experts + routed experts.
+
+@dataclass(frozen=True, slots=True)
+class _Mlp:
+    """The MLP or MoE block's results beyond its GEMMs (those are in the layer's :class:`_Gemms`)."""
+
+    moe: bool
+    fixed_s: float                # per-MoE-layer overhead (router, dispatch bookkeeping), forward
+    ep_comm_s: float              # dispatch + combine
+    routed: float                 # token copies (padded) this GPU's experts process
+    stream_bytes: float           # element-wise HBM bytes of the block (activation, permutes, buffers)
+    kernels: int                  # element-wise kernels of the block beyond KERNELS_PER_LAYER_FWD
+    gemms_fwd_s: float            # forward of the block's GEMMs
+    shared_s: float               # forward of the shared experts' GEMMs
+    act_elements: float           # elements of the gated activation
+    act_bytes: float              # its fused HBM bytes
+    clamp_bytes: float            # eager clamps in front of a clamped activation (MoE)
+    clamp_kernels: int
+
+
+def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+         net: NetworkParams, groups: CommGroups, g: _Gemms) -> _Mlp:
+    """MLP block of ``layer``: dense, or router + shared experts + routed experts and the EP dispatch."""
+    t = dims.tp
+    h = model.hidden_size
+    seq_local = config.seq_len / dims.cp
+    tokens = config.mbs * seq_local
+    linear = g.linear
     mats = 2 if model.gated_mlp else 1
     moe = bool(model.moe_layers and model.moe_layers[layer])
     fixed = rates.moe_layer_overhead_s if moe else 0.0
     ep_comm = 0.0
     routed = 0.0
     stream_bytes = 0.0
-    kernels = KERNELS_PER_LAYER_FWD
-    mlp_start = fwd
+    kernels = 0
+    mlp_start = g.fwd
     shared = 0.0
+    clamp_bytes, clamp_kernels = 0.0, 0
     if moe:
         linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h, quantised=False)  # router
         if model.num_shared_experts:
-            before = fwd
+            before = g.fwd
             linear(tokens, mats * model.shared_expert_ffn_hidden_size / t, h)
             linear(tokens, h, model.shared_expert_ffn_hidden_size / t)
-            shared = fwd - before
+            shared = g.fwd - before
         cf = capacity_factor(config)
         routed = tokens * model.top_k / t * dims.etp * cf     # token copies (padded) this GPU's experts process
         local_experts = max(1, model.num_experts // dims.ep)
         per_expert = routed / local_experts
-        einsum_path = cf != 1.0 and config.framework in EINSUM_DISPATCH_FRAMEWORKS   # MaxText dense_matmul
+        einsum_path = cf != 1.0 and traits(config).einsum_token_drop_dispatch   # MaxText dense_matmul
         if einsum_path:
             slots = seq_local * model.top_k * cf               # E * C capacity slots per sequence
             linear(slots, h, seq_local, groups_=config.mbs, model_flops=False, weight=False,
@@ -650,15 +713,13 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             linear(seq_local, h, slots, groups_=config.mbs, model_flops=False, weight=False,
                    quantised=False)                                                            # combine
         ffn_local = model.moe_ffn_hidden_size / dims.etp
-        # batched dense GEMMs on the einsum path and for a lone TE expert, a ragged grouped GEMM otherwise
-        grouped_eff = (1.0 if einsum_path or single_expert_gemm(config.framework, local_experts)
-                       else rates.moe_efficiency * per_expert / (per_expert + GROUPED_GEMM_HALF_M))
+        grouped_eff = routed_expert_efficiency(config, rates, per_expert, local_experts, einsum_path)
         linear(per_expert, mats * ffn_local, h, groups_=local_experts, eff=grouped_eff)
         linear(per_expert, h, ffn_local, groups_=local_experts, eff=grouped_eff)
         gpu_extra, host_extra = grouped_gemm_kernels(config.framework, local_experts)   # per-expert GEMMs
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
-        fwd, bwd_in, bwd_w = fwd + per_expert_s, bwd_in + per_expert_s, bwd_w + per_expert_s
-        launches += 2 * host_extra
+        g.fwd, g.bwd_in, g.bwd_w = g.fwd + per_expert_s, g.bwd_in + per_expert_s, g.bwd_w + per_expert_s
+        g.launches += 2 * host_extra
         # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
         stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
@@ -684,7 +745,32 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         act_elements = tokens * model.ffn_hidden_size / t
         act_bytes = FUSED_GATED_ACT_BYTES * act_elements
         stream_bytes += act_bytes
-    mlp_gemms = fwd - mlp_start
+    return _Mlp(moe=moe, fixed_s=fixed, ep_comm_s=ep_comm, routed=routed, stream_bytes=stream_bytes, kernels=kernels,
+                gemms_fwd_s=g.fwd - mlp_start, shared_s=shared, act_elements=act_elements, act_bytes=act_bytes,
+                clamp_bytes=clamp_bytes, clamp_kernels=clamp_kernels)
+
+
+@dataclass(frozen=True, slots=True)
+class _Elementwise:
+    """The layer's element-wise passes (norms, residuals, rotary embedding, casts, the MLP block's) and launches."""
+
+    stream_s: float               # fused element-wise kernels, forward (the backward charges twice)
+    eager_fwd_s: float            # eager PyTorch element-wise code beyond the fused kernels, forward
+    eager_bwd_s: float            # and backward
+    host_fwd_s: float             # host time to launch the layer's forward kernels
+    norm_bytes: float
+    rope_bytes: float
+    eager: EagerPasses
+
+
+def _elementwise(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates, g: _Gemms,
+                 mlp: _Mlp) -> _Elementwise:
+    """Element-wise passes of the layer at the streaming rate, and the host time of all its forward launches."""
+    t = dims.tp
+    h = model.hidden_size
+    tokens = config.mbs * config.seq_len / dims.cp
+    stream_bytes = mlp.stream_bytes
+    kernels = KERNELS_PER_LAYER_FWD + mlp.kernels
     sp_div = t if config.sequence_parallel else 1
     norm_elements = 2 * tokens * h / sp_div                           # 2 norms
     norm_bytes = FUSED_NORM_BYTES * norm_elements                     # read + write each
@@ -694,25 +780,31 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     stream_bytes += rope_bytes
     repeat_elements = (tokens * (model.kv_width + model.q_width) / t
                        if not model.uses_mla and model.num_kv_heads < model.num_attention_heads else 0.0)
-    eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, act_elements,
+    eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, mlp.act_elements,
                                     repeat_elements)
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
-        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, routed,
+        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, mlp.routed,
                                                                                     dims.etp)
         # KERNELS_PER_LAYER_FWD holds one cast per GEMM; the per-expert casts and the recipe's further launches:
-        extra_casts, cast_launches = cast_kernels(config.precision, quantised_calls, quantised_inputs)
+        extra_casts, cast_launches = cast_kernels(config.precision, g.quantised_calls, g.quantised_inputs)
         kernels += extra_casts
-        launches += cast_launches - extra_casts
+        g.launches += cast_launches - extra_casts
     stream = streaming_s(stream_bytes, kernels, rates)
-    launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
+    g.launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
-    host_fwd = launches * rates.host_launch_s
+    return _Elementwise(stream, eager_fwd, eager_bwd, g.launches * rates.host_launch_s, norm_bytes, rope_bytes, eager)
 
+
+def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net: NetworkParams,
+                groups: CommGroups, moe: bool, kv_heads: float) -> tuple[float, float]:
+    """(TP, CP) communication seconds of the layer's forward."""
+    h = model.hidden_size
+    tokens = config.mbs * config.seq_len / dims.cp
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
     # (an all-reduce is a reduce-scatter + an all-gather; SP runs them as separate collectives)
     tp_comm = 0.0
-    if t > 1:
+    if dims.tp > 1:
         quantised = tp_gather_bytes(config) if config.sequence_parallel else ACT_BYTES   # no SP: all-reduces
         gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
                    + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
@@ -722,38 +814,59 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         kv_bytes = ACT_BYTES * tokens * 2 * kv_heads * model.head_dim
         cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
-    # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
-    fwd_total = max(fwd + attn_fwd + stream + eager_fwd + fixed, host_fwd)
-    bwd_total = bwd_in + attn_bwd + 2 * stream + eager_bwd + 2 * fixed
-    bwd_total = max(bwd_total, 2 * host_fwd - bwd_w)
-    # What selective recompute of each module re-runs (Megatron-core TransformerConfig.recompute_modules):
-    # its GEMMs at the same rates, its element-wise passes at the streaming rate (one kernel each).
-    # Eager element-wise code re-runs with its module, at its own bytes and kernels (EAGER_*_KERNELS forward).
+    return tp_comm, cp_comm
+
+
+def _recompute_modules(rates: DeviceRates, g: _Gemms, attn: _Attention, mlp: _Mlp, elem: _Elementwise
+                       ) -> dict[str, float]:
+    """What selective recompute of each module re-runs, forward seconds (Megatron-core
+    TransformerConfig.recompute_modules): its GEMMs at the same rates, its element-wise passes at the streaming rate
+    (one kernel each).  Eager element-wise code re-runs with its module, at its own bytes and kernels
+    (EAGER_*_KERNELS forward)."""
+    eager = elem.eager
     eager_act = bool(eager.act_fwd)
-    act_s = streaming_s(act_bytes + eager.act_fwd, 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * eager_act, rates)
-    if moe:                       # recomputing moe_act re-runs the clamps in front of the fused activation too
-        act_s += streaming_s(clamp_bytes, clamp_kernels, rates)
+    act_s = streaming_s(mlp.act_bytes + eager.act_fwd, 1 + (EAGER_SWIGLU_KERNELS[0] - 1) * eager_act, rates)
+    if mlp.moe:                   # recomputing moe_act re-runs the clamps in front of the fused activation too
+        act_s += streaming_s(mlp.clamp_bytes, mlp.clamp_kernels, rates)
     eager_norm = bool(eager.norm_fwd)
-    norm_s = streaming_s(norm_bytes + eager.norm_fwd, 2 * (EAGER_NORM_KERNELS[0] if eager_norm else 1), rates)
-    modules = {"layernorm": norm_s, "mlp": mlp_gemms + act_s} if not moe else {
-        "layernorm": norm_s, "moe": mlp_gemms + act_s + fixed, "moe_act": act_s}
-    if shared:
-        modules["shared_experts"] = shared
-    if up_proj:
-        modules["mla_up_proj"] = up_proj
-    rope_s = streaming_s(rope_bytes + eager.rope_fwd, EAGER_ROPE_KERNELS[0] if eager.rope_fwd else 1, rates)
+    norm_s = streaming_s(elem.norm_bytes + eager.norm_fwd, 2 * (EAGER_NORM_KERNELS[0] if eager_norm else 1), rates)
+    modules = {"layernorm": norm_s, "mlp": mlp.gemms_fwd_s + act_s} if not mlp.moe else {
+        "layernorm": norm_s, "moe": mlp.gemms_fwd_s + act_s + mlp.fixed_s, "moe_act": act_s}
+    if mlp.shared_s:
+        modules["shared_experts"] = mlp.shared_s
+    if attn.up_proj_s:
+        modules["mla_up_proj"] = attn.up_proj_s
+    rope_s = streaming_s(elem.rope_bytes + eager.rope_fwd, EAGER_ROPE_KERNELS[0] if eager.rope_fwd else 1, rates)
     repeat_s = streaming_s(eager.repeat_fwd, REPEAT_KV_KERNELS, rates) if eager.repeat_fwd else 0.0
-    modules[OP_SAC] = sum(matmul_fwd[1::2]) + norm_s + act_s + rope_s + repeat_s
+    modules[OP_SAC] = sum(g.matmul_fwd[1::2]) + norm_s + act_s + rope_s + repeat_s
+    return modules
+
+
+def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
+               net: NetworkParams, groups: CommGroups) -> LayerCost:
+    """Compute and communication of ``layer`` for one micro-batch, block by block: attention (:func:`_attention`),
+    MLP or MoE (:func:`_mlp`), element-wise passes (:func:`_elementwise`), TP/CP communication
+    (:func:`_tp_cp_comm`); then the host-bound floor and what selective recompute re-runs."""
+    g = _Gemms(rates)
+    attn = _attention(model, layer, config, dims, rates, g)
+    mlp = _mlp(model, layer, config, dims, rates, net, groups, g)
+    elem = _elementwise(model, config, dims, rates, g, mlp)
+    tp_comm, cp_comm = _tp_cp_comm(model, config, dims, net, groups, mlp.moe, attn.kv_heads)
+    # Host-bound floor: the GPU never runs ahead of the CPU that launches its kernels (eager frameworks).
+    fwd_total = max(g.fwd + attn.fwd_s + elem.stream_s + elem.eager_fwd_s + mlp.fixed_s, elem.host_fwd_s)
+    bwd_total = g.bwd_in + attn.bwd_s + 2 * elem.stream_s + elem.eager_bwd_s + 2 * mlp.fixed_s
+    bwd_total = max(bwd_total, 2 * elem.host_fwd_s - g.bwd_w)
+    modules = _recompute_modules(rates, g, attn, mlp, elem)
     return LayerCost(
         module_fwd_s=tuple(sorted(modules.items())),
         fwd_s=fwd_total,
         bwd_input_s=bwd_total,
-        bwd_weight_s=bwd_w,
-        attention_fwd_s=attn_fwd,
+        bwd_weight_s=g.bwd_w,
+        attention_fwd_s=attn.fwd_s,
         tp_comm_s=tp_comm,
         cp_comm_s=cp_comm,
-        ep_comm_s=ep_comm,
-        flops_fwd=flops,
+        ep_comm_s=mlp.ep_comm_s,
+        flops_fwd=g.flops,
     )
 
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from projection.framework import memory_traits
 from projection.hardware import HardwareSpec
 from projection.legality import (
     MICRO_BATCH_SIZES,
@@ -78,6 +79,8 @@ class SearchSpace:
     constraints: Constraints
     gbs: int
     seq_len: int
+    framework: str | None = None
+    """The recipe framework the layouts run on (projection/framework.py; None = megatron)."""
 
 
 def _ok(space: SearchSpace, axis: str, value: int | str) -> bool:
@@ -179,7 +182,11 @@ def recompute_options(space: SearchSpace, pp: int) -> list[tuple[str, int | None
 
 
 def recompute_module_sets(space: SearchSpace) -> list[tuple[str, ...]]:
-    """Module sets of selective recompute: the default, then the default plus the cheap re-runs (docstring)."""
+    """Module sets of selective recompute: the default, then the default plus the cheap re-runs (docstring); only
+    the default where the framework's selective recompute is per-op SAC (torchtitan), which no module list changes
+    (projection.workload.selective_recompute_modules), so the variants would be one layout twice."""
+    if memory_traits(space.framework).op_level_selective_ac:
+        return [DEFAULT_RECOMPUTE_MODULES]
     m = space.model
     extra = ["layernorm"] + (["moe_act"] if m.is_moe else []) + (["mla_up_proj"] if m.uses_mla else [])
     return [DEFAULT_RECOMPUTE_MODULES, (*DEFAULT_RECOMPUTE_MODULES, *extra)]
@@ -249,14 +256,14 @@ def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int,
 
 def job_template(space: SearchSpace, finetune: str | None, packed_document_tokens: int | None = None
                  ) -> TrainingConfig:
-    """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents; defaults for the
-    rest) that every layout of the search carries.
+    """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents, the recipe
+    framework that prices the layouts; defaults for the rest) that every layout of the search carries.
 
     Raises:
         pydantic.ValidationError: a packed document longer than the sequence (TrainingConfig's rule).
     """
     return TrainingConfig(gbs=space.gbs, seq_len=space.seq_len, finetune=finetune,
-                          packed_document_tokens=packed_document_tokens)
+                          packed_document_tokens=packed_document_tokens, framework=space.framework)
 
 
 def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
@@ -297,21 +304,24 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
 
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
                          gbs: int, seq_len: int, finetune: str | None = None, *,
-                         packed_document_tokens: int | None = None) -> Iterator[TrainingConfig]:
+                         packed_document_tokens: int | None = None, framework: str | None = None
+                         ) -> Iterator[TrainingConfig]:
     """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
 
     ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
-    fine-tuning document, at most ``seq_len``; None = unpacked) are part of the job, not knobs: every layout
-    carries them.
+    fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
+    profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
+    them.
     """
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
-                        seq_len=seq_len)
+                        seq_len=seq_len, framework=framework)
     precisions = precision_values(space)
     recomputes: dict[int, list[tuple[str, int | None, tuple[str, ...]]]] = {}
     for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
         recomputes[pp] = recompute_variants(space, pp)
     n = cluster.num_gpus
-    template = job_template(space, finetune, packed_document_tokens)   # copies skip validation: legal by construction
+    # copies of the template skip validation: legal by construction
+    template = job_template(space, finetune, packed_document_tokens)
     seen: set[tuple[object, ...]] = set()
     for cp in cp_values(space):
         for tp in tp_values(space, cp):

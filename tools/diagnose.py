@@ -270,8 +270,12 @@ def _job(header: dict[str, str], model: str | None, gpu: str | None, num_gpus: i
     return str(model), str(gpu), int(count)  # type: ignore[arg-type]
 
 
-def _config(keys: dict[str, Any], source: str) -> TrainingConfig:
+def _config(keys: dict[str, Any], source: str, framework: str) -> TrainingConfig:
+    """The layout a launch file or log sets, run on ``framework`` (its record prices it)."""
+    from projection.framework import resolve_framework
+
     values = {k: v for k, v in keys.items() if k in TrainingConfig.model_fields and k != "framework"}
+    values["framework"] = resolve_framework(framework).name
     for need, what in (("gbs", "global batch size"), ("seq_len", "sequence length")):
         if need not in values:
             raise ProjtuneError(f"{source}: no {what} ({need}) in the config; add it to the file")
@@ -402,7 +406,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     if kind != "training-log":
         notes += fill_defaults(framework, keys, text, count, model=spec.name)
     keys.pop("dp", None)
-    config = _config(keys, name)
+    config = _config(keys, name, framework)
     reasons = layout_violations(spec, hardware, cluster, config)
     if reasons:
         raise IllegalLayoutError(reasons)

@@ -41,12 +41,12 @@ from __future__ import annotations
 import difflib
 
 from projection.errors import ProjtuneError
+from projection.framework import framework_record, record_of_launch
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import LAUNCH_FRAMEWORKS
 
 FRAMEWORKS: tuple[str, ...] = LAUNCH_FRAMEWORKS   # the launch frameworks (projection/vocabulary.py)
-MEGATRON_FAMILY = frozenset({"megatron", "megatron-bridge", "primus"})
 
 MEGATRON_ARGS = "Megatron-LM megatron/training/arguments.py validate_args"
 TITAN = "torchtitan 0.3.0"
@@ -88,16 +88,10 @@ MAXTEXT_QUANT = {("bf16", "nvidia"): "", ("bf16", "amd"): "", ("fp8", "nvidia"):
                  ("fp8", "amd"): "nanoo_fp8"}
 
 
-LAUNCH_OF_RECIPE: dict[str, str] = {"megatron": "megatron", "nemo": "megatron-bridge", "primus": "primus",
-                                    "torchtitan": "torchtitan", "jax": "maxtext"}
-"""The exporter that launches a sweep-format ``framework`` (TrainingConfig.framework); llm-foundry and DeepSpeed
-have no exporter, so no launch rules apply to them."""
-RECIPE_OF_LAUNCH: dict[str, str] = {launch: recipe for recipe, launch in LAUNCH_OF_RECIPE.items()}
-
-
 def launch_framework_of(recipe: str | None) -> str | None:
-    """The launch framework (exporter) of a sweep-format framework name; None when it has none."""
-    return LAUNCH_OF_RECIPE.get(recipe) if recipe else None
+    """The launch framework (exporter) of a sweep-format framework name (its record's ``launch``); None when it
+    has none or no framework is named."""
+    return framework_record(recipe).launch if recipe else None
 
 
 def check_framework(name: str) -> str:
@@ -258,7 +252,7 @@ def _maxtext(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list
 def framework_violations(framework: str, model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list[str]:
     """One readable, cited reason per rule of ``framework`` that the (projection-legal) layout breaks."""
     check_framework(framework)
-    if framework in MEGATRON_FAMILY:
+    if record_of_launch(framework).megatron_core:
         return _finetune(framework, config) + _megatron(framework, model, config)
     if framework == "torchtitan":
         return _torchtitan(model, cluster, config)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from projection.engine import Projection, project
+from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
 from projection.legality import layout_violations
 from projection.memory import MemoryResult
@@ -58,6 +59,11 @@ class SearchResult(BaseModel):
     pareto: list[Candidate] = Field(default_factory=list, description="Non-dominated in (tokens/s/GPU, headroom).")
     rejected: list[dict[str, Any]] = Field(default_factory=list,
                                            description="Explicit candidates that are illegal, with reasons.")
+    framework: str = Field(default="megatron", description="The recipe framework whose profile and memory traits "
+                           "priced the layouts (projection/framework.py): the request's, else megatron, the default. "
+                           "Explicit candidates that name their own framework are priced with theirs.")
+    framework_default: bool = Field(default=True, description="True when the request named no framework and the "
+                                                              "default (megatron) priced the layouts.")
     elapsed_s: float
     message: str | None = Field(default=None, description="Why nothing was found, or notes on the result.")
     complete: bool = Field(default=True, description="False when the search stopped at its deadline: the counts "
@@ -69,12 +75,23 @@ class SearchResult(BaseModel):
 def resolve_request(request: SearchRequest) -> Job:
     """The resolved specs of a request, loaded once per search (:func:`projection.job.resolve_job`).
 
-    ``request.framework`` is the launch framework (a filter, :mod:`tools.framework_rules`), not a
-    framework profile: the engine takes each layout's own (megatron for the searched ones).
+    ``request.framework`` names the framework the layouts run on (a launch name such as ``maxtext``, a recipe
+    name such as ``jax``, or an alias): its record prices every layout (each carries its recipe name) and its
+    launch rules filter them (:mod:`tools.framework_rules`); None prices with megatron's and filters nothing.
     """
     return resolve_job(request.model, request.gpu, request.num_gpus, gpus_per_node=request.gpus_per_node,
                        nics_per_node=request.nics_per_node, nic_gbps=request.nic_gbps,
-                       nvlink_domain=request.nvlink_domain, profile_path=request.profile_path)
+                       nvlink_domain=request.nvlink_domain, profile_path=request.profile_path,
+                       framework=resolve_framework(request.framework).name)
+
+
+def request_framework(request: SearchRequest) -> FrameworkRecord | None:
+    """The framework record the request names (None when it names none: the layouts keep their own, megatron).
+
+    Raises:
+        UnknownNameError: an unknown framework word; the message names the nearest.
+    """
+    return None if request.framework is None else resolve_framework(request.framework)
 
 
 def screen_memory(job: Job, config: TrainingConfig) -> MemoryResult:
@@ -87,12 +104,13 @@ def passes(memory: MemoryResult, min_headroom: float) -> bool:
     return passes_screen(memory.peak_bytes, memory.capacity_bytes, min_headroom, memory.margins)
 
 
-def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], list[dict[str, Any]]]:
+def _explicit(request: SearchRequest, job: Job, framework: str | None
+              ) -> tuple[list[TrainingConfig], list[dict[str, Any]]]:
     configs: list[TrainingConfig] = []
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
         values = with_job_fields(raw, gbs=request.gbs, seq_len=request.seq_len, finetune=request.finetune,
-                                 packed_document_tokens=request.packed_document_tokens)
+                                 packed_document_tokens=request.packed_document_tokens, framework=framework)
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:
@@ -145,13 +163,15 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         ProjtuneError: unknown model or GPU, or an unreadable profile.
     """
     start = time.perf_counter()
+    record = request_framework(request)
+    framework = None if record is None else record.name
     job = resolve_request(request)
     anchoring = anchoring_for(job, request.anchors) if request.anchors else None
     corrections = anchoring.corrections if anchoring is not None else None
     constraints = request.constraints
     rejected: list[dict[str, Any]] = []
     if request.candidates is not None:
-        legal, rejected = _explicit(request, job)
+        legal, rejected = _explicit(request, job, framework)
         configs = [c for c in legal if _within(constraints, c)]
         rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True),
                       "reasons": ["outside the constraints"]} for c in legal if not _within(constraints, c)]
@@ -159,13 +179,13 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len, request.finetune,
-                                            packed_document_tokens=request.packed_document_tokens))
+                                            packed_document_tokens=request.packed_document_tokens,
+                                            framework=framework))
         groups = group_by_recompute(configs)
-    if request.framework is not None:  # keep only what the framework can launch (tools/framework_rules.py)
-        from tools.framework_rules import check_framework, framework_violations
+    if record is not None and record.launch is not None:  # only what it can launch (tools/framework_rules.py)
+        from tools.framework_rules import framework_violations
 
-        name = check_framework(request.framework)
-        configs = [c for c in configs if not framework_violations(name, job.model, job.cluster, c)]
+        configs = [c for c in configs if not framework_violations(record.launch, job.model, job.cluster, c)]
         groups = group_by_recompute(configs) if request.candidates is None else [[i] for i in range(len(configs))]
     total = len(configs)
     count = workers if workers is not None else default_workers(total)
@@ -190,7 +210,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     return SearchResult(
         request=request, ranked=ranked, enumerated=total + len(rejected), screened_out=tally.screened_out,
         projected=len(tally.outcomes), pruned=tally.pruned, pareto=pareto, rejected=rejected,
-        elapsed_s=time.perf_counter() - start, message=message, complete=tally.complete, anchoring=anchoring,
+        framework=job.framework.name, framework_default=record is None, elapsed_s=time.perf_counter() - start,
+        message=message, complete=tally.complete, anchoring=anchoring,
     )
 
 

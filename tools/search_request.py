@@ -41,8 +41,11 @@ class SearchRequest(BaseModel):
     finetune: Finetune | None = Field(
         default=None, description="Fine-tuning job ('lora': frozen base weights; 'sft'); None = pre-training.")
     packed_document_tokens: PackedDocumentTokens = None
-    framework: str | None = Field(default=None, description="Only layouts this framework can launch "
-                                  f"({', '.join(LAUNCH_FRAMEWORKS)}; tools/framework_rules.py).")
+    framework: str | None = Field(
+        default=None, description="The framework the layouts run on: its profile and memory traits price every "
+        f"layout and only what it can launch is kept ({', '.join(LAUNCH_FRAMEWORKS)}, tools/framework_rules.py; "
+        "recipe names such as jax, nemo, deepspeed and aliases are read too, projection/framework.py). Default: "
+        "megatron's profile, no launch filter.")
     anchors: list[AnchorRun] = Field(
         default_factory=list, description="Measured runs of this job (same model or a reduced-layer proxy, same GPU "
         "type, any layout and scale), as data: every layout is corrected by them before ranking "

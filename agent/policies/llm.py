@@ -35,11 +35,12 @@ from agent.policies.llm_tools import (
     parse_arguments,
     tool_result_text,
 )
-from agent.policies.offline import OfflinePolicy, offline_explanation, request_search, search_proposals
+from agent.policies.offline import OfflinePolicy, offline_explanation
 from agent.prompt_budget import REPLY_TOKENS, PromptTooLarge, fit_request
+from agent.search_step import measured_proposals, search_proposals
 from agent.prompts_text import history_table, job_text, parse_reply
 from agent.request import Clarification, TuneRequest, parse_request
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.toolbox import Toolbox, ToolFailed
 from prompts.loader import render_prompt
 from tools.schemas import LegalAxesOutput
@@ -118,7 +119,7 @@ class LLMPolicy:
         """One round: the model's legal proposals (plus the search's top-k in round 1)."""
         if state.get("degraded"):
             return self.offline.propose(state)
-        job, tools = Job(state["request"]), Toolbox.for_request(state["request"])
+        job, tools = LayoutSpace(state["request"]), Toolbox.for_request(state["request"])
         step = _Step()
         anchored: list[dict[str, Any]] = []
         messages = [dict(m) for m in state.get("conversation") or []]
@@ -128,8 +129,10 @@ class LLMPolicy:
             except ToolFailed:
                 axes = None
             messages = [{"role": "system", "content": render_prompt("propose", job=job_text(job, axes))}]
-            if self.anchor_search and state.get("search") is None:
-                anchored = self._anchor(state, step)
+            if self.anchor_search and state.get("round") == 1 and state.get("search") is not None:
+                search = state["search"]                       # the graph's search step ran the search
+                anchored = (measured_proposals(state["request"]) if search.get("measured_candidates")
+                            else search_proposals(search))
         messages.append({"role": "user", "content": history_table(state, anchored)})
         try:
             proposals = self._converse(job, tools, messages, step, round_start=len(messages) - 1)
@@ -142,20 +145,9 @@ class LLMPolicy:
         step.tool_errors += tools.failures_dump()
         return step.done(anchored + [{**p, "source": self.name, "search_rank": None} for p in proposals], messages)
 
-    def _anchor(self, state: dict[str, Any], step: _Step) -> list[dict[str, Any]]:
-        request = state["request"]
-        summary, failed = request_search(request, max(request.get("top_k", 5), 5))
-        step.tool_calls += 1
-        if failed is not None:
-            step.tool_errors.append(failed[0].model_dump())
-        step.search = summary or {"enumerated": 0, "projected": 0, "ranked": [],
-                                  "message": None if failed is None else failed[1]}
-        return search_proposals(summary) if summary else []
-
     def _offline(self, state: dict[str, Any], step: _Step, *, skip_search: bool = False) -> list[dict[str, Any]]:
-        if skip_search and state.get("search") is None:
-            state = {**state, "search": step.search}
-        fallback = self.offline.propose(state)
+        """The offline policy's proposals (its neighbours only when the search's layouts are already proposed)."""
+        fallback = self.offline.neighbours(state) if skip_search else self.offline.propose(state)
         step.tool_calls += fallback.tool_calls
         step.notes += fallback.notes
         step.tool_errors += fallback.tool_errors
@@ -163,7 +155,7 @@ class LLMPolicy:
             step.search = fallback.search
         return fallback.proposals
 
-    def _converse(self, job: Job, tools: Toolbox, messages: list[dict[str, Any]], step: _Step, *,
+    def _converse(self, job: LayoutSpace, tools: Toolbox, messages: list[dict[str, Any]], step: _Step, *,
                   round_start: int) -> list[dict[str, Any]]:
         """Tool-call turns until the model puts forward legal layouts, says done, or runs out of turns.
 
@@ -201,7 +193,7 @@ class LLMPolicy:
         step.notes.append(f"the LLM put forward no legal layout in {self.max_turns} turns")
         return []
 
-    def _handle(self, job: Job, tools: Toolbox, calls: list[tuple[str | None, str, Any]], step: _Step
+    def _handle(self, job: LayoutSpace, tools: Toolbox, calls: list[tuple[str | None, str, Any]], step: _Step
                 ) -> tuple[list[dict[str, Any]], bool, list[dict[str, Any]]]:
         """Run each call: validate proposals in code, run read-only tools; (accepted, done, per-call results)."""
         accepted: list[dict[str, Any]] = []
@@ -227,7 +219,7 @@ class LLMPolicy:
                 results.append({"args": args, "text": tool_result_text(error)})
         return accepted, done, results
 
-    def _proposals(self, job: Job, args: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    def _proposals(self, job: LayoutSpace, args: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
         try:
             parsed = ProposeLayoutsArgs.model_validate(args)
         except ValidationError as err:

@@ -1,6 +1,6 @@
 """The offline policy: deterministic, no network, and as good as the full layout search.
 
-Round 1 proposes the search's top-k for the request (:func:`tools.search.run_search`, exhaustive
+Round 1 proposes the top-k of the graph's search step (:mod:`agent.search_step`, the search tool: exhaustive
 over the legal space with exact pruning), so the graph's best equals the search's best: the
 seed trials are inside the same space (:mod:`agent.seeds`), scored by the same engine, and ties
 go to the search's order (:func:`agent.nodes.rank_key`).  Later rounds propose single-axis
@@ -13,63 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from agent.policies.base import Explained, Parsed, PolicyStep
-from agent.progress import emit
-from agent.request import Clarification, TuneRequest, network_fields, parse_request
+from agent.request import Clarification, TuneRequest, parse_request
+from agent.search_step import measured_proposals, search_proposals
 from agent.seeds import single_axis_moves
-from agent.space import Job
-from agent.toolbox import ToolFailure, failure_of
-from agent.trials import trial_score
+from agent.space import LayoutSpace
 
 NEIGHBOURS_PER_ROUND = 6
-MIN_SEARCH_TOP_K = 5
-
-
-def search_summary(result: Any) -> dict[str, Any]:
-    """The plain-data part of a SearchResult the agent keeps in its state."""
-    return {
-        "enumerated": result.enumerated, "screened_out": result.screened_out, "projected": result.projected,
-        "pruned": result.pruned, "elapsed_s": round(result.elapsed_s, 3), "message": result.message,
-        "rejected": len(result.rejected),
-        "ranked": [c.model_dump(mode="json") for c in result.ranked],
-        "anchoring": None if result.anchoring is None else result.anchoring.model_dump(mode="json"),
-    }
-
-
-def run_request_search(request: dict[str, Any], top_k: int) -> tuple[dict[str, Any] | None, str | None]:
-    """Run the layout search tool for a request (progress as 'search' events); (summary, error)."""
-    summary, failure = request_search(request, top_k)
-    return summary, None if failure is None else failure[1]
-
-
-def request_search(request: dict[str, Any], top_k: int
-                   ) -> tuple[dict[str, Any] | None, tuple[ToolFailure, str] | None]:
-    """Run the layout search tool for a request; (summary, None) or (None, (the typed failure, the note)).
-
-    A typed error (unknown name, bad constraint, invalid input) is the failure; any other exception propagates.
-    """
-    from pydantic import ValidationError
-
-    from projection.errors import ProjtuneError
-    from tools.constraints import Constraints
-    from tools.framework_rules import launch_framework_of
-    from tools.search import SearchRequest, run_search
-
-    try:
-        search = SearchRequest(
-            model=request["model"], gpu=request["gpu"], num_gpus=request["num_gpus"],
-            gpus_per_node=request["gpus_per_node"], gbs=request["gbs"], seq_len=request["seq_len"],
-            **network_fields(request), constraints=Constraints.parse(request.get("constraints") or []), top_k=top_k,
-            candidates=request.get("candidates"), profile_path=request.get("profile_path"),
-            finetune=None if request.get("candidates") else request.get("finetune"),
-            packed_document_tokens=request.get("packed_document_tokens"),   # fills explicit candidates, as Job.check
-            anchors=request.get("anchors") or [],     # measured runs of the job correct every layout
-            # Only layouts the launch framework can run (measured candidates are ranked as they ran).
-            framework=None if request.get("candidates") else launch_framework_of(request.get("framework")))
-        result = run_search(search, progress=lambda done, total: emit("search", done=done, total=total))
-    except (ProjtuneError, ValidationError) as err:
-        failure, _ = failure_of("search", SearchRequest, err)
-        return None, (failure, f"search failed: {err}")
-    return search_summary(result), None
 
 
 class OfflinePolicy:
@@ -90,13 +39,18 @@ class OfflinePolicy:
         return parse_request(text, base)
 
     def propose(self, state: dict[str, Any]) -> PolicyStep:
-        """Round 1: the search's top-k; later: untried single-axis neighbours of the best."""
-        request = state["request"]
-        if state.get("search") is None and state.get("candidates_ran") and request.get("candidates"):
-            return self._measured(request)
-        if state.get("search") is None:
-            return self._from_search(request)
-        job = Job(request)
+        """Round 1: the graph's search step's top-k (or the measured candidates); later: untried single-axis
+        neighbours of the best."""
+        search = state.get("search")
+        if state.get("round") == 1 and search is not None:
+            if search.get("measured_candidates"):
+                return PolicyStep(proposals=measured_proposals(state["request"]))
+            return PolicyStep(proposals=search_proposals(search))   # none when the search found or failed
+        return self.neighbours(state)
+
+    def neighbours(self, state: dict[str, Any]) -> PolicyStep:
+        """Untried single-axis neighbours of the best trial (none when nothing is scored yet)."""
+        job = LayoutSpace(state["request"])
         best = best_trial(state)
         if best is None:
             return PolicyStep()
@@ -108,36 +62,9 @@ class OfflinePolicy:
         return PolicyStep(proposals=[{**m, "source": self.name, "search_rank": None,
                                       "reason": f"neighbour of the best: {m['reason']}"} for m in moves])
 
-    def _measured(self, request: dict[str, Any]) -> PolicyStep:
-        """Candidates measured to run (an eval): every one goes to evaluate, which projects it whatever the
-        memory verdict (the search's screen would drop runs that ran but are projected tight)."""
-        candidates = request["candidates"]
-        search = {"enumerated": len(candidates), "projected": 0, "ranked": [], "message": None,
-                  "measured_candidates": True}
-        return PolicyStep(search=search, proposals=[{"config": dict(c), "reason": f"measured candidate {i}",
-                                                     "source": "candidates", "search_rank": None}
-                                                    for i, c in enumerate(candidates)])
-
-    def _from_search(self, request: dict[str, Any]) -> PolicyStep:
-        candidates = request.get("candidates")
-        top_k = min(len(candidates), 100) if candidates else max(request.get("top_k", 5), MIN_SEARCH_TOP_K)
-        summary, failed = request_search(request, max(top_k, 1))
-        if failed is not None:
-            failure, error = failed
-            return PolicyStep(tool_calls=1, notes=[error], tool_errors=[failure.model_dump()],
-                              search={"enumerated": 0, "projected": 0, "ranked": [], "message": error})
-        assert summary is not None
-        return PolicyStep(tool_calls=1, search=summary, proposals=search_proposals(summary))
-
     def explain(self, state: dict[str, Any]) -> Explained:
         """Say why the best wins, from the numbers the report gathered (``state['facts']``)."""
         return Explained(text=offline_explanation(state.get("facts") or {}))
-
-
-def search_proposals(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """The search's ranked layouts as proposals that arrive scored (their LayoutScore, flat)."""
-    return [{"config": c["config"], "reason": c["reason"], "source": "search", "search_rank": c["rank"],
-             "scores": trial_score(c)} for c in summary["ranked"]]
 
 
 def best_trial(state: dict[str, Any]) -> dict[str, Any] | None:

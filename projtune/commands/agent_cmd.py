@@ -146,7 +146,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     why the LLM's reading fell back, if it did)."""
     from agent.constraints_text import merge_constraints
     from agent.request import Clarification
-    from agent.space import Job
+    from agent.space import LayoutSpace
     from tools.constraints import Constraints
 
     read = policy.read(text)
@@ -159,7 +159,7 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
         update["top_k"] = top
     update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
-    Job(request)                     # unknown names / bad constraints raise here (exit 2)
+    LayoutSpace(request)                     # unknown names / bad constraints raise here (exit 2)
     return request, read.degraded_reason
 
 

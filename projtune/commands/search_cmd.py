@@ -46,7 +46,9 @@ def search_command(
     pareto: Annotated[bool, typer.Option("--pareto", help="Also show the throughput/headroom Pareto front.")] = False,
     profile: Annotated[Path | None, typer.Option(help="Device profile file.")] = None,
     framework: Annotated[str | None, typer.Option(
-        help=f"Only layouts this framework can launch: {choices_help(LAUNCH_FRAMEWORKS)}.")] = None,
+        help=f"The framework the layouts run on: {choices_help(LAUNCH_FRAMEWORKS)} (or a recipe name: jax, nemo, "
+             "deepspeed, ...); its profile and memory traits price every layout and only what it can launch is "
+             "kept. Default: megatron's profile, no launch filter.")] = None,
     deadline_s: Annotated[float | None, typer.Option(
         "--deadline-s", min=0.0, help="Stop after this many seconds with a partial result (JSON \"complete\": "
                                       "false, a notice on stderr, exit code 3). Default: no limit.")] = None,
@@ -122,6 +124,18 @@ def _candidate_table(title: str, rows: list[Any]) -> Any:
     return table
 
 
+def framework_line(result: Any) -> str:
+    """Which framework priced the layouts, saying when it is the default."""
+    if result.framework_default:
+        return (f"priced with the {result.framework} framework profile and memory traits (the default; --framework "
+                "names another)")
+    from projection.framework import resolve_framework
+
+    launch = resolve_framework(result.request.framework).launch
+    return (f"priced with the {result.framework} framework profile and memory traits; "
+            + (f"only layouts {launch} can launch" if launch else "no launch rules (projtune does not export to it)"))
+
+
 def _print_search(result: Any, pareto: bool) -> None:
     from projtune.render import console
 
@@ -130,6 +144,7 @@ def _print_search(result: Any, pareto: bool) -> None:
                   f"gbs {r.gbs}, seq {r.seq_len}"
                   + (f", {r.finetune} fine-tuning" if r.finetune else "")
                   + (f", packed {r.packed_document_tokens}-token documents" if r.packed_document_tokens else ""))
+    console.print(framework_line(result), highlight=False)
     if result.anchoring is not None:
         console.print(result.anchoring.summary, soft_wrap=True, highlight=False)
         for note in result.anchoring.corrections.notes:

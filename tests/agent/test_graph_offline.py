@@ -12,7 +12,7 @@ from agent.policies.offline import OfflinePolicy
 from agent.request import TuneRequest, parse_request
 from agent.routing import after_parse, after_reflect
 from agent.run import trial_log_rows, tune
-from agent.space import Job
+from agent.space import LayoutSpace
 from projection.legality import layout_violations
 from projection.training_config import TrainingConfig
 from tools.candidates import TIE_TOLERANCE, enumerate_candidates
@@ -58,7 +58,7 @@ def test_best_equals_the_search_on_ties_and_moe(text: str) -> None:
 
 
 def test_every_offline_trial_is_legal_and_inside_the_search_space(small: Any) -> None:
-    job = Job(small.report.request)
+    job = LayoutSpace(small.report.request)
     for trial in small.trials:
         config = TrainingConfig(**trial["config"])
         assert layout_violations(job.model, job.hardware, job.cluster, config) == []
@@ -85,7 +85,7 @@ def test_round_budget_is_kept() -> None:
 
 def test_search_space_membership_matches_the_enumerator() -> None:
     request = parse_request("llama3 8b on 8 h100, gbs 64, seq 16k, tp<=4")
-    job = Job(request)
+    job = LayoutSpace(request)
     enumerated = list(enumerate_candidates(job.model, job.hardware, job.cluster, job.constraints, job.gbs,
                                            job.seq_len))
     assert enumerated and all(job.in_space(c) for c in enumerated)

@@ -1,7 +1,7 @@
 """NIC count and speed and the NVLink domain: parsed, carried to the cluster, used by the projection and legality.
 
 A request's "8x400G NICs per node" / "4 x 200 Gb/s IB" / "RoCE 400G" / "GB200 NVL72" becomes
-TuneRequest fields, then Cluster fields (agent.space.Job, the tools' job inputs, the search), and the
+TuneRequest fields, then Cluster fields (agent.space.LayoutSpace, the tools' job inputs, the search), and the
 collective model's per-GPU scale-out bandwidth (NICs x rate x efficiency / GPUs per node).  Not said:
 the catalog's values, and exactly the same numbers as a cluster without overrides.
 """
@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.request import TuneRequest, network_fields, parse_request
-from agent.space import Job
+from agent.space import LayoutSpace
 from agent.tool import call_tool
 from projection.engine import project
 from projection.hardware import load_hardware
@@ -30,7 +30,7 @@ JOB_TEXT = "tune llama3 70b on 256 h100, gbs 32"
 
 
 def _project(request: TuneRequest, config: TrainingConfig = DP_BOUND) -> float:
-    job = Job(request)
+    job = LayoutSpace(request)
     return project(job.model, job.cluster, config).iteration_time_s
 
 
@@ -64,13 +64,13 @@ def test_parsed_nic_speed_reaches_the_cluster_and_moves_a_dp_bound_projection() 
     full = parse_request(f"{JOB_TEXT}, 8x400G NICs per node")
     half = parse_request(f"{JOB_TEXT}, 8x200G NICs per node")
     assert isinstance(plain, TuneRequest) and isinstance(full, TuneRequest) and isinstance(half, TuneRequest)
-    assert network_fields(plain) == {} and Job(plain).cluster.nic_gbps is None
-    cluster = Job(half).cluster
+    assert network_fields(plain) == {} and LayoutSpace(plain).cluster.nic_gbps is None
+    cluster = LayoutSpace(half).cluster
     assert (cluster.nics_per_node, cluster.nic_gbps) == (8, 200.0)
     hardware = load_hardware("h100-sxm")
-    assert cluster.scale_out_gbit_per_gpu(hardware) == 200.0 and Job(plain).cluster.scale_out_gbit_per_gpu(
+    assert cluster.scale_out_gbit_per_gpu(hardware) == 200.0 and LayoutSpace(plain).cluster.scale_out_gbit_per_gpu(
         hardware) == 400.0
-    job = Job(plain)
+    job = LayoutSpace(plain)
     base = project(job.model, job.cluster, DP_BOUND)
     assert base.breakdown.bottleneck == "dp_comm"
     # not given: the catalog's network, bit-identical to a cluster built without the fields
@@ -85,7 +85,7 @@ def test_nvl72_lets_tp_span_trays_and_a_given_domain_wins() -> None:
     request = parse_request("tune llama3 70b on 72 GB200 NVL72")
     assert isinstance(request, TuneRequest)
     assert request.nvlink_domain == 72 and request.gpus_per_node == 4
-    job = Job(request)
+    job = LayoutSpace(request)
     assert job.cluster.nvlink_domain == 72 and tp_span(job.hardware, job.cluster) == 72
     tp8 = TrainingConfig(tp=8, pp=1, gbs=72, seq_len=4096, sequence_parallel=True)
     assert layout_violations(job.model, job.hardware, Cluster(gpu="gb200", num_gpus=72, gpus_per_node=4), tp8) == []

@@ -204,10 +204,10 @@ def test_adversarial_requests_answer_fast_and_never_raise(text: str) -> None:
     """Regression: a 2 KB request took 38 s (super-linear patterns) and some raised instead of asking back."""
     import time
 
-    start = time.perf_counter()
+    start = time.process_time()        # CPU time of the parse: what a super-linear pattern costs, whatever the load
     answer = parse_request(text)
     assert isinstance(answer, TuneRequest | Clarification)
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 def test_zero_gpus_in_a_follow_up_asks_back() -> None:

@@ -33,7 +33,7 @@ def test_a_packed_request_is_tuned_packed_and_equals_the_search_best() -> None:
     assert report.best is not None and all(row.config["packed_document_tokens"] == 256 for row in report.top5)
     search = run_search(SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=8, gbs=16, seq_len=16384,
                                       finetune="sft", packed_document_tokens=256, framework="megatron", top_k=1))
-    assert report.best.config == search.ranked[0].config   # the agent's space is the search's (Job.in_space)
+    assert report.best.config == search.ranked[0].config   # the agent's space is the search's (LayoutSpace.in_space)
 
 
 def test_the_tune_tool_and_cli_take_the_packing_as_a_field_and_refuse_an_illegal_one() -> None:

@@ -41,7 +41,7 @@ def test_a_second_writer_waits_for_the_first(tmp_path) -> None:
         start = time.monotonic()
         with ChatSession("w", OfflinePolicy(), path=store, lock_wait_s=20):
             waited = time.monotonic() - start
-        assert 0.2 < waited < 20
+        assert waited > 0.2       # it waited for the holder (lock_wait_s bounds the wait: it raises past 20 s)
     finally:
         holder.wait(timeout=30)
 

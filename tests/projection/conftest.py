@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from projection import framework
 from projection.collectives import network_params_from_hardware, place_group
 from projection.compute import DeviceRates
 from projection.hardware import load_hardware
@@ -30,3 +32,16 @@ def b200_moe_layer() -> Callable[..., Any]:
         return layer_cost(model, 0, config, dims, rates, net, groups)
 
     return make
+
+
+@pytest.fixture
+def without_te_grouped_mlp(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """``apply()``: from then on Megatron-core runs its experts as one grouped kernel (its record's
+    ``te_grouped_mlp`` off), so a test can price the same layer with and without TEGroupedMLP's per-expert GEMMs."""
+
+    def apply() -> None:
+        record = framework.RECORDS["megatron"]
+        monkeypatch.setitem(framework.RECORDS, "megatron",
+                            replace(record, workload=replace(record.workload, te_grouped_mlp=False)))
+
+    return apply

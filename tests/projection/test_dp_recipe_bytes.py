@@ -14,7 +14,7 @@ import pytest
 from projection.device_profile import DeviceProfile
 from projection.engine import (FP8_PARAM_GATHER_BYTES, GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, _dp_comm,
                                _dp_window_microbatches, network_for, project)
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile
 from projection.hardware import load_hardware
 from projection.layout import ParallelDims, parallel_dims
 from projection.memory import project_memory

@@ -17,7 +17,7 @@ from projection import engine
 from projection.collectives import network_params_from_hardware
 from projection.compute import device_rates
 from projection.device_profile import default_profile
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile
 from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import load_model

@@ -15,7 +15,8 @@ import pytest
 from projection.compute import device_rates
 from projection.device_profile import DeviceProfile
 from projection.engine import project
-from projection.framework_profile import AttentionKernelSpeed, framework_profile
+from projection.framework import framework_profile
+from projection.framework_profile import AttentionKernelSpeed
 from projection.hardware import Family, load_hardware
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig

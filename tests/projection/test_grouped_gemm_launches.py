@@ -38,9 +38,9 @@ def moe_layer(b200_moe_layer):
     return lambda framework, ep: b200_moe_layer(QWEN, framework, ep, rates, mbs=1, gbs=64)
 
 
-def test_per_expert_gemms_cost_kernel_overheads(monkeypatch: pytest.MonkeyPatch, moe_layer) -> None:
+def test_per_expert_gemms_cost_kernel_overheads(moe_layer, without_te_grouped_mlp) -> None:
     with_term = moe_layer("megatron", 8)
-    monkeypatch.setattr(workload, "TE_GROUPED_GEMM_FRAMEWORKS", frozenset())
+    without_te_grouped_mlp()
     without = moe_layer("megatron", 8)
     extra = 2 * 3 * PROFILE.kernel_overhead_s     # fc1 + fc2, 3 more kernel overheads each (16 experts, 4 streams)
     assert with_term.fwd_s - without.fwd_s == pytest.approx(extra)

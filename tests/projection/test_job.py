@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from projection.device_profile import default_profile, dump_profile
 from projection.engine import project
 from projection.errors import ModelSpecError, ProjtuneError, UnknownNameError
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile
 from projection.hardware import load_hardware
 from projection.job import (
     FRAMEWORK_NAMES,

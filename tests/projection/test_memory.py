@@ -22,7 +22,7 @@ from projection.memory import (
     project_memory,
     stage_memory,
 )
-from projection.memory_frameworks import memory_traits
+from projection.framework import memory_traits
 from projection.model_spec import ModelSpec, load_model, model_from_hf_config
 from projection.params import layer_param_table
 from projection.training_config import TrainingConfig

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from evals.sweep_models import PROJECTION_ONLY_FIELDS, SWEEP_FIELD_OVERRIDES, ConfigKeys
 from projection import vocabulary as v
+from projection.framework import RECORDS, framework_words, record_of_launch
 from projection.memory_verdict import Verdict
 from projection.training_config import (
     FIELD_EFFECTS,
@@ -29,8 +30,6 @@ PACKAGES = ("projection", "bench", "tools", "prompts", "agent", "evals", "projtu
 ALLOWED: dict[tuple[str, str], str] = {
     ("projection/hardware.py", "precision"): "GemmDtype: tensor-core dtypes, another set that shares names",
     ("projection/pipeline.py", "pp_schedule"): "the schedules one simulator branch handles",
-    ("tools/framework_rules.py", "launch_framework"): "MEGATRON_FAMILY: the launch frameworks that run Megatron-core",
-    ("tools/framework_rules.py", "import_framework"): "MEGATRON_FAMILY (three of the four import frameworks)",
     ("tools/framework_rules.py", "pp_schedule"): "schedules a framework lacks or has: framework rules, cited there",
     ("evals/eval_run.py", "recompute"): "--fill-unknown tries the recipe default (selective) first: its own order",
 }
@@ -104,6 +103,88 @@ def test_every_allowed_exception_still_exists() -> None:
     present = {(path.relative_to(ROOT).as_posix(), name)
                for package in PACKAGES for path in (ROOT / package).rglob("*.py") for _, name in _spellings(path)}
     assert set(ALLOWED) <= present, sorted(set(ALLOWED) - present)
+
+
+# ---- framework names: one record per framework (projection/framework.py, issue 24) ----------------------------
+
+FRAMEWORK_OWNERS = ("projection/framework.py", "projection/vocabulary.py")
+# Tables keyed by framework names outside the record, each with its reason.
+FRAMEWORK_TABLES: dict[str, str] = {
+    "tools/launch_config.py": "_LISTS: the exporters' option-list files (tools data, one per launch name)",
+}
+
+
+def _framework_name_sets(path: Path) -> list[int]:
+    """Lines of ``path`` that spell a set of framework names (any word naming a framework: recipe, launch or
+    alias): a set literal (``frozenset({"jax"})``) with one, a tuple or list with two, a dict with two as keys
+    or as values (a registry keyed or valued by framework)."""
+    words = set(framework_words())
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            groups = [node.elts]
+        elif isinstance(node, ast.Dict):
+            groups = [[k for k in node.keys if k is not None], node.values]
+        else:
+            continue
+        for elts in groups:
+            named = {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)} & words
+            if len(named) >= (1 if isinstance(node, ast.Set) else 2):
+                found.append(node.lineno)
+    return found
+
+
+def test_framework_names_are_spelled_only_in_the_record() -> None:
+    offenders = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in FRAMEWORK_OWNERS or rel in FRAMEWORK_TABLES:
+                continue
+            offenders += [f"{rel}:{line}: a framework name set; use the record (projection/framework.py)"
+                          for line in _framework_name_sets(path)]
+    assert not offenders, "\n".join(offenders)
+    for rel in FRAMEWORK_TABLES:
+        assert _framework_name_sets(ROOT / rel), f"{rel} no longer needs its exception"
+
+
+def _framework_name_tests(path: Path) -> list[int]:
+    """Lines of ``path`` that compare a framework with a name (``config.framework == "jax"``)."""
+    words = set(framework_words())
+    return [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare)
+            and any(isinstance(c, ast.Constant) and c.value in words for c in [node.left, *node.comparators])
+            and "framework" in ast.unparse(node)]
+
+
+def test_the_physics_reads_framework_traits_not_names() -> None:
+    """projection/ prices a framework through its record's traits, never by testing its name (the launch rule sets
+    and exporters of tools/ dispatch on launch names)."""
+    offenders = [f"{path.relative_to(ROOT).as_posix()}:{line}: tests a framework name; add a trait to its record"
+                 for path in sorted((ROOT / "projection").rglob("*.py"))
+                 if path.relative_to(ROOT).as_posix() not in FRAMEWORK_OWNERS for line in _framework_name_tests(path)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_framework_name_check_can_fail(tmp_path: Path) -> None:
+    path = tmp_path / "x.py"
+    path.write_text('A = frozenset({"jax"})\nB = {"nemo": "megatron-bridge", "jax": "maxtext"}\n'
+                    'C = x in ("titan", "primus")\nD = ("megatron-args", "megatron", text)\n')
+    assert sorted(_framework_name_sets(path)) == [1, 2, 2, 3]
+    path.write_text('if config.framework == "jax" and x:\n    pass\nif name == "jax":\n    pass\n')
+    assert _framework_name_tests(path) == [1]
+
+
+def test_one_record_per_framework_and_per_launch_name() -> None:
+    assert set(RECORDS) == set(v.FRAMEWORKS) and len(RECORDS) == len(v.FRAMEWORKS)
+    launches = [r.launch for r in RECORDS.values() if r.launch is not None]
+    assert sorted(launches) == sorted(v.LAUNCH_FRAMEWORKS)
+    for launch in v.LAUNCH_FRAMEWORKS:
+        assert record_of_launch(launch).launch == launch
+    # the launch name maps to the recipe framework the sweep format and the exporters agree on
+    assert {launch: record_of_launch(launch).name for launch in v.LAUNCH_FRAMEWORKS} == {
+        "megatron": "megatron", "megatron-bridge": "nemo", "primus": "primus", "torchtitan": "torchtitan",
+        "maxtext": "jax"}
+    assert set(framework_words().values()) == set(v.FRAMEWORKS)
 
 
 # ---- field classification (projection/training_config.py FIELD_EFFECTS) ------------------------------------

@@ -83,7 +83,8 @@ def test_maxtext_token_drop_pays_quadratic_einsum_dispatch() -> None:
     assert fwd("jax", 4096) > 1.15 * fwd("megatron", 4096)  # although its batched expert GEMMs run faster
 
 
-def test_maxtext_dispatch_einsum_backward_is_one_gemm_combine_two(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_maxtext_dispatch_einsum_backward_is_one_gemm_combine_two(monkeypatch: pytest.MonkeyPatch,
+                                                                  without_te_grouped_mlp) -> None:
     # MaxText generate_masks: dispatch_mask = combine_mask.astype(bool) carries no gradient (the dispatch
     # einsum's backward is the input gradient only), combine_mask carries the router weights (both operand
     # gradients).  Against a Megatron layer whose grouped GEMMs run at the same (dense) efficiency, the jax layer
@@ -92,7 +93,7 @@ def test_maxtext_dispatch_einsum_backward_is_one_gemm_combine_two(monkeypatch: p
     from projection.compute import gemm_fwd_bwd_s, streaming_s
 
     monkeypatch.setattr(workload, "GROUPED_GEMM_HALF_M", 0.0)
-    monkeypatch.setattr(workload, "TE_GROUPED_GEMM_FRAMEWORKS", frozenset())  # one grouped kernel on both sides
+    without_te_grouped_mlp()  # one grouped kernel on both sides
     model = load_model("deepseek-v3")
     hardware = load_hardware("mi355x")
     cluster = Cluster(gpu="mi355x", num_gpus=8)
@@ -155,7 +156,7 @@ def test_xla_fsdp_gathers_twice_with_full_remat_deepspeed_three_times() -> None:
     model = load_model("llama3-70b")
     cluster = Cluster(gpu="h100-sxm", num_gpus=64)
     config = {"mbs": 1, "gbs": 64, "seq_len": 4096, "zero": 3, "recompute": "full"}
-    from projection.framework_profile import framework_profile
+    from projection.framework import framework_profile
 
     def dp(framework: str) -> float:
         # same buckets and overlap for both: only the gather count differs

@@ -14,7 +14,7 @@ import pytest
 
 from projection.device_profile import DeviceProfile
 from projection.engine import _dp_comm, _dp_comm_parts, _zero3_tensors, network_for, project
-from projection.framework_profile import framework_profile
+from projection.framework import framework_profile
 from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import model_from_hf_config

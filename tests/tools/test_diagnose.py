@@ -52,7 +52,10 @@ def test_export_then_diagnose_gives_back_the_layout_and_projection(tmp_path: Pat
     result = diagnose(str(path), search=False)  # model, GPU and count come from the export header
     back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
     assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
-    expected = project(spec, cluster, config, hardware=load_hardware(cluster.gpu))
+    # priced as the file's framework runs it (issue 24): the launch file's framework is the recipe framework here
+    ran_on = config.model_copy(update={"framework": case[0]})
+    expected = project(spec, cluster, ran_on, hardware=load_hardware(cluster.gpu))
+    assert result.yours.config["framework"] == case[0]
     assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
     assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
     assert result.framework == case[0] and not result.framework_problems

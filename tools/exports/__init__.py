@@ -29,17 +29,16 @@ def export_launch_config(model: ModelSpec, cluster: Cluster, config: TrainingCon
         FrameworkRuleError: the framework cannot launch the layout (the message names the rules
             and the frameworks that can).
     """
-    from tools.exports import maxtext, megatron, megatron_bridge, primus, torchtitan
-
     name = check_framework(framework)
     reasons = framework_violations(name, model, cluster, config)
     if reasons:
         others = [f for f in legal_frameworks(model, cluster, config) if f != name]
         can = f"; frameworks that can: {', '.join(others)}" if others else "; no framework here can launch it"
         raise FrameworkRuleError(f"{name} cannot launch this layout: {'; '.join(reasons)}{can}")
-    modules = {"megatron": megatron, "megatron-bridge": megatron_bridge, "primus": primus,
-               "torchtitan": torchtitan, "maxtext": maxtext}
-    return modules[name].export(Job(model, cluster, config))
+    from tools.exports import maxtext, megatron, megatron_bridge, primus, torchtitan
+
+    exporters = {module.FRAMEWORK: module for module in (megatron, megatron_bridge, primus, torchtitan, maxtext)}
+    return exporters[name].export(Job(model, cluster, config))
 
 
 __all__ = ["FRAMEWORKS", "FrameworkRuleError", "LaunchConfig", "LaunchFramework", "export_launch_config"]

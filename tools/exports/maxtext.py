@@ -19,6 +19,8 @@ import yaml
 from tools.exports.common import Job, LaunchConfig, comment_block
 from tools.framework_rules import MAXTEXT_MODELS, MAXTEXT_QUANT, maxtext_vendor
 
+FRAMEWORK = "maxtext"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 AXES = ("data", "fsdp", "tensor", "context", "expert", "pipeline")
 SOURCE = "MaxText YAML (src/MaxText/configs/base.yml keys); run: python3 -m MaxText.train this.yaml"
 USER_MUST_ADD = ["base_output_directory, run_name, dataset_type / dataset_path, tokenizer_path", "steps"]

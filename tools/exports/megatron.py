@@ -16,6 +16,8 @@ from typing import Any
 from projection.training_config import TrainingConfig
 from tools.exports.common import Job, LaunchConfig, comment_block
 
+FRAMEWORK = "megatron"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 # Precision -> Transformer Engine FP8 recipe (--fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise, custom).
 # "fp8" is per-tensor current scaling ("tensorwise", Float8CurrentScaling): what the projection prices
 # (projection/workload.py CAST_BYTES_PER_ELEMENT) and what Megatron-Bridge / NeMo print as FP8-CS.

@@ -16,6 +16,8 @@ from typing import Any
 from tools.exports.common import Job, LaunchConfig, comment_block
 from tools.exports.megatron import recompute_dests
 
+FRAMEWORK = "megatron-bridge"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 SOURCE = "Megatron-Bridge ConfigContainer overrides (model.* = megatron-core TransformerConfig fields)"
 # Precision -> Megatron-Bridge mixed-precision recipe name (mixed_precision.py).
 BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed",

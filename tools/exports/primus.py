@@ -16,6 +16,8 @@ import yaml
 from tools.exports.common import Job, LaunchConfig, comment_block, launcher_script
 from tools.exports.megatron import megatron_dests
 
+FRAMEWORK = "primus"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 SOURCE = ("Primus experiment YAML (examples/megatron/configs/*.yaml); run: "
           "EXP=this.yaml bash examples/run_pretrain.sh")
 USER_MUST_ADD = ["data: DATA_PATH in the launcher (train_data_path reads ${PRIMUS_TOKENIZED_DATA_PATH})",

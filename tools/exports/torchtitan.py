@@ -24,6 +24,8 @@ from typing import Any
 from tools.exports.common import Job, LaunchConfig, comment_block, launcher_script, torchrun_words
 from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_stage_split
 
+FRAMEWORK = "torchtitan"
+"""The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 TORCHTITAN_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble", "gpipe": "GPipe"}
 SOURCE = "torchtitan 0.3.0 config sections (torchtitan/config/configs.py, trainer.py Trainer.Config)"
 USER_MUST_ADD = ["hf_assets_path (tokenizer) and dataloader.dataset / dataset_path",
