@@ -709,7 +709,7 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
     else:
         assumed.discard("precision")
     if not values.get("framework") and values.get("finetune") == "lora":
-        # Megatron-LM trains no adapters (tools/framework_rules.py LORA_FRAMEWORKS): the Megatron-core trainer with
+        # Megatron-LM trains no adapters (the framework record's trains_lora): the Megatron-core trainer with
         # LoRA is Megatron-Bridge (NeMo)
         values["framework"] = "nemo"
         notes.append("framework not said: LoRA layouts are Megatron-Bridge (NeMo) style, the Megatron-core trainer "

@@ -46,12 +46,12 @@ def first_request(text: str) -> list[dict[str, str]]:
     """The system and user messages of the first proposal round (the search's picks stand-in: 5 rows)."""
     from agent.prompts_text import history_table, job_text
     from agent.request import parse_request
-    from agent.space import Job
+    from agent.space import LayoutSpace
     from agent.toolbox import Toolbox
     from prompts.loader import render_prompt
 
     request = parse_request(text).model_dump()
-    job = Job(request)
+    job = LayoutSpace(request)
     system = render_prompt("propose", job=job_text(job, Toolbox.for_request(request).legal_axes(job.seq_len)))
     picks = [{"scores": {"layout": "TP1 PP1 DP8 mbs1 gbs64 s2048 bf16 rc=none", "tokens_per_sec_per_gpu": 12345.0}}]
     user = history_table({"trials": [], "round": 1, "budget": {"max_rounds": 3}}, picks * 5)

@@ -73,6 +73,10 @@ class FrameworkRecord:
     workload: WorkloadTraits = WorkloadTraits()
     launch: LaunchFramework | None = None
     megatron_core: bool = False
+    trains_lora: bool = False
+    """Its launch framework trains LoRA adapters: Megatron-Bridge (src/megatron/bridge/peft/lora.py,
+    ConfigContainer.peft) and torchtitan 0.3.0 (components/lora.py LoRAConverter); Megatron-LM's pretrain_gpt.py
+    (and Primus' Megatron backend that runs it) and MaxText's base.yml train none."""
     profile_name: str = ""
     """The framework whose profile file (when this one has none) and error band it shares; empty: its own."""
     aliases: tuple[str, ...] = ()
@@ -100,9 +104,9 @@ RECORDS: dict[Framework, FrameworkRecord] = {r.name: r for r in (
     FrameworkRecord(name="megatron", memory=MEGATRON, workload=TE_MEGATRON_CORE, launch="megatron",
                     megatron_core=True, aliases=("megatron-lm", "megatron-core", "mcore")),
     FrameworkRecord(name="nemo", memory=MEGATRON, workload=TE_MEGATRON_CORE, launch="megatron-bridge",
-                    megatron_core=True, profile_name="megatron"),
+                    megatron_core=True, trains_lora=True, profile_name="megatron"),
     FrameworkRecord(name="primus", memory=MEGATRON, launch="primus", megatron_core=True, profile_name="megatron"),
-    FrameworkRecord(name="torchtitan", memory=TORCHTITAN, launch="torchtitan", aliases=("titan",),
+    FrameworkRecord(name="torchtitan", memory=TORCHTITAN, launch="torchtitan", aliases=("titan",), trains_lora=True,
                     workload=WorkloadTraits(ring_sdpa_context_parallel=True, repeats_kv_heads=True)),
     FrameworkRecord(name="llm-foundry", memory=TORCHTITAN),
     FrameworkRecord(name="deepspeed", memory=DEEPSPEED, workload=WorkloadTraits(unfused_attention=True)),

@@ -41,7 +41,7 @@ from __future__ import annotations
 import difflib
 
 from projection.errors import ProjtuneError
-from projection.framework import framework_record, record_of_launch
+from projection.framework import RECORDS, framework_record, record_of_launch
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import LAUNCH_FRAMEWORKS
@@ -259,15 +259,11 @@ def framework_violations(framework: str, model: ModelSpec, cluster: Cluster, con
     return _finetune(framework, config) + _maxtext(model, cluster, config)
 
 
-# Frameworks with a LoRA implementation the export can switch on: Megatron-Bridge (src/megatron/bridge/peft/lora.py,
-# ConfigContainer.peft) and torchtitan 0.3.0 (components/lora.py LoRAConverter on the model config).  Megatron-LM's
-# pretrain_gpt.py (and Primus' Megatron backend that runs it) and MaxText's base.yml train no adapters.
-LORA_FRAMEWORKS = frozenset({"megatron-bridge", "torchtitan"})
-
-
 def _finetune(framework: str, config: TrainingConfig) -> list[str]:
-    if config.finetune == "lora" and framework not in LORA_FRAMEWORKS:
-        return [f"{framework} trains no LoRA adapters (frameworks that do: {', '.join(sorted(LORA_FRAMEWORKS))})"]
+    """LoRA only where the launch framework trains adapters (the record's ``trains_lora``, cited there)."""
+    if config.finetune == "lora" and not record_of_launch(framework).trains_lora:
+        lora = sorted(r.launch for r in RECORDS.values() if r.trains_lora and r.launch)
+        return [f"{framework} trains no LoRA adapters (frameworks that do: {', '.join(lora)})"]
     return []
 
 

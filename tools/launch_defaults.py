@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from projection.errors import ProjtuneError
+from projection.framework import record_of_launch
 
 # Primus' module defaults (pre_trainer.yaml over trainer_base.yaml) that a layout depends on.
 PRIMUS_DEFAULTS: dict[str, Any] = {"use_distributed_optimizer": True, "bf16": True, "micro_batch_size": 2,
@@ -192,7 +193,7 @@ def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int
                          f"data-parallel degree = {local} x {dp} = {keys['gbs']} ({TORCHTITAN_SOURCE})")
         if pp == 1:
             keys.setdefault("mbs", local)
-    elif framework in ("megatron", "megatron-bridge"):
+    elif framework != "primus" and record_of_launch(framework).megatron_core:  # Megatron-LM, Megatron-Bridge
         if "mbs" not in keys:
             keys["mbs"] = 1
             notes.append("--micro-batch-size not set: Megatron-LM default 1 (arguments.py)")
@@ -220,7 +221,7 @@ _UNMODELLED = {
 def switch_notes(dests: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """Notes for Megatron-family switches the file sets that the projection does not model, and for FP8 primary
     weights where the file and the memory model (framework profile ``fp8_param_gather_precisions``) disagree."""
-    from projection.framework_profile import framework_profile
+    from projection.framework import framework_profile
 
     notes = [f"{dest}: {what}" for dest, what in _UNMODELLED.items() if dests.get(dest) not in (None, False, "none")]
     precision = str(config.get("precision", "bf16"))

@@ -102,12 +102,12 @@ def test_the_estimate_bounds_the_measured_first_request_of_issue_30() -> None:
     estimated above that when rebuilt (old full tool schemas, Llama 3 8B on 8 H100)."""
     from agent.prompts_text import history_table, job_text
     from agent.request import parse_request
-    from agent.space import Job
+    from agent.space import LayoutSpace
     from agent.toolbox import Toolbox
     from prompts.loader import render_prompt
 
     request = parse_request("tune llama3 8b on 8 h100, gbs 64, seq 2k").model_dump()
-    job = Job(request)
+    job = LayoutSpace(request)
     system = {"role": "system", "content": render_prompt("propose", job=job_text(job, Toolbox.for_request(request)
                                                                                     .legal_axes(job.seq_len)))}
     anchors = [{"scores": {"layout": "TP1 PP1 DP8 mbs1 gbs64 s2048 bf16 rc=none", "tokens_per_sec_per_gpu": 12345.0}}]

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from projection.framework import record_of_launch
 from projection.engine import project
 from projection.legality import even_split, layout_violations
 from projection.model_spec import load_model
@@ -89,7 +90,8 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
     result = diagnose(str(path), search=False)
     back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
     assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
-    expected = project(spec, cluster, config)
+    # diagnose prices the file with its framework's record (issue 24): the expectation is priced the same way
+    expected = project(spec, cluster, config.model_copy(update={"framework": record_of_launch(framework).name}))
     assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
     assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
 
