@@ -15,6 +15,7 @@ from typing import Any
 
 from projection.training_config import TrainingConfig
 from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.exports.pipeline_split import megatron_split_dests
 
 # Precision -> Transformer Engine FP8 recipe (--fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise, custom).
 # "fp8" is per-tensor current scaling ("tensorwise", Float8CurrentScaling): what the projection prices
@@ -108,12 +109,7 @@ def parallel_dests(job: Job) -> dict[str, Any]:
     """Parallel sizes, batch, precision, recompute, optimizer sharding and overlap as Megatron-LM dests."""
     c, layers = job.config, job.model.num_layers
     d: dict[str, Any] = {"tensor_model_parallel_size": c.tp, "pipeline_model_parallel_size": c.pp}
-    stages = c.pp * c.vpp
-    if c.pp > 1 and layers % stages and (layers + 2) % stages == 0:
-        d["account_for_embedding_in_pipeline_split"] = True
-        d["account_for_loss_in_pipeline_split"] = True
-    if c.vpp > 1:
-        d["num_virtual_stages_per_pipeline_rank"] = c.vpp
+    d.update(megatron_split_dests(layers, c))
     d["context_parallel_size"] = c.cp
     if job.model.is_moe:
         d["expert_model_parallel_size"] = c.ep

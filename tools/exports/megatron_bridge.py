@@ -15,6 +15,7 @@ from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block
 from tools.exports.megatron import recompute_dests
+from tools.exports.pipeline_split import bridge_split_overrides
 
 SOURCE = "Megatron-Bridge ConfigContainer overrides (model.* = megatron-core TransformerConfig fields)"
 # Precision -> Megatron-Bridge mixed-precision recipe name (mixed_precision.py).
@@ -34,13 +35,9 @@ def bridge_overrides(job: Job) -> dict[str, Any]:
     """'section.field' -> value."""
     c, layers = job.config, job.model.num_layers
     o: dict[str, Any] = {"model.tensor_model_parallel_size": c.tp, "model.pipeline_model_parallel_size": c.pp,
-                         "model.virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
                          "model.context_parallel_size": c.cp, "model.sequence_parallel": c.sequence_parallel
                          and c.tp > 1}
-    stages = c.pp * c.vpp
-    if c.pp > 1 and layers % stages and (layers + 2) % stages == 0:
-        o["model.account_for_embedding_in_pipeline_split"] = True
-        o["model.account_for_loss_in_pipeline_split"] = True
+    o.update(bridge_split_overrides(layers, c))
     if job.model.is_moe:
         o["model.expert_model_parallel_size"] = c.ep
         o["model.expert_tensor_parallel_size"] = c.etp

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block
-from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_stage_split
+from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_split
 
 TORCHTITAN_SCHEDULE = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "zbv": "ZBVZeroBubble", "gpipe": "GPipe"}
 SOURCE = "torchtitan 0.3.0 config sections (torchtitan/config/configs.py, trainer.py Trainer.Config)"
@@ -55,7 +55,7 @@ def titan_options(job: Job) -> dict[str, Any]:
     if c.pp > 1:
         o["parallelism.pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULE.get(c.schedule, c.schedule)
         o["parallelism.pipeline_parallel_microbatch_size"] = c.mbs
-        split = torchtitan_stage_split(model.num_layers, c.pp * c.vpp)
+        split = torchtitan_split(model.num_layers, c)
         if split is not None:
             per_stage, first, last = split
             o["parallelism.pipeline_parallel_layers_per_stage"] = per_stage
