@@ -17,7 +17,7 @@ is asked back by name), a launch framework ("with torchtitan"), NICs ("8x400G NI
 "RoCE 400G"), the NVLink domain ("NVL72", "NVLink domain of 36"), GPUs per node ("4 gpus per
 node"; default: the GPU's catalog node, e.g. a GB200 compute tray holds 4 in a 72-GPU NVLink
 domain) and headroom ("must fit with 20% headroom").  Defaults (listed in ``assumed`` and said in
-``notes``): gbs = the smallest multiple of the GPU count >= 256; seq_len = 4096 (less when the
+``notes``): gbs = a token count scaled to the model, in sequences (:mod:`agent.batch_default`); seq_len = 4096 (less when the
 model's context is shorter); GPUs per node from the catalog; precision and framework unpinned.  With ``base`` (a chat
 follow-up) whatever the text does not say is kept from the earlier request.
 
@@ -36,11 +36,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
+from agent.batch_default import default_gbs
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
+from projection.model_spec import load_model
 from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
 from projection.vocabulary import FINETUNES, PRECISIONS
 
-DEFAULT_GBS_FLOOR = 256
 DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
 MAX_DIGITS = 9
@@ -178,11 +179,6 @@ def network_fields(request: Any) -> dict[str, Any]:
     """The network overrides a request (TuneRequest or its dict) gives: only those said, so the defaults stay."""
     get = request.get if isinstance(request, dict) else lambda k: getattr(request, k, None)
     return {k: v for k in NETWORK_KEYS if (v := get(k)) is not None}
-
-
-def default_gbs(num_gpus: int) -> int:
-    """The smallest multiple of the GPU count that is at least 256 (every DP degree then divides it)."""
-    return num_gpus * -(-DEFAULT_GBS_FLOOR // max(num_gpus, 1))
 
 
 def _number(value: str, suffix: str | None, word: str | None = None) -> int:
@@ -588,10 +584,9 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         exact = "" if gbs * values["seq_len"] == tokens else f" (rounded; {gbs * values['seq_len']} tokens)"
         notes.append(f"global batch {tokens} tokens / seq_len {values['seq_len']} = gbs {gbs}{exact}")
     elif "gbs" not in values or "gbs" in assumed:
-        values["gbs"] = default_gbs(values["num_gpus"])
+        values["gbs"], note = default_gbs(load_model(values["model"]), values["num_gpus"], values["seq_len"])
         assumed.add("gbs")
-        notes.append(f"assumed gbs={values['gbs']} (smallest multiple of {values['num_gpus']} GPUs >= "
-                     f"{DEFAULT_GBS_FLOOR}); say 'gbs N' or '1M tokens per step' to change it")
+        notes.append(note)
     if not any(axis_of(r) == "precision" for r in values.get("constraints", [])):
         if "precision" not in assumed:
             supported = ", ".join(hardware.supported_precisions) if hardware is not None else "bf16 and FP8"
