@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
@@ -132,7 +133,7 @@ def _print_report(report: Any) -> None:
     from agent.planning import plan_lines
 
     best = report.best
-    out.print(f"[bold green]Best layout:[/] {best.layout}"
+    out.print(f"[bold green]Best layout:[/] {escape(best.layout)}"
               + (f", recomputes {' + '.join(best.recompute_modules)}" if best.recompute_modules else ""))
     out.print(f"  {mfu_text(best.model_dump())}")
     if report.recompute:
@@ -154,7 +155,7 @@ def _print_report(report: Any) -> None:
         modules = f" [{'+'.join(row.recompute_modules)}]" if row.recompute_modules else ""
         band = (f"{row.tokens_per_sec_per_gpu_low:,.0f}-{row.tokens_per_sec_per_gpu_high:,.0f}"
                 if row.tokens_per_sec_per_gpu_low else "-")
-        table.add_row(str(row.rank), row.layout + modules, f"{row.tokens_per_sec_per_gpu:,.0f}", band,
+        table.add_row(str(row.rank), escape(row.layout + modules), f"{row.tokens_per_sec_per_gpu:,.0f}", band,
                       f"{row.mfu_gemm or row.mfu:.1%} ({row.gemm_precision or 'bf16'})", f"{row.mfu:.1%}",
                       f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
     out.print(table)
