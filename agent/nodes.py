@@ -20,6 +20,7 @@ from agent.policies import Policy
 from agent.progress import emit
 from agent.request import Clarification, TuneRequest
 from agent.seeds import seed_proposals
+from agent.sizing import size_request
 from agent.space import Job
 from agent.state import DEFAULT_BUDGET, RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed
@@ -28,7 +29,7 @@ from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
-from tools.framework_rules import RECIPE_OF_LAUNCH
+from tools.framework_rules import RECIPE_OF_LAUNCH, launch_framework_of
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -75,6 +76,8 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
         result = result.model_copy(update={"framework": RECIPE_OF_LAUNCH.get(options_of(runtime).framework)})
     try:
         Job(result)
+        if result.size_cluster and result.sizing is None:   # no GPU count, a budget and a deadline: size it first
+            result = size_request(result, launch_framework_of(result.framework))
     except ProjtuneError as err:
         return {**start, "clarification": Clarification(question=str(err), partial=result.model_dump()).model_dump()}
     return {**start, "clarification": None, "request": result.model_dump(), "notes": list(result.notes)}

@@ -232,6 +232,8 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     tokens = options.tokens or request.get("train_tokens")
     deadline_s = options.deadline_s or (request["deadline_days"] * 86400.0 if request.get("deadline_days") else None)
     plan = job_plan(best_first[0], request, tokens=tokens, deadline_s=deadline_s) if best_first else {}
+    if request.get("sizing"):
+        plan["sizing"] = request["sizing"]      # the GPU counts searched to size the cluster (agent/sizing.py)
     gpu = request["gpu"]
     out = TuneReport(
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),

@@ -139,6 +139,10 @@ class TuneRequest(BaseModel):
     deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False,
                                         description="Deadline when said ('in 30 days'): the plan's smallest GPU "
                                                     "count that meets it (with a token budget).")
+    size_cluster: bool = Field(default=False, description="The GPU count was asked, not given: a token budget and a "
+                                                          "deadline size it (agent/sizing.py) before tuning.")
+    sizing: dict[str, Any] | None = Field(default=None, description="The sizing table: GPU counts searched, their "
+                                                                     "days and GPU-hours with the band, the count chosen.")
     assumed: list[str] = Field(default_factory=list, description="Fields filled by defaults (gbs, seq_len, ...).")
     notes: list[str] = Field(default_factory=list, description="How the text was read (defaults, name guesses).")
 
@@ -488,8 +492,12 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         notes.append(f"{nodes} nodes x {node_size} GPUs = {count} GPUs")
     if count is not None:
         values["num_gpus"] = count
+    elif "num_gpus" not in values and "gpu" not in missing and budget is not None and deadline is not None:
+        values["size_cluster"] = True        # 'how many GPUs to train on 15T tokens in 60 days': sized (agent/sizing)
+        assumed.add("num_gpus")
     elif "num_gpus" not in values and "gpu" not in missing:
-        questions.append("How many GPUs? e.g. 'on 64 mi300x'")
+        questions.append("How many GPUs? e.g. 'on 64 mi300x' (or give a token budget and a deadline, "
+                         "'on 15T tokens in 60 days', to size the cluster)")
         missing.append("num_gpus")
     tokens = find_batch_tokens(rest)
     for field_name, found in (("seq_len", find_seq_len(rest)), ("gbs", None if tokens else find_gbs(rest)),
@@ -568,6 +576,13 @@ def _partial(values: dict[str, Any], assumed: set[str]) -> dict[str, Any]:
 def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], hardware: Any) -> None:
     """Fill gbs, seq_len, gpus_per_node (from the GPU's catalog node) and say what precision/framework are assumed."""
     node = hardware.gpus_per_node if hardware is not None else DEFAULT_GPUS_PER_NODE
+    if values.get("size_cluster") and "num_gpus" not in values:
+        from agent.sizing import first_guess     # here: agent.sizing imports this module
+
+        values["num_gpus"] = first_guess(load_model(values["model"]), hardware, values["train_tokens"],
+                                         values["deadline_days"], values.get("gpus_per_node") or node)
+        notes.append(f"GPU count not given: sizing the cluster for {values['train_tokens']:.3g} tokens in "
+                     f"{values['deadline_days']:g} days (first guess {values['num_gpus']} GPUs)")
     if "gpus_per_node" not in values or "gpus_per_node" in assumed:
         values["gpus_per_node"] = min(node, values["num_gpus"])   # a job smaller than a node uses what it has
         if "gpus_per_node" not in assumed:
