@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
 from agent.batch_default import default_gbs
+from agent.sizing_guess import first_guess
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
 from projection.model_spec import load_model
 from projection.training_config import MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, PackedDocumentTokens
@@ -577,8 +578,6 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
     """Fill gbs, seq_len, gpus_per_node (from the GPU's catalog node) and say what precision/framework are assumed."""
     node = hardware.gpus_per_node if hardware is not None else DEFAULT_GPUS_PER_NODE
     if values.get("size_cluster") and "num_gpus" not in values:
-        from agent.sizing import first_guess     # here: agent.sizing imports this module
-
         values["num_gpus"] = first_guess(load_model(values["model"]), hardware, values["train_tokens"],
                                          values["deadline_days"], values.get("gpus_per_node") or node)
         notes.append(f"GPU count not given: sizing the cluster for {values['train_tokens']:.3g} tokens in "

@@ -17,42 +17,20 @@ Units: tokens decimal (15T = 15e12), days of 86,400 s, GPU-hours = tokens / (tok
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from agent.batch_default import default_gbs
 from agent.request import TuneRequest, network_fields
+from agent.sizing_guess import DAY_S, GUESS_MFU, MAX_COUNTS, count_ladder, first_guess
 from projection.errors import ProjtuneError
-from projection.hardware import load_hardware
+from projection.job import resolve_device
 from projection.model_spec import load_model
-from projection.params import active_params
 from projection.training_config import MAX_GPUS
 
-GUESS_MFU = 0.35
-"""Model-FLOPs utilisation of the first guess only (large dense and MoE jobs publish 30-45% of the BF16 peak); the
-counts it places are then projected."""
 MAX_TOKENS_PER_STEP = 64 * 1024 ** 2
 """Tokens-per-step limit of a sized job: about DeepSeek-V3's final batch, 15,360 x 4K = 62.9M tokens (DeepSeek-V3
 report, section 4.2), the largest published; a count whose floor batch is larger gets the limit."""
-MAX_COUNTS = 8
 SHOWN_BEYOND = 2       # counts projected past the chosen one, so the table shows what more GPUs buy
-DAY_S = 86400.0
-
-
-def first_guess(model: Any, hardware: Any, tokens: float, deadline_days: float, node: int) -> int:
-    """GPUs that would train ``tokens`` in ``deadline_days`` at :data:`GUESS_MFU` of the BF16 peak (whole nodes)."""
-    flops = 6.0 * active_params(model) * tokens
-    per_gpu = hardware.peak_flops_for("bf16") * GUESS_MFU
-    gpus = flops / (per_gpu * deadline_days * DAY_S)
-    return max(node, node * math.ceil(gpus / node))
-
-
-def count_ladder(guess: int, node: int) -> list[int]:
-    """Whole-node counts node x 2^k from about a quarter to four times ``guess`` (powers of two keep the default
-    batch, a power-of-two token count, divisible by every data-parallel degree)."""
-    counts = [node * 2 ** k for k in range(0, 40) if guess / 4 <= node * 2 ** k <= 4 * guess
-              and node * 2 ** k <= MAX_GPUS]
-    return counts[:MAX_COUNTS] or [guess]
 
 
 def _batch(request: TuneRequest, model: Any, count: int) -> int:
@@ -99,7 +77,7 @@ def size_request(request: TuneRequest, framework: str | None) -> TuneRequest:
     tokens, deadline = request.train_tokens, request.deadline_days
     if not request.size_cluster or tokens is None or deadline is None:
         return request
-    model, hardware = load_model(request.model), load_hardware(request.gpu)
+    model, (hardware, _) = load_model(request.model), resolve_device(request.gpu, request.profile_path)
     node = request.gpus_per_node
     guess = first_guess(model, hardware, tokens, deadline, node)
     counts = count_ladder(guess, node)

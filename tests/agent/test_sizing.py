@@ -4,7 +4,8 @@ count -> days -> GPU-hours with the band, and is tuned on the count chosen."""
 from __future__ import annotations
 
 from agent.request import Clarification, TuneRequest, parse_request
-from agent.sizing import count_ladder, first_guess, size_request, sizing_lines
+from agent.sizing import size_request, sizing_lines
+from agent.sizing_guess import count_ladder, first_guess
 from projection.hardware import load_hardware
 from projection.model_spec import load_model
 
