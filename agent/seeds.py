@@ -45,8 +45,8 @@ def _recipe(job: Job, tp: int, pp: int, cp: int) -> dict[str, Any]:
     return {"tp": tp, "pp": pp, "cp": cp, "ep": max(node_eps), "mbs": 1, "zero": 1, "recompute": "selective",
             "precision": "bf16" if "bf16" in precisions else (precisions[0] if precisions else "bf16"),
             "sequence_parallel": tp > 1, "pp_schedule": "1f1b",
-            **{k: v for k, v in split_fields(searched_split(job.model.num_layers, pp, 1) or DEFAULT_SPLIT).items()
-               if v is not None}}
+            **{k: v for k, v in split_fields(searched_split(job.model.num_layers, job.num_gpus, pp, 1)
+                                             or DEFAULT_SPLIT).items() if v is not None}}
 
 
 def _in_space(job: Job, raw: dict[str, Any]) -> TrainingConfig | None:
@@ -110,7 +110,7 @@ def _moves(job: Job, c: TrainingConfig) -> Iterator[tuple[dict[str, Any], str]]:
             yield {**base, "tp": tp, "sequence_parallel": tp > 1}, why
     for factor, why in ((2, "double PP: less memory per GPU"), (0.5, "halve PP: smaller pipeline bubble")):
         pp = int(c.pp * factor)
-        if pp >= 1 and (split := searched_split(job.model.num_layers, pp, 1)) is not None:
+        if pp >= 1 and (split := searched_split(job.model.num_layers, job.num_gpus, pp, 1)) is not None:
             yield {**base, "pp": pp, "vpp": 1, "pp_schedule": "1f1b", **split_fields(split)}, why
     if job.model.is_moe:
         for factor, why in ((2, "double EP: fewer experts per GPU"), (0.5, "halve EP: smaller all-to-all")):

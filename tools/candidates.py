@@ -7,7 +7,8 @@ The space (kept sane on purpose, each rule with its reason):
   :func:`projection.legality.even_split`); where that is impossible (DeepSeek-V3's 61 layers), one
   uneven split whose first and last virtual stages carry fewer layers
   (:func:`projection.pipeline_split.uneven_split`: Megatron's first/last stage layers with vpp 1,
-  a pipeline layout string with vpp > 1, the Megatron-Bridge DeepSeek-V3 presets' shape).  VPP > 1
+  a pipeline layout string with vpp 2 or 4, the Megatron-Bridge DeepSeek-V3 presets' shape), searched only
+  where no PP > 1 splits evenly on the cluster (:func:`uneven_searched`).  VPP > 1
   with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
 - CP only when seq_len >= 16384 (or the constraints name cp), with seq_len divisible by 2*cp.
 - EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp 1 (MoE parallel
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from projection.hardware import HardwareSpec
@@ -103,11 +105,24 @@ def cp_values(space: SearchSpace) -> list[int]:
     return [c for c in cp_degrees(space.cluster.num_gpus, space.seq_len) if _ok(space, "cp", c)]
 
 
-def searched_split(num_layers: int, pp: int, vpp: int) -> PipelineSplit | None:
-    """The pipeline split the search gives (pp, vpp): the default where stages are even (embedding/loss rule),
-    else :func:`projection.pipeline_split.uneven_split`; None when neither exists."""
+UNEVEN_VPPS = (1, 2, 4)   # virtual stages of the uneven splits searched (the published DeepSeek-V3 recipes use 1, 2, 4)
+
+
+@lru_cache(maxsize=1024)
+def uneven_searched(num_layers: int, num_gpus: int) -> bool:
+    """Whether the search offers uneven splits: only where no PP > 1 dividing the GPU count splits the layers evenly
+    (DeepSeek-V3's 61 layers on a power-of-two cluster), so models with even PP options keep their space."""
+    return not any(num_gpus % p == 0 and even_split(num_layers, p) for p in range(2, min(num_layers, num_gpus) + 1))
+
+
+def searched_split(num_layers: int, num_gpus: int, pp: int, vpp: int) -> PipelineSplit | None:
+    """The pipeline split the search gives (pp, vpp): the default where stages are even (embedding/loss rule), else
+    :func:`projection.pipeline_split.uneven_split` where :func:`uneven_searched` and vpp is one of
+    :data:`UNEVEN_VPPS`; None when neither applies."""
     if pp == 1 or even_split(num_layers, pp * vpp):
         return DEFAULT_SPLIT
+    if vpp not in UNEVEN_VPPS or not uneven_searched(num_layers, num_gpus):
+        return None
     return uneven_split(num_layers, pp, vpp)
 
 
@@ -121,7 +136,7 @@ def pp_values(space: SearchSpace, tp: int, cp: int) -> list[int]:
     GPU count."""
     n, layers = space.cluster.num_gpus, space.model.num_layers
     return [p for p in range(1, min(layers, n) + 1) if n % (tp * cp * p) == 0
-            and searched_split(layers, p, 1) is not None and _ok(space, "pp", p)]
+            and searched_split(layers, n, p, 1) is not None and _ok(space, "pp", p)]
 
 
 def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str, PipelineSplit]]:
@@ -131,14 +146,15 @@ def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str, Pipeli
     The schedules also constrain the micro-batch count, which depends on mbs: see :func:`schedule_fits`.
     """
     layers = space.model.num_layers
-    flat = searched_split(layers, pp, 1)
+    n = space.cluster.num_gpus
+    flat = searched_split(layers, n, pp, 1)
     if flat is None:
         return []
     options = [(1, "1f1b", flat)]
     if pp > 1:
         options.append((1, "zero-bubble", flat))
         for v in range(2, (layers + 2) // pp + 1):
-            if (split := searched_split(layers, pp, v)) is not None:
+            if (split := searched_split(layers, n, pp, v)) is not None:
                 options.append((v, "interleaved", split))
     return [(v, s, split) for v, s, split in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
 
