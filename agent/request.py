@@ -437,6 +437,7 @@ def _base_values(base: TuneRequest | dict[str, Any] | None) -> dict[str, Any]:
 def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest | Clarification:
     text, problem = normalise(raw)
     values = _base_values(base)
+    values.pop("sizing", None)       # a follow-up of a sized request is sized again (agent/sizing.py), or given a count
     if problem:
         return Clarification(question=problem, missing=["request"], partial=_partial(values, set()))
     if not text:
@@ -493,6 +494,8 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         notes.append(f"{nodes} nodes x {node_size} GPUs = {count} GPUs")
     if count is not None:
         values["num_gpus"] = count
+        values["size_cluster"] = False
+        assumed.discard("num_gpus")
     elif "num_gpus" not in values and "gpu" not in missing and budget is not None and deadline is not None:
         values["size_cluster"] = True        # 'how many GPUs to train on 15T tokens in 60 days': sized (agent/sizing)
         assumed.add("num_gpus")

@@ -51,3 +51,14 @@ def test_tune_answers_the_sizing_question() -> None:
     lines = plan_lines(report.plan)
     assert lines[0].startswith("cluster sizing for 2e+11 tokens in 10 days")
     assert any("GPU-hours" in line for line in lines)
+
+
+def test_a_follow_up_with_a_count_is_not_sized() -> None:
+    request = parse_request(TEXT)
+    assert isinstance(request, TuneRequest)
+    sized = size_request(request, "megatron")
+    follow = parse_request("what about 256 gpus", sized)
+    assert isinstance(follow, TuneRequest)
+    assert follow.num_gpus == 256 and not follow.size_cluster and follow.sizing is None
+    again = parse_request("seq 8k", sized)
+    assert isinstance(again, TuneRequest) and again.size_cluster and again.sizing is None   # sized again when run
