@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
-from agent.request import Clarification, TuneRequest
+from agent.request import Clarification, TuneRequest, size_when_planned
 from agent.seeds import seed_proposals
 from agent.sizing import size_request
 from agent.space import Job
@@ -63,6 +63,8 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     else:
         parsed = policy.read(state.get("text", ""), state=dict(state))
         result, degraded_reason = parsed.result, parsed.degraded_reason
+        options = options_of(runtime)
+        result = size_when_planned(result, state.get("text", ""), options.tokens, options.deadline_s)
     start: dict[str, Any] = {"run_id": uuid.uuid4().hex, "budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})},
                              "round": 0, "pending": [],
                              "usage": {"proposals": 0, "tool_calls": 0, "benchmark_minutes": 0.0}, "ranking": [],

@@ -496,7 +496,8 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         values["num_gpus"] = count
         values["size_cluster"] = False
         assumed.discard("num_gpus")
-    elif "num_gpus" not in values and "gpu" not in missing and budget is not None and deadline is not None:
+    elif ("num_gpus" not in values and "gpu" not in missing and (budget or values.get("train_tokens"))
+          and (deadline or values.get("deadline_days"))):
         values["size_cluster"] = True        # 'how many GPUs to train on 15T tokens in 60 days': sized (agent/sizing)
         assumed.add("num_gpus")
     elif "num_gpus" not in values and "gpu" not in missing:
@@ -616,6 +617,15 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         if "framework" not in assumed:
             notes.append("framework not said: layouts are Megatron-style (export with --framework)")
         assumed.add("framework")
+
+
+def size_when_planned(result: TuneRequest | Clarification, text: str, tokens: float | None,
+                      deadline_s: float | None) -> TuneRequest | Clarification:
+    """A request that asks only for the GPU count, read again with the plan's token budget and deadline (``--tokens``,
+    ``--deadline``): the cluster is then sized for them (agent/sizing.py) instead of asked."""
+    if not (isinstance(result, Clarification) and result.missing == ["num_gpus"] and tokens and deadline_s):
+        return result
+    return parse_request(text, base={**result.partial, "train_tokens": tokens, "deadline_days": deadline_s / 86400.0})
 
 
 def pick_option(options: list[str], answer: str) -> str | None:

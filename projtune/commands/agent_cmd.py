@@ -88,14 +88,15 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
 
 
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             flags: dict[str, Any] | None = None) -> Any:
-    """The typed request (flags merged: the network, packed documents), or the Clarification to answer with."""
+             flags: dict[str, Any] | None = None, plan: tuple[float | None, float | None] = (None, None)) -> Any:
+    """The typed request (flags merged: the network, packed documents), or the Clarification to answer with;
+    ``plan`` = (--tokens, --deadline seconds): with both and no GPU count, the cluster is sized for them."""
     from agent.constraints_text import merge_constraints
-    from agent.request import Clarification
+    from agent.request import Clarification, size_when_planned
     from agent.space import Job
     from tools.constraints import Constraints
 
-    parsed = policy.parse(text)
+    parsed = size_when_planned(policy.parse(text), text, *plan)
     if isinstance(parsed, Clarification):
         return parsed
     Constraints.parse(constraints)   # a bad --constraint is a usage error (exit 2)
@@ -214,7 +215,7 @@ def tune_command(
     with _Progress(enabled=True) as progress:
         parsed = _request(policy, request, constraint or [], top,
                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                           "packed_document_tokens": packed_document_tokens})
+                           "packed_document_tokens": packed_document_tokens}, (budget_tokens, deadline_s))
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
                                 policy=policy.name)

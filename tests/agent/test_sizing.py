@@ -62,3 +62,15 @@ def test_a_follow_up_with_a_count_is_not_sized() -> None:
     assert follow.num_gpus == 256 and not follow.size_cluster and follow.sizing is None
     again = parse_request("seq 8k", sized)
     assert isinstance(again, TuneRequest) and again.size_cluster and again.sizing is None   # sized again when run
+
+
+def test_tokens_and_deadline_flags_size_a_request_without_a_count() -> None:
+    from agent.request import size_when_planned
+
+    text = "Llama 3 8B on MI300X"
+    asked = parse_request(text)
+    assert isinstance(asked, Clarification) and asked.missing == ["num_gpus"]
+    assert size_when_planned(asked, text, None, 864000.0) is asked                 # a deadline alone still asks
+    sized = size_when_planned(asked, text, 2e11, 10 * 86400.0)
+    assert isinstance(sized, TuneRequest) and sized.size_cluster
+    assert (sized.train_tokens, sized.deadline_days) == (2e11, 10.0)
