@@ -128,10 +128,10 @@ def test_exports_write_the_split() -> None:
     layout = flat.model_copy(update={"pp": 8, "vpp": 4, "pp_first_stage_layers": None, "pp_last_stage_layers": None,
                                      "pp_layout": "Et|(t*2|)*30L", "gbs": 8192})
     text = export_launch_config(DSV3, cluster, layout, "megatron").text
-    assert "--pipeline-model-parallel-layout 'Et|(t*2|)*30L'" in text or "--pipeline-model-parallel-layout Et|" in text
+    assert "--pipeline-model-parallel-layout 'Et|(t*2|)*30L'" in text          # shell-quoted: | ( * are special
     assert "--num-virtual-stages-per-pipeline-rank" not in text
     bridge = export_launch_config(DSV3, cluster, layout, "megatron-bridge").text
-    assert "model.pipeline_model_parallel_layout" in bridge
+    assert """'model.pipeline_model_parallel_layout="Et|(t*2|)*30L"'""" in bridge   # a Hydra string, one shell word
     primus = export_launch_config(DSV3, cluster, flat, "primus").text
     assert "decoder_first_pipeline_num_layers: 4" in primus
 

@@ -11,6 +11,7 @@ generators from these dests.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from projection.training_config import TrainingConfig
@@ -27,6 +28,7 @@ SPECIAL_FLAGS: dict[tuple[str, Any], str] = {
     ("gradient_accumulation_fusion", False): "--no-gradient-accumulation-fusion",
 }
 RENAMED = {"fp8": "--fp8-format"}
+SHELL_SPECIAL = frozenset("[], |()*;&<>$'\"\\`")   # a value with one of these is shell-quoted
 SOURCE = "flags: NVIDIA/Megatron-LM megatron/training/arguments.py (pretrain_gpt.py)"
 USER_MUST_ADD = ["data: --data-path PREFIX [--split 99,1,0] (or --mock-data)",
                  "tokenizer: --tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH",
@@ -182,8 +184,8 @@ def flags(dests: dict[str, Any]) -> list[str]:
             lines.append(flag)
         elif isinstance(value, list):
             lines.append(f"{flag} {' '.join(str(v) for v in value)}")
-        elif isinstance(value, str) and any(ch in value for ch in "[], "):
-            lines.append(f"{flag} '{value}'")
+        elif isinstance(value, str) and any(ch in value for ch in SHELL_SPECIAL):
+            lines.append(f"{flag} {shlex.quote(value)}")     # e.g. a pipeline layout 'Et|(tt|)*30mL'
         else:
             lines.append(f"{flag} {value}")
     return lines

@@ -11,6 +11,7 @@ command line of ``scripts/performance/run_script.py`` / ``examples/recipes/*/pre
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block
@@ -26,6 +27,7 @@ BRIDGE_FP8 = {"bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
               "bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed"),
               "bf16_with_fp8_subchannel_scaling_mixed": ("e4m3", "blockwise"),
               "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8")}
+HYDRA_SPECIAL = frozenset("|()*[]{},' ")   # a string value with one of these is written as a quoted string
 USER_MUST_ADD = ["a recipe for the model (e.g. examples/recipes/llama/pretrain_llama3_8b.py) that sets the "
                  "architecture and tokenizer", "dataset.blend / data paths, checkpoint.save",
                  "train.train_iters and optimizer settings"]
@@ -77,12 +79,14 @@ def _value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, list):
         return "[" + ",".join(str(x) for x in v) + "]"
+    if isinstance(v, str) and any(ch in v for ch in HYDRA_SPECIAL):
+        return '"' + v + '"'          # a Hydra quoted string (a pipeline layout 'Et|(tt|)*30mL')
     return str(v)
 
 
 def export(job: Job) -> LaunchConfig:
     overrides = bridge_overrides(job)
-    lines = [f"{k}={_value(v)}" for k, v in overrides.items()]
+    lines = [shlex.quote(f"{k}={_value(v)}") for k, v in overrides.items()]   # one shell word each
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
     text = "\n".join(head + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
     return LaunchConfig(framework="megatron-bridge", text=text, options=overrides, warnings=job.warnings,
