@@ -19,8 +19,9 @@ from typing import Any
 from projection.errors import ProjtuneError
 from projection.hardware import load_hardware
 
-_DIFF_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "precision", "recompute", "recompute_num_layers",
-              "recompute_modules", "zero", "fsdp_size", "moe_dispatcher", "pp_schedule")
+_DIFF_KEYS = ("tp", "pp", "vpp", "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout", "cp", "ep", "etp", "dp",
+              "mbs", "precision", "recompute", "recompute_num_layers", "recompute_modules", "zero", "fsdp_size",
+              "moe_dispatcher", "pp_schedule")
 MAX_NEAR_TIES = 4
 
 

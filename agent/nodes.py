@@ -18,9 +18,10 @@ from pydantic import ValidationError
 from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
-from agent.request import Clarification, TuneRequest
+from agent.request import Clarification, TuneRequest, size_when_planned
 from agent.search_step import measured_summary, request_search, search_top_k
 from agent.seeds import seed_proposals
+from agent.sizing import size_request
 from agent.space import LayoutSpace
 from agent.state import DEFAULT_BUDGET, RunOptions, State
 from agent.toolbox import Toolbox, ToolFailed
@@ -30,6 +31,7 @@ from projection.framework import record_of_launch
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools.candidates import break_ties
+from tools.framework_rules import launch_framework_of
 
 if TYPE_CHECKING:   # annotations only: langgraph loads when a graph is built (agent.graph)
     from langgraph.runtime import Runtime
@@ -63,6 +65,8 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
     else:
         parsed = policy.read(state.get("text", ""), state=dict(state))
         result, degraded_reason = parsed.result, parsed.degraded_reason
+        options = options_of(runtime)
+        result = size_when_planned(result, state.get("text", ""), options.tokens, options.deadline_s)
     start: dict[str, Any] = {"run_id": uuid.uuid4().hex, "budget": {**DEFAULT_BUDGET, **(state.get("budget") or {})},
                              "round": 0, "pending": [],
                              "usage": {"proposals": 0, "tool_calls": 0, "benchmark_minutes": 0.0}, "ranking": [],
@@ -77,6 +81,8 @@ def parse(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dict
         result = result.model_copy(update={"framework": record_of_launch(options_of(runtime).framework).name})
     try:
         LayoutSpace(result)
+        if result.size_cluster and result.sizing is None:   # no GPU count, a budget and a deadline: size it first
+            result = size_request(result, launch_framework_of(result.framework))
     except ProjtuneError as err:
         return {**start, "clarification": Clarification(question=str(err), partial=result.model_dump()).model_dump()}
     return {**start, "clarification": None, "request": result.model_dump(), "notes": list(result.notes)}

@@ -142,6 +142,9 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
     """The plan as short lines for the text answer."""
     if not plan:
         return []
+    from agent.sizing import sizing_lines     # here: agent.sizing imports the request module, as this one does
+
+    lines_first = sizing_lines(plan["sizing"]) if plan.get("sizing") else []
     lo, hi = plan["hours_per_billion_tokens_band"]
     lines = [f"time per billion tokens: {plan['hours_per_billion_tokens']:.2f} h on {plan['num_gpus']} GPUs "
              f"(80% interval {lo:.2f}-{hi:.2f} h)"]
@@ -157,4 +160,4 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
                          f"({plan['min_gpus_layout']}, {b_lo:.1f}-{b_hi:.1f} days)")
         else:
             lines.append(f"deadline {plan['deadline_days']:g} days: {plan.get('min_gpus_note', '')}")
-    return lines
+    return lines_first + lines

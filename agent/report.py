@@ -244,6 +244,8 @@ def report(state: State, runtime: Runtime[RunOptions], *, policy: Policy) -> dic
     plan = job_plan(best_first[0], request, tokens=tokens, deadline_s=deadline_s) if best_first else {}
     framework = launch_framework_of(request.get("framework")) or options.framework
     bench_plan = measurement_plan(best_first, ties, tools, framework)
+    if request.get("sizing"):
+        plan["sizing"] = request["sizing"]      # the GPU counts searched to size the cluster (agent/sizing.py)
     gpu = request["gpu"]
     out = TuneReport(
         status="ok" if best_first else "no_fit", request=request, assumptions=assumptions(request, options.framework),

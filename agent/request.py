@@ -17,7 +17,7 @@ is asked back by name), a launch framework ("with torchtitan"), NICs ("8x400G NI
 "RoCE 400G"), the NVLink domain ("NVL72", "NVLink domain of 36"), GPUs per node ("4 gpus per
 node"; default: the GPU's catalog node, e.g. a GB200 compute tray holds 4 in a 72-GPU NVLink
 domain) and headroom ("must fit with 20% headroom").  Defaults (listed in ``assumed`` and said in
-``notes``): gbs = the smallest multiple of the GPU count >= 256; seq_len = 4096 (less when the
+``notes``): gbs = a token count scaled to the model, in sequences (:mod:`agent.batch_default`); seq_len = 4096 (less when the
 model's context is shorter); GPUs per node from the catalog; precision and framework unpinned.  With ``base`` (a chat
 follow-up) whatever the text does not say is kept from the earlier request.
 
@@ -36,15 +36,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent import names
+from agent.batch_default import default_gbs
+from agent.sizing_guess import first_guess
 from agent.constraints_text import axis_of, extract_constraints, merge_constraints
 from agent.request_numbers import BAD_COUNT, canonical_numbers, count_problem
 from projection.framework import framework_words
+from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
 from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, NicGbps,
                                          PackedDocumentTokens)
 from projection.vocabulary import FINETUNES, PRECISIONS
 
-DEFAULT_GBS_FLOOR = 256
 DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
 MAX_DIGITS = 9
@@ -146,6 +148,10 @@ class TuneRequest(BaseModel):
     anchors: list[dict[str, Any]] = Field(
         default_factory=list, description="Measured runs of this job (projection.anchor.AnchorRun as data, read by "
                                           "`--anchor FILE`): every layout is corrected by them (tools/anchoring.py).")
+    size_cluster: bool = Field(default=False, description="The GPU count was asked, not given: a token budget and a "
+                                                          "deadline size it (agent/sizing.py) before tuning.")
+    sizing: dict[str, Any] | None = Field(default=None, description="The sizing table: GPU counts searched, their "
+                                                                     "days and GPU-hours with the band, the count chosen.")
     assumed: list[str] = Field(default_factory=list, description="Fields filled by defaults (gbs, seq_len, ...).")
     notes: list[str] = Field(default_factory=list, description="How the text was read (defaults, name guesses).")
 
@@ -186,11 +192,6 @@ def network_fields(request: Any) -> dict[str, Any]:
     """The network overrides a request (TuneRequest or its dict) gives: only those said, so the defaults stay."""
     get = request.get if isinstance(request, dict) else lambda k: getattr(request, k, None)
     return {k: v for k in NETWORK_KEYS if (v := get(k)) is not None}
-
-
-def default_gbs(num_gpus: int) -> int:
-    """The smallest multiple of the GPU count that is at least 256 (every DP degree then divides it)."""
-    return num_gpus * -(-DEFAULT_GBS_FLOOR // max(num_gpus, 1))
 
 
 def _number(value: str, suffix: str | None, word: str | None = None, what: str = "number") -> int:
@@ -519,6 +520,7 @@ def _base_values(base: TuneRequest | dict[str, Any] | None) -> dict[str, Any]:
 def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest | Clarification:
     text, problem = normalise(raw)
     values = _base_values(base)
+    values.pop("sizing", None)       # a follow-up of a sized request is sized again (agent/sizing.py), or given a count
     if problem:
         return Clarification(question=problem, missing=["request"], partial=_partial(values, set()))
     if not text:
@@ -575,8 +577,15 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
         notes.append(f"{nodes} nodes x {node_size} GPUs = {count} GPUs")
     if count is not None:
         values["num_gpus"] = count
+        values["size_cluster"] = False
+        assumed.discard("num_gpus")
+    elif ("num_gpus" not in values and "gpu" not in missing and "num_gpus" not in missing and (budget or values.get("train_tokens"))
+          and (deadline or values.get("deadline_days"))):
+        values["size_cluster"] = True        # 'how many GPUs to train on 15T tokens in 60 days': sized (agent/sizing)
+        assumed.add("num_gpus")
     elif "num_gpus" not in values and "gpu" not in missing and "num_gpus" not in missing:
-        questions.append("How many GPUs? e.g. 'on 64 mi300x'")
+        questions.append("How many GPUs? e.g. 'on 64 mi300x' (or give a token budget and a deadline, "
+                         "'on 15T tokens in 60 days', to size the cluster)")
         missing.append("num_gpus")
     tokens = _said_once("batch_tokens", "global batches in tokens", lambda: _listed(find_batch_tokens(rest)),
                         questions, missing)
@@ -680,6 +689,11 @@ def _partial(values: dict[str, Any], assumed: set[str]) -> dict[str, Any]:
 def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], hardware: Any) -> None:
     """Fill gbs, seq_len, gpus_per_node (from the GPU's catalog node) and say what precision/framework are assumed."""
     node = hardware.gpus_per_node if hardware is not None else DEFAULT_GPUS_PER_NODE
+    if values.get("size_cluster") and "num_gpus" not in values:
+        values["num_gpus"] = first_guess(load_model(values["model"]), hardware, values["train_tokens"],
+                                         values["deadline_days"], values.get("gpus_per_node") or node)
+        notes.append(f"GPU count not given: sizing the cluster for {values['train_tokens']:.3g} tokens in "
+                     f"{values['deadline_days']:g} days (first guess {values['num_gpus']} GPUs)")
     if "gpus_per_node" not in values or "gpus_per_node" in assumed:
         values["gpus_per_node"] = min(node, values["num_gpus"])   # a job smaller than a node uses what it has
         if "gpus_per_node" not in assumed:
@@ -696,10 +710,9 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
         exact = "" if gbs * values["seq_len"] == tokens else f" (rounded; {gbs * values['seq_len']} tokens)"
         notes.append(f"global batch {tokens} tokens / seq_len {values['seq_len']} = gbs {gbs}{exact}")
     elif "gbs" not in values or "gbs" in assumed:
-        values["gbs"] = default_gbs(values["num_gpus"])
+        values["gbs"], note = default_gbs(load_model(values["model"]), values["num_gpus"], values["seq_len"])
         assumed.add("gbs")
-        notes.append(f"assumed gbs={values['gbs']} (smallest multiple of {values['num_gpus']} GPUs >= "
-                     f"{DEFAULT_GBS_FLOOR}); say 'gbs N' or '1M tokens per step' to change it")
+        notes.append(note)
     if not any(axis_of(r) == "precision" for r in values.get("constraints", [])):
         if "precision" not in assumed:
             supported = ", ".join(hardware.supported_precisions) if hardware is not None else "bf16 and FP8"
@@ -720,6 +733,15 @@ def _fill_defaults(values: dict[str, Any], assumed: set[str], notes: list[str], 
             notes.append("framework not said: layouts are priced and launched as Megatron-LM runs them (the default; "
                          "say 'with torchtitan' or pass --framework)")
         assumed.add("framework")
+
+
+def size_when_planned(result: TuneRequest | Clarification, text: str, tokens: float | None,
+                      deadline_s: float | None) -> TuneRequest | Clarification:
+    """A request that asks only for the GPU count, read again with the plan's token budget and deadline (``--tokens``,
+    ``--deadline``): the cluster is then sized for them (agent/sizing.py) instead of asked."""
+    if not (isinstance(result, Clarification) and result.missing == ["num_gpus"] and tokens and deadline_s):
+        return result
+    return parse_request(text, base={**result.partial, "train_tokens": tokens, "deadline_days": deadline_s / 86400.0})
 
 
 def pick_option(options: list[str], answer: str) -> str | None:

@@ -17,6 +17,7 @@ from agent.space import LayoutSpace
 from agent.toolbox import Toolbox, ToolFailed
 from projection.legality import tp_span
 from projection.memory_verdict import passes_screen
+from projection.pipeline_split import DEFAULT_SPLIT
 from projection.training_config import TrainingConfig
 from projection.vocabulary import RECOMPUTES
 from tools.candidates import (
@@ -26,6 +27,8 @@ from tools.candidates import (
     pp_values,
     precision_values,
     recompute_module_sets,
+    searched_split,
+    split_fields,
     tp_values,
 )
 
@@ -41,7 +44,9 @@ def _recipe(job: LayoutSpace, tp: int, pp: int, cp: int) -> dict[str, Any]:
     precisions = precision_values(s)
     return {"tp": tp, "pp": pp, "cp": cp, "ep": max(node_eps), "mbs": 1, "zero": 1, "recompute": "selective",
             "precision": "bf16" if "bf16" in precisions else (precisions[0] if precisions else "bf16"),
-            "sequence_parallel": tp > 1, "pp_schedule": "1f1b"}
+            "sequence_parallel": tp > 1, "pp_schedule": "1f1b",
+            **{k: v for k, v in split_fields(searched_split(job.model.num_layers, job.num_gpus, pp, 1)
+                                             or DEFAULT_SPLIT).items() if v is not None}}
 
 
 def _in_space(job: LayoutSpace, raw: dict[str, Any]) -> TrainingConfig | None:
@@ -95,17 +100,18 @@ def _moves(job: LayoutSpace, c: TrainingConfig) -> Iterator[tuple[dict[str, Any]
     yield {**base, "mbs": c.mbs * 2}, f"micro-batch {c.mbs * 2}: bigger GEMMs, fewer micro-batches"
     if c.mbs > 1:
         yield {**base, "mbs": c.mbs // 2}, f"micro-batch {c.mbs // 2}: less activation memory"
-    for vpp, schedule in pipeline_options(job.space, c.pp):
+    for vpp, schedule, split in pipeline_options(job.space, c.pp):
         if (vpp, schedule) != (c.vpp, c.schedule):
-            yield {**base, "vpp": vpp, "pp_schedule": schedule}, f"pipeline schedule {schedule} (vpp {vpp})"
+            yield ({**base, "vpp": vpp, "pp_schedule": schedule, **split_fields(split)},
+                   f"pipeline schedule {schedule} (vpp {vpp})")
     for factor, why in ((0.5, "halve TP: less TP communication"), (2, "double TP: less memory per GPU")):
         tp = int(c.tp * factor)
         if tp >= 1:
             yield {**base, "tp": tp, "sequence_parallel": tp > 1}, why
     for factor, why in ((2, "double PP: less memory per GPU"), (0.5, "halve PP: smaller pipeline bubble")):
         pp = int(c.pp * factor)
-        if pp >= 1:
-            yield {**base, "pp": pp, "vpp": 1, "pp_schedule": "1f1b"}, why
+        if pp >= 1 and (split := searched_split(job.model.num_layers, job.num_gpus, pp, 1)) is not None:
+            yield {**base, "pp": pp, "vpp": 1, "pp_schedule": "1f1b", **split_fields(split)}, why
     if job.model.is_moe:
         for factor, why in ((2, "double EP: fewer experts per GPU"), (0.5, "halve EP: smaller all-to-all")):
             ep = int(c.ep * factor)

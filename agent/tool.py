@@ -22,12 +22,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from agent.batch_default import default_gbs
 from agent.planning import parse_duration, parse_tokens
 from agent.policies.offline import OfflinePolicy
-from agent.request import NETWORK_KEYS, Clarification, TuneRequest, default_gbs, parse_request
+from agent.request import NETWORK_KEYS, Clarification, TuneRequest, parse_request
 from agent.run import tune as run_tune
 from agent.state import RunOptions
 from projection.errors import DeadlineExceeded
+from projection.model_spec import load_model
 from tools import schemas as s
 from tools.functions import TUNE_PROGRESS
 from tools.registry import call_tool, register
@@ -93,8 +95,10 @@ def tune(inp: s.TuneInput) -> s.TuneOutput:
             question = f"tune needs a request in words or the fields {', '.join(missing)}"
             return s.TuneOutput(status="clarification", summary=question,
                                 report={"question": question, "missing": missing})
-        base = {"gbs": default_gbs(fields["num_gpus"]), "seq_len": 4096,
-                "notes": ["assumed gbs and seq_len defaults (give gbs and seq_len to change them)"]}
+        seq_len = fields.get("seq_len", 4096)
+        gbs, note = default_gbs(load_model(fields["model"]), fields["num_gpus"], seq_len)
+        base = {"gbs": gbs, "seq_len": seq_len,
+                "notes": [note if "gbs" not in fields else "assumed seq_len 4096 (give seq_len to change it)"]}
     request = TuneRequest.model_validate({**base, **fields, "top_k": inp.top_k,
                                           "constraints": [*base.get("constraints", []), *inp.constraints],
                                           "anchors": [a.model_dump(mode="json") for a in inp.anchors]})

@@ -86,6 +86,10 @@ PROJECTION_ONLY_FIELDS: dict[str, str] = {
         "not a key of shared/specs/sweep-format.md: a sweep file cannot record packed documents, so its runs are "
         "priced as one causal sequence per row (evals/data/CHECKS.md 29); projections take it through the tool API "
         "and layout files"),
+    **{name: ("not a key of shared/specs/sweep-format.md: a sweep file records pp and vpp only, so its runs take "
+              "the default pipeline split (projection/pipeline_split.py); projections take the framework's uneven "
+              "split through the tool API and layout files")
+       for name in ("pp_first_stage_layers", "pp_last_stage_layers", "pp_layout")},
 }
 """TrainingConfig fields that are projection inputs but not sweep-file keys (spec: 'Keys not in this table are an
 error'), with the reason."""

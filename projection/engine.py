@@ -208,7 +208,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     columns = zip(*map(distinct.__getitem__, kinds), strict=True)
     p_f, p_bi, p_bw, p_sel, p_comp, p_tp, p_cp, p_ep = (list(accumulate(c, initial=0.0)) for c in columns)
 
-    chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp)
+    chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)
     zbv = effective_schedule(config) == "zbv"
     head_rank, head_chunk = (0, 0) if zbv else (dims.pp - 1, dims.vpp - 1)
     stages: list[StageTimes] = []
@@ -273,7 +273,7 @@ def _stage_times_vector(model: ModelSpec, config: TrainingConfig, dims: Parallel
     table = np.zeros((8, model.num_layers + 1))
     table[:, 1:] = np.array(distinct)[np.array(kinds)].T
     prefix = np.cumsum(table, axis=1)
-    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp)
+    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp, dims.split)
     lo = np.array([[chunk[0] if chunk else 0 for chunk in chunks] for chunks in chunks_by_rank], dtype=np.int64)
     hi = lo + np.array([[len(chunk) for chunk in chunks] for chunks in chunks_by_rank], dtype=np.int64)
     d_f, d_bi, d_bw, d_sel, d_comp, d_tp, d_cp, d_ep = prefix[:, hi] - prefix[:, lo]   # each (pp, vpp)

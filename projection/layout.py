@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, stage_counts
 from projection.training_config import Cluster, TrainingConfig
 
 
@@ -26,6 +27,7 @@ class ParallelDims:
     etp: int
     vpp: int
     num_microbatches: int     # per pipeline per step: gbs / (mbs * dp)
+    split: PipelineSplit = DEFAULT_SPLIT   # the layout's stated pipeline split (projection/pipeline_split.py)
 
     @property
     def expert_dp(self) -> int:
@@ -49,37 +51,24 @@ def parallel_dims(config: TrainingConfig, cluster: Cluster) -> ParallelDims:
     dp = config.dp or max(1, cluster.num_gpus // (config.tp * config.pp * config.cp))
     return ParallelDims(
         tp=config.tp, pp=config.pp, cp=config.cp, dp=dp, ep=config.ep, etp=config.etp, vpp=config.vpp,
-        num_microbatches=max(1, config.gbs // (config.mbs * dp)),
+        num_microbatches=max(1, config.gbs // (config.mbs * dp)), split=config.pipeline_split,
     )
 
 
 @lru_cache(maxsize=4096)
-def chunk_layers(num_layers: int, pp: int, vpp: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+def chunk_layers(num_layers: int, pp: int, vpp: int, split: PipelineSplit = DEFAULT_SPLIT
+                 ) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """Layer indices of each (pipeline rank, virtual chunk): ``result[rank][chunk]``.
 
-    Virtual stage ``chunk*pp + rank`` holds a contiguous block of layers.  When the layer
-    count does not divide evenly, the embedding and the loss count as one layer each
-    (Megatron-Bridge ``account_for_embedding/loss_in_pipeline_split``) if that makes it
-    even; otherwise the remainder goes to the middle virtual stages, one layer each.
+    Virtual stage ``chunk*pp + rank`` holds a contiguous block of layers, as many as
+    :func:`projection.pipeline_split.stage_counts` gives it: the stated split (Megatron's first/last
+    stage layers or a layout string), else equal stages, equal after counting the embedding and the
+    loss as one layer each (Megatron-Bridge ``account_for_embedding/loss_in_pipeline_split``), or the
+    remainder on the middle virtual stages, one layer each.
     """
-    stages = pp * vpp
-    counts: list[int]
-    if num_layers % stages == 0:
-        counts = [num_layers // stages] * stages
-    elif stages > 1 and (num_layers + 2) % stages == 0:
-        per = (num_layers + 2) // stages
-        counts = [per] * stages
-        counts[0] -= 1
-        counts[-1] -= 1
-    else:
-        base, extra = divmod(num_layers, stages)
-        counts = [base] * stages
-        start = (stages - extra) // 2
-        for i in range(start, start + extra):
-            counts[i] += 1
     bounds: list[tuple[int, ...]] = []
     first = 0
-    for count in counts:
+    for count in stage_counts(num_layers, pp, vpp, split):
         bounds.append(tuple(range(first, first + count)))
         first += count
     # rank r holds virtual stages r, pp + r, ..., (vpp - 1) * pp + r: the stride-pp slice from r

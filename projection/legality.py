@@ -3,7 +3,8 @@
 Rules and where frameworks enforce them (Megatron-LM ``megatron/training/arguments.py``
 and ``megatron/core/parallel_state.py``, torchtitan ``parallel_dims.py``):
 world size = tp*pp*cp*dp; tp divides attention heads and query groups; pp*vpp at most the
-layer count (uneven splits allowed, Megatron ``decoder_first/last_pipeline_num_layers``);
+layer count (uneven splits allowed: Megatron ``decoder_first/last_pipeline_num_layers`` and pipeline
+layout strings, checked by :func:`projection.pipeline_split.split_violations`);
 ep divides experts and ep*etp divides the tp*cp*dp ranks of a stage (MoE parallel folding);
 the causal load-balanced CP split needs seq_len divisible by 2*cp; gbs divisible by mbs*dp.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
+from projection.pipeline_split import split_violations, stage_counts, stage_layers_of_rank
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES, ZERO_LEVELS
 
@@ -80,6 +82,8 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         reasons.append(f"pp*vpp = {c.pp}*{c.vpp} exceeds num_layers={model.num_layers}")
     if c.vpp > 1 and c.pp == 1:
         reasons.append(f"vpp={c.vpp} needs pp > 1")
+    split = c.pipeline_split
+    reasons += split_violations(model.num_layers, c.pp, c.vpp, split)
     reasons += _schedule_violations(c)
     if model.is_moe:
         if model.num_experts % c.ep:
@@ -110,16 +114,24 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
         )
     if c.recompute_num_layers is not None and c.recompute != "full":
         reasons.append(f"recompute_num_layers={c.recompute_num_layers} needs recompute=full")
-    if c.recompute_num_layers is not None and c.recompute_num_layers > -(-model.num_layers // c.pp):
-        reasons.append(
-            f"recompute_num_layers={c.recompute_num_layers} exceeds layers per stage ({-(-model.num_layers // c.pp)})"
-        )
+    if c.recompute_num_layers is not None and c.recompute_num_layers > (most := most_stage_layers(model, c)):
+        reasons.append(f"recompute_num_layers={c.recompute_num_layers} exceeds layers per stage ({most})")
     if c.fsdp_size is not None:
         if c.zero != 3:
             reasons.append(f"fsdp_size={c.fsdp_size} needs zero=3")
         elif dp and (dp * c.cp) % c.fsdp_size:
             reasons.append(f"fsdp_size={c.fsdp_size} does not divide dp*cp = {dp * c.cp}")
     return reasons
+
+
+def most_stage_layers(model: ModelSpec, config: TrainingConfig) -> int:
+    """The most layers one pipeline rank holds (over its chunks); ceil(layers / pp) for an unstated split."""
+    if config.pipeline_split.is_default:
+        return -(-model.num_layers // config.pp)
+    if split_violations(model.num_layers, config.pp, config.vpp, config.pipeline_split):
+        return model.num_layers
+    counts = stage_counts(model.num_layers, config.pp, config.vpp, config.pipeline_split)
+    return max(stage_layers_of_rank(counts, config.pp))
 
 
 def schedule_microbatch_violation(schedule: str, pp: int, microbatches: int) -> str | None:

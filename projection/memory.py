@@ -64,6 +64,7 @@ from projection.framework import framework_profile, framework_record, memory_tra
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
 from projection.memory_frameworks import MemoryTraits
+from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit
 from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, verdict
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
@@ -180,9 +181,10 @@ def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationCo
 
 
 @lru_cache(maxsize=8192)
-def _stage_layers(num_layers: int, pp: int, vpp: int, rank: int) -> tuple[int, ...]:
+def _stage_layers(num_layers: int, pp: int, vpp: int, rank: int, split: PipelineSplit = DEFAULT_SPLIT
+                  ) -> tuple[int, ...]:
     """Every layer index pipeline rank ``rank`` holds, over its chunks."""
-    return tuple(layer for chunk in chunk_layers(num_layers, pp, vpp)[rank] for layer in chunk)
+    return tuple(layer for chunk in chunk_layers(num_layers, pp, vpp, split)[rank] for layer in chunk)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,8 +354,8 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     tables = tables or _layer_tables(model, config)
     traits = memory_traits(config.framework)
     ctx = tables.ctx
-    chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
-    layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+    chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)[rank]
+    layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
     first, last = rank == 0, rank == dims.pp - 1
     params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
     weights, grads, optimizer, fp8 = _states(params, config, dims, traits)
@@ -422,7 +424,7 @@ def _stage_memories(model: ModelSpec, config: TrainingConfig, dims: ParallelDims
     traits = memory_traits(config.framework)
     ctx = tables.ctx
     pp, vpp, m = dims.pp, dims.vpp, dims.num_microbatches
-    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp)
+    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp, dims.split)
     schedule = effective_schedule(config)
     peak_in_flight_closed_form(schedule, pp, vpp, m, 0)            # validates the shape once (raises like stage_memory)
     param_table = layer_param_table(model)

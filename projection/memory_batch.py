@@ -92,14 +92,14 @@ class MemoryBatcher:
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """(4, pp): weights, gradients, optimizer, FP8 copies of every rank."""
-        key = ("S", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
+        key = ("S", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
                config.precision, config.finetune, config.framework)
 
         def build() -> np.ndarray:
             model, traits = self.model, memory_traits(config.framework)
             out = np.empty((4, dims.pp))
             for rank in range(dims.pp):
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
                 params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, rank == 0,
                                       rank == dims.pp - 1)
                 out[:, rank] = _states(params, config, dims, traits)
@@ -109,7 +109,7 @@ class MemoryBatcher:
     def _activation_row(self, config: TrainingConfig, dims: ParallelDims, ctx: Any) -> int:
         """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank."""
         full_layers = config.recompute_num_layers if config.recompute == "full" else None
-        key = ("A", id(ctx), dims.pp, dims.vpp, config.recompute, full_layers)
+        key = ("A", id(ctx), dims.pp, dims.vpp, dims.split, config.recompute, full_layers)
 
         def build() -> np.ndarray:
             model = self.model
@@ -118,8 +118,8 @@ class MemoryBatcher:
             rebuilt = tables.kept if config.recompute == "full" else tables.rebuilt
             out = np.zeros((4, dims.pp))
             for rank in range(dims.pp):
-                chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp)[rank]
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank)
+                chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)[rank]
+                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
                 total = 0.0
                 position = 0
                 for chunk in chunks:
@@ -167,7 +167,7 @@ class MemoryBatcher:
         if config.zero < 3:
             return self._zeros_row(dims.pp)
         dense_shard, expert_shard = _shards(config, dims)
-        key = ("Z", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
+        key = ("Z", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
 
         def gathered(p: Any) -> float:    # the bf16 params a ZeRO-3 all-gather brings in for one layer
             return ((p.attention + p.mlp + p.shared_experts) / dims.tp * (1 - 1 / dense_shard)
@@ -179,7 +179,7 @@ class MemoryBatcher:
         """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
         if not (config.finetune == "lora" and config.is_low_precision):
             return self._zeros_row(dims.pp)
-        key = ("L", dims.pp, dims.vpp, dims.tp, dims.ep, dims.etp)
+        key = ("L", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp)
 
         def local(p: Any) -> float:       # one layer's parameters on this rank
             return (p.attention + p.mlp + p.shared_experts) / dims.tp + p.experts / (dims.ep * dims.etp)
@@ -192,7 +192,7 @@ class MemoryBatcher:
         table = layer_param_table(self.model)
         out = np.zeros(dims.pp)
         for rank in range(dims.pp):
-            layers = _stage_layers(self.model.num_layers, dims.pp, dims.vpp, rank)
+            layers = _stage_layers(self.model.num_layers, dims.pp, dims.vpp, rank, dims.split)
             if layers:
                 out[rank] = max(value(table[layer]) for layer in layers)
         return out

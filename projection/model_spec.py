@@ -37,7 +37,14 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_moe",
     "gpt_oss",
     "deepseek_v3",
+    "deepseek_v2",
+    "qwen2_moe",
+    "gemma3_text",
+    "llama4_text",
 )
+# Multimodal wrappers whose language model is their ``text_config`` (transformers Gemma3Config, Llama4Config): the
+# text model is read from it; the vision encoder and projector are not modelled (text-only training).
+MULTIMODAL_WRAPPERS = {"gemma3": "gemma3_text", "llama4": "llama4_text"}
 
 # Per model_type: (mlp activation, gated MLP, norm, linear biases, tied embeddings,
 # learned absolute positions).  From transformers' configuration/modeling files of each
@@ -58,6 +65,14 @@ _TYPE_TRAITS: dict[str, tuple[str, bool, str, bool, bool, bool]] = {
     "mixtral": ("silu", True, "rmsnorm", False, False, False),
     "qwen3_moe": ("silu", True, "rmsnorm", False, False, False),
     "deepseek_v3": ("silu", True, "rmsnorm", False, False, False),
+    # DeepseekV2Config: the V3 layout (MLA, shared + routed experts, first_k_dense_replace) with softmax routing.
+    "deepseek_v2": ("silu", True, "rmsnorm", False, False, False),
+    # Qwen2MoeConfig: silu, untied; one shared expert of shared_expert_intermediate_size per MoE layer.
+    "qwen2_moe": ("silu", True, "rmsnorm", False, False, False),
+    # Gemma3TextConfig: GeGLU (gelu_pytorch_tanh), RMSNorm, tied embeddings, q/k norm, 5 sliding : 1 global.
+    "gemma3_text": ("gelu_pytorch_tanh", True, "rmsnorm", False, True, False),
+    # Llama4TextConfig: silu, untied; MoE layers with one shared expert; chunked attention on RoPE layers.
+    "llama4_text": ("silu", True, "rmsnorm", False, False, False),
     "gpt_oss": ("silu", True, "rmsnorm", False, False, False),
     "gpt2": ("gelu", False, "layernorm", True, True, True),
     "mpt": ("gelu", False, "layernorm", False, True, False),
@@ -160,7 +175,10 @@ _FIELD_LIMITS: dict[str, tuple[int, int]] = {
     **dict.fromkeys(("max_position_embeddings", "n_positions"), (1, 1 << 26)),
     "sliding_window": (0, 1 << 26),
     "first_k_dense_replace": (0, 4096),
-    **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step"), (1, 4096)),
+    **dict.fromkeys(("moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step", "sliding_window_pattern",
+                     "no_rope_layer_interval"), (1, 4096)),
+    "intermediate_size_mlp": (1, 1 << 22),
+    "attention_chunk_size": (0, 1 << 26),
 }
 
 
@@ -249,11 +267,20 @@ def _require(cfg: Mapping[str, Any], *keys: str) -> int:
 def _moe_layer_flags(cfg: Mapping[str, Any], model_type: str, num_layers: int, num_experts: int) -> tuple[bool, ...]:
     if num_experts == 0:
         return (False,) * num_layers
-    if model_type == "deepseek_v3":
+    if model_type in ("deepseek_v3", "deepseek_v2"):
         first_dense = int(_first(cfg, "first_k_dense_replace", default=0))
         freq = int(_first(cfg, "moe_layer_freq", default=1))
         return tuple(i >= first_dense and i % freq == 0 for i in range(num_layers))
-    if model_type == "qwen3_moe":
+    if model_type == "llama4_text":
+        # Llama4TextConfig: moe_layers, else every interleave_moe_layer_step-th layer (Scout 1, Maverick 2)
+        listed = cfg.get("moe_layers")
+        if listed is not None:
+            if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed):
+                raise ModelSpecError("model config field 'moe_layers' must be a list of layer indices")
+            return tuple(i in set(listed) for i in range(num_layers))
+        step = int(_first(cfg, "interleave_moe_layer_step", default=1))
+        return tuple((i + 1) % step == 0 for i in range(num_layers))
+    if model_type in ("qwen3_moe", "qwen2_moe"):
         step = int(_first(cfg, "decoder_sparse_step", default=1))
         listed = _first(cfg, "mlp_only_layers", default=[]) or []
         if not isinstance(listed, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in listed):
@@ -264,7 +291,13 @@ def _moe_layer_flags(cfg: Mapping[str, Any], model_type: str, num_layers: int, n
 
 
 def _attention_windows(cfg: Mapping[str, Any], model_type: str, num_layers: int) -> tuple[int, ...]:
-    window = int(_first(cfg, "sliding_window", default=0) or 0)
+    if model_type == "llama4_text":
+        return _llama4_windows(cfg, num_layers)
+    window = int(_first(cfg, "sliding_window", default=4096 if model_type == "gemma3_text" else 0) or 0)
+    if model_type == "gemma3_text" and window > 0 and not cfg.get("layer_types"):
+        # Gemma3TextConfig: every sliding_window_pattern-th layer is global (pattern 6: 5 local, 1 global)
+        pattern = int(_first(cfg, "sliding_window_pattern", default=6))
+        return tuple(0 if (i + 1) % pattern == 0 else window for i in range(num_layers))
     if window <= 0:
         return (0,) * num_layers
     layer_types = cfg.get("layer_types")
@@ -279,6 +312,22 @@ def _attention_windows(cfg: Mapping[str, Any], model_type: str, num_layers: int)
     return (window,) * num_layers
 
 
+def _llama4_windows(cfg: Mapping[str, Any], num_layers: int) -> tuple[int, ...]:
+    """Llama 4: RoPE layers attend within chunks of ``attention_chunk_size`` tokens, every
+    ``no_rope_layer_interval``-th layer (NoPE) attends to the whole sequence (Llama4TextConfig ``no_rope_layers``).
+
+    Chunked causal attention over S tokens in chunks of C costs S*C/2 score elements, as a sliding window of C/2
+    does (S*W), so a chunked layer is priced as a window of C/2 tokens."""
+    chunk = int(_first(cfg, "attention_chunk_size", default=8192) or 0)
+    rope = cfg.get("no_rope_layers")
+    if rope is None:
+        interval = int(_first(cfg, "no_rope_layer_interval", default=4))
+        rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if not isinstance(rope, list) or len(rope) != num_layers:
+        raise ModelSpecError("model config field 'no_rope_layers' must be a list with one entry per layer")
+    return tuple(chunk // 2 if uses_rope and chunk > 0 else 0 for uses_rope in rope)
+
+
 def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, source: str = "",
                          published_params: float | None = None) -> ModelSpec:
     """Build a ModelSpec from Hugging Face ``config.json`` fields.
@@ -289,9 +338,21 @@ def model_from_hf_config(cfg: Mapping[str, Any], *, name: str | None = None, sou
     if not isinstance(cfg, Mapping):
         raise ModelSpecError(f"model config must be a mapping of config.json fields, got {type(cfg).__name__}")
     model_type = str(cfg.get("model_type", ""))[:64].lower()
+    if model_type in MULTIMODAL_WRAPPERS:
+        text = cfg.get("text_config")
+        if not isinstance(text, Mapping):
+            raise ModelSpecError(f"model_type '{model_type}' is a multimodal config: its language model is the "
+                                 f"'text_config' mapping (model_type {MULTIMODAL_WRAPPERS[model_type]}), missing here")
+        cfg = {**text, "model_type": MULTIMODAL_WRAPPERS[model_type]}
+        source = (source + "; " if source else "") + (f"text_config of a multimodal {model_type} config: the vision "
+                                                       "encoder is not modelled")
+        model_type = MULTIMODAL_WRAPPERS[model_type]
     if model_type not in _TYPE_TRAITS:
         raise ModelSpecError(
-            f"unsupported model_type '{model_type or '<missing>'}' (supported: {', '.join(SUPPORTED_MODEL_TYPES)})"
+            f"unsupported model_type '{model_type or '<missing>'}' (supported: {', '.join(SUPPORTED_MODEL_TYPES)}); "
+            "a decoder-only model of another type can be given as the config.json fields of the nearest supported "
+            "type (model_type plus hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, "
+            "intermediate_size, vocab_size; MoE: num_local_experts, num_experts_per_tok, moe_intermediate_size)"
         )
     act, gated, norm, bias, tied, learned = _TYPE_TRAITS[model_type]
     _check_fields(cfg)
@@ -308,11 +369,13 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
     layers = _require(cfg, "num_hidden_layers", "n_layers", "n_layer")
     heads = _require(cfg, "num_attention_heads", "n_heads", "n_head")
     kv_heads = int(_first(cfg, "num_key_value_heads", "num_query_groups", default=heads))
-    default_head_dim = 128 if model_type == "qwen3" else hidden // heads
+    default_head_dim = 128 if model_type == "qwen3" else 256 if model_type == "gemma3_text" else hidden // heads
     head_dim = int(_first(cfg, "head_dim", "kv_channels", default=default_head_dim))
     v_head_dim = head_dim
     expansion = int(_first(cfg, "expansion_ratio", default=4))
     ffn = int(_first(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=expansion * hidden))
+    if model_type == "llama4_text":   # intermediate_size is the expert (and shared expert) width; dense layers differ
+        ffn = int(_first(cfg, "intermediate_size_mlp", default=ffn))
     act = str(_first(cfg, "hidden_activation", "hidden_act", "activation_function", default=act))[:64]
     if model_type == "nemotron":
         act = "relu2"
@@ -324,10 +387,14 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
     if num_experts and not top_k:
         top_k = 2 if model_type == "mixtral" else 1
     moe_ffn = int(_first(cfg, "moe_intermediate_size", default=ffn)) if num_experts else 0
+    if model_type == "llama4_text":
+        moe_ffn = int(_first(cfg, "intermediate_size", default=8192))
     num_shared = int(_first(cfg, "n_shared_experts", default=0) or 0)
+    if num_experts and model_type in ("qwen2_moe", "llama4_text"):
+        num_shared = 1      # one shared expert per MoE layer (Qwen2MoeSparseMoeBlock, Llama4TextMoe)
     shared_ffn = int(_first(cfg, "shared_expert_intermediate_size", default=moe_ffn * num_shared))
 
-    kv_lora = int(_first(cfg, "kv_lora_rank", default=0) or 0) if model_type == "deepseek_v3" else 0
+    kv_lora = int(_first(cfg, "kv_lora_rank", default=0) or 0) if model_type in ("deepseek_v3", "deepseek_v2") else 0
     q_lora = int(_first(cfg, "q_lora_rank", default=0) or 0) if kv_lora else 0
     rope_dim = 0
     if kv_lora:
@@ -353,7 +420,7 @@ def _build(cfg: Mapping[str, Any], model_type: str, act: str, gated: bool, norm:
         norm=norm,
         linear_bias=bias,
         attention_bias=attention_bias,
-        qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text"),
         vocab_size=_require(cfg, "vocab_size", "padded_vocab_size"),
         tie_embeddings=_flag(cfg, "tie_word_embeddings", tied),
         learned_positions=int(_first(cfg, "max_position_embeddings", "n_positions", default=1024)) if learned else 0,

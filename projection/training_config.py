@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from projection.collectives import HardwareNetworkFields, catalog_nics_for
+from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, parse_layout
 from projection.vocabulary import (
     DEFAULT_RECOMPUTE_MODULES,
     LOW_PRECISIONS,
@@ -113,6 +114,20 @@ class TrainingConfig(BaseModel):
     zero: int = Field(default=0, ge=0, le=3, description="0 DDP, 1 optimizer, 2 +grads, 3 +params sharded.")
     fsdp_size: int | None = Field(default=None, ge=1, le=MAX_GPUS,
                                   description="ZeRO-3 sharding group size (HSDP); None = DP.")
+    pp_first_stage_layers: int | None = Field(
+        default=None, ge=0, le=MAX_DEGREE,
+        description="Transformer layers on the first pipeline rank (Megatron --decoder-first-pipeline-num-layers; "
+                    "torchtitan pipeline_parallel_first_stage_less_layers = middle - this); the middle ranks split "
+                    "the rest evenly. None = the default split (projection/pipeline_split.py).")
+    pp_last_stage_layers: int | None = Field(
+        default=None, ge=0, le=MAX_DEGREE,
+        description="Transformer layers on the last pipeline rank (Megatron --decoder-last-pipeline-num-layers; "
+                    "torchtitan pipeline_parallel_last_stage_less_layers = middle - this). None = the default split.")
+    pp_layout: str | None = Field(
+        default=None, min_length=1, max_length=1024,
+        description="Megatron pipeline layout string (--pipeline-model-parallel-layout), virtual stages split by '|': "
+                    "E embedding, t layer, m MTP (not modelled), L loss, x*n and (...)*n repeats, e.g. "
+                    "'Et|(tt|)*30mL' (pp 8 x vpp 4). None = no layout.")
     pp_schedule: PipelineSchedule | None = Field(
         default=None, description="None = 'interleaved' if vpp > 1 else '1f1b'."
     )
@@ -137,7 +152,16 @@ class TrainingConfig(BaseModel):
             raise ValueError(
                 f"recompute_modules: unknown module(s) {unknown} (allowed: {', '.join(RECOMPUTE_MODULES)})"
             )
+        if self.pp_layout is not None:
+            parse_layout(self.pp_layout)        # syntax only; the counts are checked against the model in legality
         return self
+
+    @property
+    def pipeline_split(self) -> PipelineSplit:
+        """The pipeline split this layout states (all None = the default split)."""
+        if self.pp_first_stage_layers is None and self.pp_last_stage_layers is None and self.pp_layout is None:
+            return DEFAULT_SPLIT
+        return PipelineSplit(first=self.pp_first_stage_layers, last=self.pp_last_stage_layers, layout=self.pp_layout)
 
     @property
     def schedule(self) -> PipelineSchedule:
@@ -173,6 +197,9 @@ FIELD_EFFECTS: dict[str, frozenset[str]] = {
     "tp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
     "pp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
     "vpp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "pp_first_stage_layers": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "pp_last_stage_layers": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
+    "pp_layout": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
     "cp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
     "ep": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),
     "etp": frozenset({STATIC_MEMORY, MICROBATCH_WORK}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from tools.formatting import layout_text  # noqa: F401  (re-exported for the CLI commands)
@@ -61,7 +62,7 @@ def print_memory(data: dict[str, Any]) -> None:
 
 def print_projection(data: dict[str, Any]) -> None:
     """Print a full projection: headline numbers, breakdown, memory."""
-    console.print(f"[bold]{data['model']}[/] on {data['num_gpus']} x {data['gpu']}: {layout_text(data['config'])}")
+    console.print(f"[bold]{data['model']}[/] on {data['num_gpus']} x {data['gpu']}: {escape(layout_text(data['config']))}")
     head = Table(show_header=False, box=None)
     head.add_row("iteration time", f"{data['iteration_time_s']:.3f} s  ({data['num_microbatches']} micro-batches)")
     head.add_row("tokens/s/GPU", f"{data['tokens_per_sec_per_gpu']:,.0f}")

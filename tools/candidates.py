@@ -3,9 +3,13 @@
 The space (kept sane on purpose, each rule with its reason):
 - TP divides the attention and KV heads and stays inside a scale-up domain (a node; NVL72: the
   rack); SP is on whenever TP > 1 (what the Megatron, NeMo and Primus recipes do).
-- PP from :func:`projection.legality.even_pp_splits` (equal stages, or equal after counting
-  embedding and loss as one layer each); VPP > 1 only where pp*vpp divides the layers (or
-  layers + 2), with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
+- PP and VPP: equal stages (or equal after counting embedding and loss as one layer each,
+  :func:`projection.legality.even_split`); where that is impossible (DeepSeek-V3's 61 layers), one
+  uneven split whose first and last virtual stages carry fewer layers
+  (:func:`projection.pipeline_split.uneven_split`: Megatron's first/last stage layers with vpp 1,
+  a pipeline layout string with vpp 2 or 4, the Megatron-Bridge DeepSeek-V3 presets' shape), searched only
+  where no PP > 1 splits evenly on the cluster (:func:`uneven_searched`).  VPP > 1
+  with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
 - CP only when seq_len >= 16384 (or the constraints name cp), with seq_len divisible by 2*cp.
 - EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp 1 (MoE parallel
   folding, the Megatron-core recommendation), or 1 and tp when the constraints name etp.
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from projection.framework import memory_traits
@@ -41,13 +46,13 @@ from projection.legality import (
     MICRO_BATCH_SIZES,
     cp_degrees,
     divisors,
-    even_pp_splits,
     even_split,
     schedule_microbatch_violation,
     tp_degrees,
     tp_span,
 )
 from projection.model_spec import ModelSpec
+from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, uneven_split
 from projection.training_config import JOB, Cluster, TrainingConfig, fields_with
 from projection.vocabulary import (
     DEFAULT_RECOMPUTE_MODULES,
@@ -103,25 +108,58 @@ def cp_values(space: SearchSpace) -> list[int]:
     return [c for c in cp_degrees(space.cluster.num_gpus, space.seq_len) if _ok(space, "cp", c)]
 
 
+UNEVEN_VPPS = (1, 2, 4)   # virtual stages of the uneven splits searched (the published DeepSeek-V3 recipes use 1, 2, 4)
+
+
+@lru_cache(maxsize=1024)
+def uneven_searched(num_layers: int, num_gpus: int) -> bool:
+    """Whether the search offers uneven splits: only where no PP > 1 dividing the GPU count splits the layers evenly
+    (DeepSeek-V3's 61 layers on a power-of-two cluster), so models with even PP options keep their space."""
+    return not any(num_gpus % p == 0 and even_split(num_layers, p) for p in range(2, min(num_layers, num_gpus) + 1))
+
+
+def searched_split(num_layers: int, num_gpus: int, pp: int, vpp: int) -> PipelineSplit | None:
+    """The pipeline split the search gives (pp, vpp): the default where stages are even (embedding/loss rule), else
+    :func:`projection.pipeline_split.uneven_split` where :func:`uneven_searched` and vpp is one of
+    :data:`UNEVEN_VPPS`; None when neither applies."""
+    if pp == 1 or even_split(num_layers, pp * vpp):
+        return DEFAULT_SPLIT
+    if vpp not in UNEVEN_VPPS or not uneven_searched(num_layers, num_gpus):
+        return None
+    return uneven_split(num_layers, pp, vpp)
+
+
+def split_fields(split: PipelineSplit) -> dict[str, Any]:
+    """The TrainingConfig fields that state ``split`` (all None for the default split)."""
+    return {"pp_first_stage_layers": split.first, "pp_last_stage_layers": split.last, "pp_layout": split.layout}
+
+
 def pp_values(space: SearchSpace, tp: int, cp: int) -> list[int]:
-    """PP degrees with even stages (embedding/loss rule) whose tp*cp*pp divides the GPU count."""
+    """PP degrees with even stages (embedding/loss rule) or an uneven first/last split, whose tp*cp*pp divides the
+    GPU count."""
     n, layers = space.cluster.num_gpus, space.model.num_layers
-    return [p for p in even_pp_splits(layers, min(layers, n)) if n % (tp * cp * p) == 0 and _ok(space, "pp", p)]
+    return [p for p in range(1, min(layers, n) + 1) if n % (tp * cp * p) == 0
+            and searched_split(layers, n, p, 1) is not None and _ok(space, "pp", p)]
 
 
-def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str]]:
-    """(vpp, schedule) pairs: 1f1b; zero-bubble when pp > 1; interleaved for every vpp with even chunks.
+def pipeline_options(space: SearchSpace, pp: int) -> list[tuple[int, str, PipelineSplit]]:
+    """(vpp, schedule, split) triples: 1f1b; zero-bubble when pp > 1; interleaved for every vpp whose chunks split
+    evenly or by :func:`searched_split`'s uneven rule.
 
     The schedules also constrain the micro-batch count, which depends on mbs: see :func:`schedule_fits`.
     """
     layers = space.model.num_layers
-    options = [(1, "1f1b")]
+    n = space.cluster.num_gpus
+    flat = searched_split(layers, n, pp, 1)
+    if flat is None:
+        return []
+    options = [(1, "1f1b", flat)]
     if pp > 1:
-        options.append((1, "zero-bubble"))
+        options.append((1, "zero-bubble", flat))
         for v in range(2, (layers + 2) // pp + 1):
-            if even_split(layers, pp * v):
-                options.append((v, "interleaved"))
-    return [(v, s) for v, s in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
+            if (split := searched_split(layers, n, pp, v)) is not None:
+                options.append((v, "interleaved", split))
+    return [(v, s, split) for v, s, split in options if _ok(space, "vpp", v) and _ok(space, "pp_schedule", s)]
 
 
 def schedule_fits(schedule: str, pp: int, num_microbatches: int) -> bool:
@@ -291,7 +329,7 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
         return False
     if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(space, c.tp, c.cp, dp):
         return False
-    if (c.vpp, c.schedule) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp):
+    if (c.vpp, c.schedule, c.pipeline_split) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp):
         return False
     if not schedule_fits(c.schedule, c.pp, space.gbs // (c.mbs * dp)):
         return False
@@ -330,7 +368,7 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                 if gbs % dp or not _ok(space, "dp", dp):
                     continue
                 for ep, etp in expert_options(space, tp, cp, dp):
-                    for vpp, schedule in pipeline_options(space, pp):
+                    for vpp, schedule, split in pipeline_options(space, pp):
                         for mbs in mbs_values(space, dp):
                             if not schedule_fits(schedule, pp, gbs // (mbs * dp)):
                                 continue
@@ -338,7 +376,7 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                                 for fsdp, dispatcher, precision, recompute, rnl, modules in _variants(
                                         space, tp, cp, dp, zero, ep, etp, precisions, recomputes[pp]):
                                     key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
-                                           schedule, modules, fsdp, dispatcher)
+                                           schedule, modules, fsdp, dispatcher, split)
                                     if key in seen:
                                         continue
                                     seen.add(key)
@@ -347,4 +385,5 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
                                         precision=precision, recompute=recompute, recompute_num_layers=rnl,
                                         recompute_modules=modules, sequence_parallel=tp > 1, zero=zero,
                                         pp_schedule=schedule, fsdp_size=fsdp, moe_dispatcher=dispatcher,
+                                        **split_fields(split),
                                     ))

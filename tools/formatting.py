@@ -10,6 +10,11 @@ def layout_text(config: dict[str, Any]) -> str:
     parts = [f"TP{config.get('tp', 1)}", f"PP{config.get('pp', 1)}"]
     if config.get("vpp", 1) > 1:
         parts.append(f"VPP{config['vpp']}")
+    first, last = config.get("pp_first_stage_layers"), config.get("pp_last_stage_layers")
+    if first is not None or last is not None:      # uneven split: layers on the first/last pipeline rank
+        parts[-1] += f"[first {'-' if first is None else first}, last {'-' if last is None else last}]"
+    if config.get("pp_layout"):
+        parts[-1] += f"[{config['pp_layout']}]"      # Megatron pipeline layout string
     for axis in ("ep", "etp", "cp"):
         if config.get(axis, 1) > 1:
             parts.append(f"{axis.upper()}{config[axis]}")

@@ -42,7 +42,9 @@ import difflib
 
 from projection.errors import ProjtuneError
 from projection.framework import RECORDS, framework_record, record_of_launch
+from projection.legality import even_split
 from projection.model_spec import ModelSpec
+from projection.pipeline_split import split_violations, stage_counts
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import LAUNCH_FRAMEWORKS
 
@@ -128,6 +130,11 @@ def _megatron(framework: str, model: ModelSpec, config: TrainingConfig) -> list[
     if c.ep > 1 and c.precision == "fp16":
         reasons.append(f"ep={c.ep} with fp16: 'Expert parallelism is not supported with fp16 training' "
                        f"({MEGATRON_ARGS})")
+    if c.pp > 1 and c.pipeline_split.is_default and not even_split(model.num_layers, c.pp * c.vpp):
+        reasons.append(f"{model.num_layers} layers on pp*vpp = {c.pp}*{c.vpp} stages: Megatron needs equal stages "
+                       "(or equal after --account-for-embedding/loss-in-pipeline-split); state the split with "
+                       "pp_first_stage_layers / pp_last_stage_layers (--decoder-first/last-pipeline-num-layers) or "
+                       "pp_layout (--pipeline-model-parallel-layout)")
     primus_zb = framework == "primus" and c.schedule in ("zero-bubble", "zbv")
     if c.pp > 1 and c.schedule in ("zero-bubble", "zbv", "gpipe") and not primus_zb:
         reasons.append(f"pp_schedule={c.schedule}: Megatron-LM runs 1F1B or interleaved 1F1B only "
@@ -177,12 +184,15 @@ def _torchtitan(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> l
     if c.pp > 1 and model.tie_embeddings:
         reasons.append(f"pp={c.pp} with tied embeddings: 'Weight tying is not supported with Pipeline Parallel.' "
                        "(torchtitan/models/common/decoder.py)")
-    if c.pp > 1:
-        split = torchtitan_stage_split(model.num_layers, c.pp * c.vpp)
-        if split is None:
+    if c.pp > 1 and torchtitan_split(model.num_layers, c) is None:
+        if c.pipeline_split.is_default:
             reasons.append(f"{model.num_layers} layers split into pp*vpp={c.pp * c.vpp} stages neither evenly nor "
                            "evenly after counting embedding and output as one layer each "
-                           "(torchtitan pipeline_parallel_layers_per_stage)")
+                           "(torchtitan pipeline_parallel_layers_per_stage); state first/last stage layers")
+        else:
+            reasons.append("the pipeline split is not torchtitan's shape: equal middle stages with the first and the "
+                           "last virtual stage shortened by pipeline_parallel_first/last_stage_less_layers "
+                           "(torchtitan/distributed/pipeline_parallel.py _generate_llm_fqn_per_model_part)")
     sp_cp = (c.tp if c.tp > 1 else 1) * (2 * c.cp if c.cp > 1 else 1)
     if c.seq_len % sp_cp:
         reasons.append(f"seq_len={c.seq_len} not divisible by tp*2*cp = {sp_cp} (torchtitan/trainer.py sequence/"
@@ -270,6 +280,29 @@ def _finetune(framework: str, config: TrainingConfig) -> list[str]:
 def legal_frameworks(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list[str]:
     """The frameworks that can launch the layout."""
     return [f for f in FRAMEWORKS if not framework_violations(f, model, cluster, config)]
+
+
+def torchtitan_split(num_layers: int, config: TrainingConfig) -> tuple[int, int, int] | None:
+    """(layers_per_stage, first_stage_less_layers, last_stage_less_layers) of the layout's pipeline split, or None
+    when torchtitan cannot express it.
+
+    torchtitan splits ``layers + first_less + last_less`` evenly over the virtual stages and takes the first/last
+    ``less`` layers off the first/last virtual stage (pipeline_parallel.py ``_generate_llm_fqn_per_model_part``), so
+    a stated split must be equal middle virtual stages of ``m`` layers with first/last stages of at most ``m``.
+    """
+    split = config.pipeline_split
+    if split.is_default:
+        return torchtitan_stage_split(num_layers, config.pp * config.vpp)
+    if split_violations(num_layers, config.pp, config.vpp, split):
+        return None
+    counts = stage_counts(num_layers, config.pp, config.vpp, split)
+    middle = set(counts[1:-1]) or {max(counts[0], counts[-1])}
+    if len(middle) != 1:
+        return None
+    per_stage = middle.pop()
+    if per_stage < 1 or counts[0] > per_stage or counts[-1] > per_stage:
+        return None
+    return per_stage, per_stage - counts[0], per_stage - counts[-1]
 
 
 def torchtitan_stage_split(num_layers: int, stages: int) -> tuple[int, int, int] | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from projtune.anchor_input import AnchorOpt
 from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
@@ -141,16 +142,18 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
 
 
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             flags: dict[str, Any] | None = None) -> tuple[Any, str | None]:
+             flags: dict[str, Any] | None = None, plan: tuple[float | None, float | None] = (None, None)
+             ) -> tuple[Any, str | None]:
     """(the typed request with flags merged (the network, packed documents), or the Clarification to answer with;
-    why the LLM's reading fell back, if it did)."""
+    why the LLM's reading fell back, if it did).  ``plan`` = (--tokens, --deadline seconds): with both and no GPU
+    count, the cluster is sized for them."""
     from agent.constraints_text import merge_constraints
-    from agent.request import Clarification
+    from agent.request import Clarification, size_when_planned
     from agent.space import LayoutSpace
     from tools.constraints import Constraints
 
     read = policy.read(text)
-    parsed = read.result
+    parsed = size_when_planned(read.result, text, *plan)
     if isinstance(parsed, Clarification):
         return parsed, read.degraded_reason
     Constraints.parse(constraints)   # a bad --constraint is a usage error (exit 2)
@@ -190,7 +193,7 @@ def _print_report(report: Any) -> None:
     from agent.planning import plan_lines
 
     best = report.best
-    out.print(f"[bold green]Best layout:[/] {best.layout}"
+    out.print(f"[bold green]Best layout:[/] {escape(best.layout)}"
               + (f", recomputes {' + '.join(best.recompute_modules)}" if best.recompute_modules else ""))
     out.print(f"  {mfu_text(best.model_dump())}")
     if report.recompute:
@@ -212,7 +215,7 @@ def _print_report(report: Any) -> None:
         modules = f" [{'+'.join(row.recompute_modules)}]" if row.recompute_modules else ""
         band = (f"{row.tokens_per_sec_per_gpu_low:,.0f}-{row.tokens_per_sec_per_gpu_high:,.0f}"
                 if row.tokens_per_sec_per_gpu_low else "-")
-        table.add_row(str(row.rank), row.layout + modules, f"{row.tokens_per_sec_per_gpu:,.0f}", band,
+        table.add_row(str(row.rank), escape(row.layout + modules), f"{row.tokens_per_sec_per_gpu:,.0f}", band,
                       f"{row.mfu_gemm or row.mfu:.1%} ({row.gemm_precision or 'bf16'})", f"{row.mfu:.1%}",
                       f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
     out.print(table)
@@ -293,7 +296,8 @@ def tune_command(
     with _Progress(enabled=True) as progress, _TrialLog(log) as trial_log:
         parsed, parse_fallback = _request(policy, request, constraint or [], top,
                                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                                           "packed_document_tokens": packed_document_tokens})
+                                           "packed_document_tokens": packed_document_tokens},
+                                          (budget_tokens, deadline_s))
         if anchor and not isinstance(parsed, Clarification):
             from projtune.anchor_input import read_cli_anchors
 

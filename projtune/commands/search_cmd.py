@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
 from projtune.anchor_input import AnchorOpt
@@ -119,7 +120,7 @@ def _candidate_table(title: str, rows: list[Any]) -> Any:
     for c in rows:
         free = f"{c.headroom_fraction:.0%}" + ("" if c.verdict == "fits" else f" {c.verdict}")
         unanchored = (f"{c.unanchored_tokens_per_sec_per_gpu:,.0f}",) if anchored else ()
-        table.add_row(str(c.rank or ""), c.layout, f"{c.tokens_per_sec_per_gpu:,.0f}", *unanchored, f"{c.mfu:.1%}",
+        table.add_row(str(c.rank or ""), escape(c.layout), f"{c.tokens_per_sec_per_gpu:,.0f}", *unanchored, f"{c.mfu:.1%}",
                       f"{c.iteration_time_s:.3f}", f"{c.peak_memory_gib:.1f}", free, c.bottleneck)
     return table
 

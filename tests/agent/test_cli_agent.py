@@ -32,13 +32,13 @@ def test_mixtral_tune_equals_the_search_best() -> None:
     start = time.perf_counter()
     proc = subprocess.Popen([*projtune_command(), "tune", MIXTRAL, "--json", "--offline"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    search = run_search(SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=64, gbs=256, seq_len=4096,
+    search = run_search(SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=64, gbs=1024, seq_len=4096,
                                       framework="megatron"))
     stdout, stderr = proc.communicate(timeout=300)
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, stderr
     report = json.loads(stdout)
-    assert report["request"]["gbs"] == 256 and report["request"]["seq_len"] == 4096
+    assert report["request"]["gbs"] == 1024 and report["request"]["seq_len"] == 4096   # 4M tokens (agent/batch_default)
     assert report["best"]["config"] == search.ranked[0].config, elapsed
     assert report["best"]["verdict"] != "out of memory" and report["best"]["scored_by"] == "search"
     assert "round" in stderr   # progress went to stderr

@@ -55,7 +55,7 @@ def test_llm_may_not_add_fields_the_user_did_not_state(fast_llm: Callable[..., L
     text = "tune the big mistral MoE on sixty-four MI300X, seq 8k"
     request = _parse(fast_llm, text, {**FULL, "nvlink_domain": 72, "constraints": ["headroom>=0.2", "tp<=2"]})
     assert request.seq_len == 8192                                            # said
-    assert request.batch_tokens is None and request.gbs == 256               # default, not the LLM's 1M tokens
+    assert request.batch_tokens is None and request.gbs == 512   # default 4M tokens / 8k, not the LLM's 1M tokens
     assert request.finetune is None and request.framework is None
     assert (request.nics_per_node, request.nic_gbps, request.nvlink_domain) == (None, None, None)
     assert (request.train_tokens, request.deadline_days) == (None, None)

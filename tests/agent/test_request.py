@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from agent.constraints_text import extract_constraints, merge_constraints
-from agent.request import Clarification, TuneRequest, answer_clarification, default_gbs, parse_request
+from agent.request import Clarification, TuneRequest, answer_clarification, parse_request
 
 
 @pytest.mark.parametrize(("text", "expected"), [
-    ("tune Mixtral 8x7B for 64 MI300X", {"model": "mixtral-8x7b", "gpu": "mi300x", "num_gpus": 64, "gbs": 256,
+    ("tune Mixtral 8x7B for 64 MI300X", {"model": "mixtral-8x7b", "gpu": "mi300x", "num_gpus": 64, "gbs": 1024,
                                          "seq_len": 4096}),
     ("Llama 3.1 405B on 2k H100s, seq 8k, no FP8", {"model": "llama3.1-405b", "gpu": "h100-sxm", "num_gpus": 2048,
                                                    "seq_len": 8192, "constraints": ["precision=bf16"]}),
@@ -33,8 +33,9 @@ def test_defaults_are_said() -> None:
     assert isinstance(request, TuneRequest)
     assert set(request.assumed) == {"gbs", "seq_len", "gpus_per_node", "precision", "framework"}
     assert any("precision not pinned" in n for n in request.notes) and any("framework" in n for n in request.notes)
-    assert any("gbs=256" in n for n in request.notes) and any("seq_len=4096" in n for n in request.notes)
-    assert default_gbs(96) == 288 and default_gbs(2048) == 2048
+    # Mixtral 8x7B (47B parameters): 4M tokens per step (Llama 2's 7B-70B batch) = 1024 sequences of 4096
+    assert any("gbs=1024" in n and "4M tokens per step" in n for n in request.notes)
+    assert any("seq_len=4096" in n for n in request.notes)
 
 
 @pytest.mark.parametrize(("text", "missing", "says"), [
@@ -67,7 +68,8 @@ def test_follow_ups_change_only_what_they_say() -> None:
     assert isinstance(base, TuneRequest)
     more = parse_request("seq 16k, 32 gpus", base)
     assert isinstance(more, TuneRequest)
-    assert (more.model, more.num_gpus, more.seq_len, more.gbs) == ("llama3-8b", 32, 16384, 256)
+    # the assumed batch stays 2M tokens (agent/batch_default): 128 sequences of 16k
+    assert (more.model, more.num_gpus, more.seq_len, more.gbs) == ("llama3-8b", 32, 16384, 128)
     fp8 = parse_request("use fp8", base)
     assert isinstance(fp8, TuneRequest) and fp8.constraints == ["precision in fp8,fp8-blockwise,mxfp8"]
 
@@ -102,7 +104,7 @@ MISTRAL_CONFIG = {"model_type": "mistral", "hidden_size": 4096, "intermediate_si
     ("SFT of llama3.1 70b on 64 h200", {"finetune": "sft", "model": "llama3.1-70b"}),
     # packed fine-tuning documents (the number is neither a sequence length, a batch nor a GPU count)
     ("SFT llama3 8b on 8 h100, seq 4k, packed 200-token documents",
-     {"finetune": "sft", "packed_document_tokens": 200, "seq_len": 4096, "num_gpus": 8, "gbs": 256}),
+     {"finetune": "sft", "packed_document_tokens": 200, "seq_len": 4096, "num_gpus": 8, "gbs": 512}),
     ("LoRA llama3 8b on 8 h100, seq 4096, documents of ~200 tokens packed", {"packed_document_tokens": 200}),
     ("llama3 8b on 16 h100, packed examples of about 512 tokens, seq 8k",
      {"packed_document_tokens": 512, "seq_len": 8192, "num_gpus": 16}),

@@ -204,7 +204,8 @@ def test_grouping_keys_follow_the_classification() -> None:
                "precision": "fp8", "recompute": "full", "recompute_num_layers": 1, "recompute_modules": ("mlp",),
                "sequence_parallel": True, "zero": 1, "fsdp_size": 2, "pp_schedule": "zero-bubble",
                "framework": "torchtitan", "moe_dispatcher": "deepep", "moe_routing": "token-drop",
-               "moe_capacity_factor": 1.25, "finetune": "lora", "packed_document_tokens": 256}
+               "moe_capacity_factor": 1.25, "finetune": "lora", "packed_document_tokens": 256,
+               "pp_first_stage_layers": 3, "pp_last_stage_layers": 2, "pp_layout": "Et|(tt|)*30L"}
     assert set(changes) == set(TrainingConfig.model_fields)
     for name, value in changes.items():
         other = base.model_copy(update={name: value})

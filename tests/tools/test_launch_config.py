@@ -80,7 +80,7 @@ def _text_keys(framework: str, text: str) -> set[str]:
         return set(yaml.safe_load(text))
     if framework == "megatron-bridge":
         body = " ".join(line for line in text.splitlines() if not line.startswith("#")).replace("\\", " ")
-        return {token.split("=", 1)[0] for token in body.split()}
+        return {token.split("=", 1)[0] for token in shlex.split(body)}   # each override is one shell word
     data = tomllib.loads(text)
 
     def walk(node: dict[str, Any], prefix: str) -> set[str]:

@@ -91,7 +91,12 @@ def _validate_args_rules(d: dict[str, Any], world: int) -> list[str]:
     layers = int(d.get("num_layers", 0))
     if d.get("num_layers_per_virtual_pipeline_stage") and d.get("num_virtual_stages_per_pipeline_rank"):
         p.append("No more than one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank")
-    if not d.get("num_virtual_stages_per_pipeline_rank") and not d.get("decoder_first_pipeline_num_layers"):
+    uneven = any(d.get(k) is not None for k in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                                                "pipeline_model_parallel_layout"))
+    if d.get("pipeline_model_parallel_layout") and d.get("num_virtual_stages_per_pipeline_rank"):
+        p.append("No more than one of the following arguments can be set at the same time: "
+                 "--num-virtual-stages-per-pipeline-rank, --pipeline-model-parallel-layout")
+    if not d.get("num_virtual_stages_per_pipeline_rank") and not uneven:
         extra = int(bool(d.get("account_for_embedding_in_pipeline_split"))) + \
             int(bool(d.get("account_for_loss_in_pipeline_split")))
         if layers and (layers + extra) % pp:
@@ -163,6 +168,14 @@ def _transformer_kwargs(d: dict[str, Any]) -> tuple[type, dict[str, Any]]:
     kw["expert_tensor_parallel_size"] = d.get("expert_tensor_parallel_size", d.get("tensor_model_parallel_size", 1))
     if d.get("num_virtual_stages_per_pipeline_rank"):
         kw["virtual_pipeline_model_parallel_size"] = int(d["num_virtual_stages_per_pipeline_rank"])
+    # core_transformer_config_from_args: the uneven first/last stage flags; validate_args: vpp from the layout
+    kw["num_layers_in_first_pipeline_stage"] = d.get("decoder_first_pipeline_num_layers")
+    kw["num_layers_in_last_pipeline_stage"] = d.get("decoder_last_pipeline_num_layers")
+    if d.get("pipeline_model_parallel_layout"):
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+        stages = PipelineParallelLayerLayout.get_num_stages_from_str(d["pipeline_model_parallel_layout"])
+        kw["virtual_pipeline_model_parallel_size"] = stages // int(d.get("pipeline_model_parallel_size", 1)) or None
     if d.get("swiglu"):
         kw["activation_func"], kw["gated_linear_unit"] = F.silu, True
     elif d.get("quick_geglu"):  # arguments.py core_transformer_config_from_args: quick_gelu, gated

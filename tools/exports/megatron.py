@@ -11,10 +11,12 @@ generators from these dests.
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from projection.training_config import TrainingConfig
 from tools.exports.common import Job, LaunchConfig, comment_block
+from tools.exports.pipeline_split import megatron_split_dests
 
 FRAMEWORK = "megatron"
 """The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
@@ -28,6 +30,7 @@ SPECIAL_FLAGS: dict[tuple[str, Any], str] = {
     ("gradient_accumulation_fusion", False): "--no-gradient-accumulation-fusion",
 }
 RENAMED = {"fp8": "--fp8-format"}
+SHELL_SPECIAL = frozenset("[], |()*;&<>$'\"\\`")   # a value with one of these is shell-quoted
 SOURCE = "flags: NVIDIA/Megatron-LM megatron/training/arguments.py (pretrain_gpt.py)"
 USER_MUST_ADD = ["data: DATA_PATH (a Megatron prefix ..._text_document; or replace --data-path by --mock-data)",
                  "tokenizer: TOKENIZER (Hugging Face name or path)", "checkpoints: CHECKPOINT_DIR",
@@ -155,12 +158,7 @@ def parallel_dests(job: Job) -> dict[str, Any]:
     """Parallel sizes, batch, precision, recompute, optimizer sharding and overlap as Megatron-LM dests."""
     c, layers = job.config, job.model.num_layers
     d: dict[str, Any] = {"tensor_model_parallel_size": c.tp, "pipeline_model_parallel_size": c.pp}
-    stages = c.pp * c.vpp
-    if c.pp > 1 and layers % stages and (layers + 2) % stages == 0:
-        d["account_for_embedding_in_pipeline_split"] = True
-        d["account_for_loss_in_pipeline_split"] = True
-    if c.vpp > 1:
-        d["num_virtual_stages_per_pipeline_rank"] = c.vpp
+    d.update(megatron_split_dests(layers, c))
     d["context_parallel_size"] = c.cp
     if job.model.is_moe:
         d["expert_model_parallel_size"] = c.ep
@@ -287,8 +285,8 @@ def flags(dests: dict[str, Any]) -> list[str]:
             lines.append(flag)
         elif isinstance(value, list):
             lines.append(f"{flag} {' '.join(str(v) for v in value)}")
-        elif isinstance(value, str) and any(ch in value for ch in "[], "):
-            lines.append(f"{flag} '{value}'")
+        elif isinstance(value, str) and any(ch in value for ch in SHELL_SPECIAL):
+            lines.append(f"{flag} {shlex.quote(value)}")     # e.g. a pipeline layout 'Et|(tt|)*30mL'
         else:
             lines.append(f"{flag} {value}")
     return lines

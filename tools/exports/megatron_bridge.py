@@ -11,10 +11,12 @@ command line of ``scripts/performance/run_script.py`` / ``examples/recipes/*/pre
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block
 from tools.exports.megatron import recompute_dests
+from tools.exports.pipeline_split import bridge_split_overrides
 
 FRAMEWORK = "megatron-bridge"
 """The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
@@ -27,6 +29,7 @@ BRIDGE_FP8 = {"bf16_with_fp8_current_scaling_mixed": ("hybrid", "tensorwise"),
               "bf16_with_fp8_delayed_scaling_mixed": ("hybrid", "delayed"),
               "bf16_with_fp8_subchannel_scaling_mixed": ("e4m3", "blockwise"),
               "bf16_with_mxfp8_mixed": ("e4m3", "mxfp8")}
+HYDRA_SPECIAL = frozenset("|()*[]{},' ")   # a string value with one of these is written as a quoted string
 # Recipe scripts shipped in Megatron-Bridge v0.2.2 examples/recipes (catalog model -> script).
 BRIDGE_SCRIPTS = {"llama3-8b": "examples/recipes/llama/pretrain_llama3_8b.py"}
 # Recipes that set fp8_param_gather=True (mixed_precision.py, v0.2.2).
@@ -42,13 +45,9 @@ def bridge_overrides(job: Job) -> dict[str, Any]:
     """'section.field' -> value."""
     c, layers = job.config, job.model.num_layers
     o: dict[str, Any] = {"model.tensor_model_parallel_size": c.tp, "model.pipeline_model_parallel_size": c.pp,
-                         "model.virtual_pipeline_model_parallel_size": c.vpp if c.vpp > 1 else None,
                          "model.context_parallel_size": c.cp, "model.sequence_parallel": c.sequence_parallel
                          and c.tp > 1}
-    stages = c.pp * c.vpp
-    if c.pp > 1 and layers % stages and (layers + 2) % stages == 0:
-        o["model.account_for_embedding_in_pipeline_split"] = True
-        o["model.account_for_loss_in_pipeline_split"] = True
+    o.update(bridge_split_overrides(layers, c))
     if job.model.is_moe:
         o["model.expert_model_parallel_size"] = c.ep
         o["model.expert_tensor_parallel_size"] = c.etp
@@ -127,6 +126,8 @@ def _value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, list):
         return "[" + ",".join(str(x) for x in v) + "]"
+    if isinstance(v, str) and any(ch in v for ch in HYDRA_SPECIAL):
+        return '"' + v + '"'          # a Hydra quoted string (a pipeline layout 'Et|(tt|)*30mL')
     return str(v)
 
 
@@ -134,7 +135,7 @@ def export(job: Job) -> LaunchConfig:
     from tools.exports.common import launcher_script, torchrun_words
 
     overrides = bridge_overrides(job)
-    lines = [f"{k}={_value(v)}" for k, v in overrides.items()]
+    lines = [shlex.quote(f"{k}={_value(v)}") for k, v in overrides.items()]   # one shell word each
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
     text = "\n".join(head + [line + " \\" for line in lines[:-1]] + lines[-1:]) + "\n"
     pretrained = job.config.finetune is not None
@@ -220,6 +221,8 @@ def megatron_dests_of(pairs: dict[str, Any]) -> dict[str, Any]:
                 d["fp8"], d["fp8_recipe"] = BRIDGE_FP8[recipe]
         elif section in ("model", "train", "ddp", "dist") and name:
             d[name] = value
+    if d.get("pipeline_model_parallel_layout"):
+        d.pop("virtual_pipeline_model_parallel_size", None)   # the layout sets the virtual stages (Bridge sets both)
     if d.get("virtual_pipeline_model_parallel_size"):
         d["num_virtual_stages_per_pipeline_rank"] = d.pop("virtual_pipeline_model_parallel_size")
     if pairs.get("dataset.sequence_length") is not None:

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from tools.exports.common import Job, LaunchConfig, comment_block, launcher_script, torchrun_words
-from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_stage_split
+from tools.framework_rules import TORCHTITAN_CONFIGS, torchtitan_split
 
 FRAMEWORK = "torchtitan"
 """The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
@@ -63,7 +63,7 @@ def titan_options(job: Job) -> dict[str, Any]:
     if c.pp > 1:
         o["parallelism.pipeline_parallel_schedule"] = TORCHTITAN_SCHEDULE.get(c.schedule, c.schedule)
         o["parallelism.pipeline_parallel_microbatch_size"] = c.mbs
-        split = torchtitan_stage_split(model.num_layers, c.pp * c.vpp)
+        split = torchtitan_split(model.num_layers, c)
         if split is not None:
             per_stage, first, last = split
             o["parallelism.pipeline_parallel_layers_per_stage"] = per_stage
