@@ -61,6 +61,11 @@ NvlinkDomain = Annotated[int | None, Field(
     description="GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for a GB200 NVL72 rack of 4-GPU trays; TP may "
                 "span it. None = the hardware catalog's scale_up.domain_gpus.")]
 
+MAX_HOST_OP_S = 1e-3         # input bound: 1 ms per op is 100x the slowest eager dispatch reported (~5-25 us)
+HostOpSeconds = Annotated[float | None, Field(
+    gt=0, le=MAX_HOST_OP_S, allow_inf_nan=False,
+    description="Host (CPU) time to dispatch one op of an eager step, seconds, as `projtune bench host` measures it "
+                "on the nodes' CPU; None = the framework profile's host_launch_s.")]
 
 
 def _within_sequence(tokens: int | None, info: ValidationInfo) -> int | None:
@@ -253,6 +258,7 @@ class Cluster(BaseModel):
     nic_gbps: NicGbps = None
     nics_per_node: NicsPerNode = None
     nvlink_domain: NvlinkDomain = None
+    host_op_s: HostOpSeconds = None
 
     @property
     def num_nodes(self) -> int:

@@ -22,6 +22,13 @@ from projection.training_config import TrainingConfig
 
 ACT_BYTES = 2                  # bf16 activations
 DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency vs plain A2A (notes Sec. 2.2)
+# Dispatchers whose token exchange runs in dedicated communication kernels (DeepEP; NVIDIA HybridEP, Megatron-core's
+# flex dispatcher backend, "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", which like
+# DeepEP fuses the permutation into TMA/RDMA dispatch and combine kernels on a few SMs and sends each token once per
+# destination node, NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md "DeepEP / HybridEP"): both move the
+# same bytes as the all-to-all (one bf16 row per routed token copy, dispatch and combine) at DEEPEP_A2A_FACTOR of
+# its time.  No public HybridEP-vs-DeepEP bandwidth ratio for these fabrics was found, so HybridEP takes DeepEP's.
+KERNEL_DISPATCHERS = frozenset({"deepep", "hybridep"})
 # Element-wise kernels per layer forward, counted from Megatron-core's TransformerLayer with Transformer
 # Engine fusions (2 norms, rope, 2 residual adds, activation, casts, ...); an estimate, not a trace.
 # They multiply the profile's fitted kernel_overhead_s, so the count only sets how that cost scales.
@@ -121,7 +128,8 @@ REPEATED_KV_FRAMEWORKS = frozenset({"torchtitan"})
 # configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
 # flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
 # pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
-UNFUSED_ATTENTION_FRAMEWORKS = frozenset({"deepspeed"})
+# (The framework's default attention backend now says this: FrameworkProfile.default_attention_backend, "unfused" in
+# projection/catalog/frameworks/deepspeed.yaml; a run's attention_backend overrides it, DeviceRates.unfused_attention.)
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -605,7 +613,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     if doc is not None and doc < config.seq_len and not window:
         keys, tiled = _document_keys(doc)               # per-document (THD) attention of packed fine-tuning data
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    if config.framework in UNFUSED_ATTENTION_FRAMEWORKS and dims.cp == 1:
+    if rates.unfused_attention and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
                                                          model.head_dim, model.v_head_dim, rates,
@@ -676,7 +684,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
         else:
             one = all_to_all_s(dispatch_bytes, groups.ep, net)
-            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher == "deepep" else 1.0
+            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher in KERNEL_DISPATCHERS else 1.0
         ep_comm = 2.0 * one  # dispatch + combine
     else:
         linear(tokens, mats * model.ffn_hidden_size / t, h, parts=(1.0 / mats,) * mats)
@@ -707,7 +715,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
-    host_fwd = launches * rates.host_launch_s
+    host_fwd = host_dispatch_s(launches, rates)
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
     # (an all-reduce is a reduce-scatter + an all-gather; SP runs them as separate collectives)
@@ -755,6 +763,16 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         ep_comm_s=ep_comm,
         flops_fwd=flops,
     )
+
+
+def host_dispatch_s(launches: float, rates: DeviceRates) -> float:
+    """Host (CPU) time to issue one layer pass, seconds: each launched op costs ``rates.host_launch_s`` (Python,
+    autograd and ATen dispatch plus cudaLaunchKernel, FrameworkProfile.host_launch_s or the user's
+    ``projtune bench host`` figure); under CUDA graphs the pass is one graph launch (Megatron-core
+    ``--enable-cuda-graph`` captures each transformer layer's forward and backward: megatron/core/transformer/
+    cuda_graphs.py CudaGraphManager).  The GPU waits whenever this exceeds the kernels' own time (layer_cost's
+    max against the GPU work): TP shrinks the GPU work but not the launch count."""
+    return (1.0 if rates.cuda_graphs else launches) * rates.host_launch_s
 
 
 def head_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates
