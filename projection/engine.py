@@ -112,6 +112,8 @@ class Projection:
     """Lower end of the 80% interval on iteration time, seconds."""
     iteration_time_s_high: float
     """Upper end of the 80% interval on iteration time, seconds."""
+    switches: Switches | None = None
+    """The run-time switches in effect: the config's, else its framework's defaults (projection.switches)."""
 
 
 def _comm_groups(dims: ParallelDims, net) -> CommGroups:
@@ -615,4 +617,5 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
                                 overhead_s=overhead),
         memory=memory or project_memory(model, hardware, config, dims, profile),
         bubble_fraction=pipe.bubble_fraction,
+        switches=prep.switches,
     )

@@ -639,6 +639,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     kernels = KERNELS_PER_LAYER_FWD
     mlp_start = fwd
     shared = 0.0
+    ungraphed = 0                 # forward launches a CUDA graph of the layer cannot capture
     if moe:
         linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h, quantised=False)  # router
         if model.num_shared_experts:
@@ -667,6 +668,8 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
         fwd, bwd_in, bwd_w = fwd + per_expert_s, bwd_in + per_expert_s, bwd_w + per_expert_s
         launches += 2 * host_extra
+        if cf == 1.0:     # dropless: the expert block stays outside the layer's CUDA graph (host_dispatch_s)
+            ungraphed = KERNELS_PER_MOE_FWD + 2 * host_extra + 2
         # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
         stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
@@ -715,7 +718,7 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
-    host_fwd = host_dispatch_s(launches, rates)
+    host_fwd = host_dispatch_s(launches, rates, ungraphed)
 
     # TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP) per layer in forward.
     # (an all-reduce is a reduce-scatter + an all-gather; SP runs them as separate collectives)
@@ -765,14 +768,17 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     )
 
 
-def host_dispatch_s(launches: float, rates: DeviceRates) -> float:
+def host_dispatch_s(launches: float, rates: DeviceRates, ungraphed: float = 0.0) -> float:
     """Host (CPU) time to issue one layer pass, seconds: each launched op costs ``rates.host_launch_s`` (Python,
     autograd and ATen dispatch plus cudaLaunchKernel, FrameworkProfile.host_launch_s or the user's
-    ``projtune bench host`` figure); under CUDA graphs the pass is one graph launch (Megatron-core
+    ``projtune bench host`` figure).  Under CUDA graphs the pass is one graph launch (Megatron-core
     ``--enable-cuda-graph`` captures each transformer layer's forward and backward: megatron/core/transformer/
-    cuda_graphs.py CudaGraphManager).  The GPU waits whenever this exceeds the kernels' own time (layer_cost's
-    max against the GPU work): TP shrinks the GPU work but not the launch count."""
-    return (1.0 if rates.cuda_graphs else launches) * rates.host_launch_s
+    cuda_graphs.py CudaGraphManager) plus the ``ungraphed`` launches it cannot capture: a dropless MoE block's
+    router, permutation and grouped GEMMs have data-dependent shapes ("moe cuda graph is only supported with
+    drop-padding MoE", megatron-core 0.16.1 transformer_config.py __post_init__).  The GPU waits whenever this
+    exceeds the kernels' own time (layer_cost's max against the GPU work): TP shrinks the GPU work but not the
+    launch count."""
+    return ((1.0 + ungraphed) if rates.cuda_graphs else launches) * rates.host_launch_s
 
 
 def head_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates
