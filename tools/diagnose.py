@@ -25,7 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.errors import ProjtuneError
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, list_model_ids, load_model
+from projection.job import job_on
 from projection.training_config import Cluster, TrainingConfig
+from projection.vocabulary import COMM_OVERLAPS
 
 _HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>\d+) x (?P<gpu>[\w.-]+):", re.MULTILINE)
 _LOG_HINT = re.compile(r"elapsed time per iteration \(ms\)|step:\s*\d+\s.*?(?:tps|wps):")
@@ -72,6 +74,8 @@ class Diagnosis(BaseModel):
     gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU.")
     change_flags: list[str] = Field(default_factory=list, description="The framework's options to change.")
     searched: int = 0
+    switch_gains: list[str] = Field(default_factory=list, description="What switching a run-time switch (overlap, "
+                                    "CUDA graphs) of the given layout would gain, e.g. 'with CUDA graphs: +3.1%'.")
     summary: str
 
 
@@ -302,7 +306,7 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     else:
         if kind == "megatron-args":
             check_megatron_text(text, name)
-            guessed = _catalog_match(_megatron_shape(megatron_args(text)))
+            guessed = _catalog_match(_megatron_shape(megatron_args(text))) if model is None else None
         if kind == "torchtitan-toml":
             try:
                 tomllib.loads(text)
@@ -321,7 +325,8 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     yours = projected(spec, cluster, config)
     problems = framework_violations(framework, spec, cluster, config)
     result = Diagnosis(source=name, kind=kind, framework=framework, model=spec.name, gpu=hardware.id,
-                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, summary="")
+                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, summary="",
+                       switch_gains=switch_gains(spec, cluster, config, framework, yours.tokens_per_sec_per_gpu))
     if search:
         _compare(result, spec, cluster, config, kind, text)
     result.summary = summary_line(result)
@@ -365,6 +370,30 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
     result.change_flags = flag_changes(result.framework, yours, best_options, layout_keys)
 
 
+def switch_gains(model: ModelSpec, cluster: Cluster, config: TrainingConfig, framework: str,
+                 tokens_per_sec_per_gpu: float) -> list[str]:
+    """What each switch the framework offers would gain on the same layout (tools/switch_rules.py): every
+    communication overlapped, CUDA graphs on where allowed; only changes worth at least 0.1%."""
+    from projection.switches import resolve_switches
+    from tools.switch_rules import cuda_graphs_allowed
+
+    job = job_on(model, cluster, config)
+    switches = resolve_switches(config, job.framework)
+    trials: list[tuple[str, dict[str, Any]]] = []
+    missing = [c for c in COMM_OVERLAPS if not switches.overlapped(c)]
+    if missing and framework in ("megatron", "primus"):
+        trials.append((f"overlapping {', '.join(missing)}", {"comm_overlap": COMM_OVERLAPS}))
+    if not switches.cuda_graphs and cuda_graphs_allowed(framework, model, config):
+        trials.append(("with CUDA graphs (--enable-cuda-graph)", {"cuda_graphs": True}))
+    out = []
+    for what, update in trials:
+        other = projected(model, cluster, config.model_copy(update=update))
+        gain = other.tokens_per_sec_per_gpu / tokens_per_sec_per_gpu - 1
+        if gain >= 1e-3:
+            out.append(f"{what}: {gain:+.1%}")
+    return out
+
+
 def summary_line(d: Diagnosis) -> str:
     """'your layout: X tokens/s/GPU, fits with Y% headroom, bottleneck B; best found: L, +Z%, change these flags: F'."""
     y = d.yours
@@ -375,6 +404,8 @@ def summary_line(d: Diagnosis) -> str:
             f"{y.bottleneck.replace('_', ' ')} ({share:.0%} of the step)")
     if d.framework_problems:
         head += f"; {d.framework} cannot launch it as written: {d.framework_problems[0]}"
+    if d.switch_gains:
+        head += "; switches: " + "; ".join(d.switch_gains)
     if d.best is None:
         return head + f"; best found: this layout is the fastest {d.framework} can launch of {d.searched} searched"
     flags = ", ".join(d.change_flags) if d.change_flags else "(none: same options)"

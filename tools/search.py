@@ -23,9 +23,10 @@ from projection.memory import MemoryResult
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
-from tools.candidates import break_ties, enumerate_candidates, with_job_fields
-from tools.constraints import Constraints
+from tools.candidates import break_ties, enumerate_candidates, switch_pins, with_job_fields
+from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
+from tools.switch_rules import switch_variants
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
 from tools.search_explain import explain_empty
 from tools.search_request import SearchRequest
@@ -87,7 +88,8 @@ def _explicit(request: SearchRequest, job: Job) -> tuple[list[TrainingConfig], l
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
         values = with_job_fields(raw, gbs=request.gbs, seq_len=request.seq_len, finetune=request.finetune,
-                                 packed_document_tokens=request.packed_document_tokens)
+                                 packed_document_tokens=request.packed_document_tokens,
+                                 **switch_pins(request.constraints))
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:
@@ -168,7 +170,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
                      count)
     if progress is not None:
         progress(total if tally.complete else tally.visited, total)
-    ranked, pareto = _finish(job, configs, tally, request.top_k)
+    ranked, pareto = _finish(job, configs, tally, request.top_k, request.framework)
     message = None
     if not tally.complete:
         message = (f"partial result: stopped at the {deadline_s:g} s deadline after searching {tally.visited:,} of "
@@ -186,9 +188,13 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     )
 
 
-def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int
+def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, framework: str | None = None
             ) -> tuple[list[Candidate], list[Candidate]]:
-    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran)."""
+    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran).
+
+    Each of the top k then takes the fastest run-time switches its launch framework supports
+    (:func:`tools.switch_rules.switch_variants`: every overlap on, CUDA graphs where allowed), so the answer and
+    its export carry them; ties keep the switches as searched."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
     front = front_of(ordered)
     ordered = break_ties(ordered, lambda o: o.tokens_per_s_per_gpu, lambda o: configs[o.index])  # simpler first
@@ -200,7 +206,13 @@ def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int
                                                profile=job.profile, check=False)
         return tally.projections[index]
 
-    ranked = [candidate(projection(o.index), i + 1) for i, o in enumerate(best)]
+    def switched(index: int) -> Projection:
+        variants = switch_variants(framework, job.model, configs[index])
+        options = [projection(index)] + [project(job.model, job.cluster, v, hardware=job.hardware,
+                                                 profile=job.profile, check=False) for v in variants[1:]]
+        return max(options, key=lambda p: p.tokens_per_s_per_gpu)     # the first of equals: as searched
+
+    ranked = [candidate(switched(o.index), i + 1) for i, o in enumerate(best)]
     ranked = [c.model_copy(update={"reason": _reason(c, None if c.rank == 1 else ranked[0])}) for c in ranked]
     return ranked, [candidate(projection(o.index), 0) for o in front]
 
@@ -218,7 +230,7 @@ def _within(constraints: Constraints, config: TrainingConfig) -> bool:
     values = config.model_dump()
     values["pp_schedule"] = config.schedule
     return all(constraints.allows(axis, values[axis]) for axis in constraints.active()
-               if axis in values and values[axis] is not None)
+               if axis in values and values[axis] is not None and axis not in SWITCH_PINS)
 
 
 def what_if(request: SearchRequest, **changes: Any) -> SearchResult:
