@@ -207,6 +207,9 @@ class ProjectOutput(BaseModel):
     breakdown_s: dict[str, float] = Field(description="Critical-rank step time by term, seconds.")
     bottleneck: str
     memory: MemoryOutput
+    switches: dict[str, Any] | None = Field(
+        default=None, description="Run-time switches in effect (comm_overlap, cuda_graphs, compile, attention_backend, "
+                                  "grad_reduce_in_fp32): the layout's, else its framework's defaults.")
 
     def score(self) -> LayoutScore:
         """This projection as the one scored-layout shape (:class:`tools.layout_score.LayoutScore`)."""

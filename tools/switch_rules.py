@@ -9,7 +9,8 @@ the fastest setting the launch framework supports; each rule is cited:
   megatron/training/arguments.py).  CUDA graphs (``--enable-cuda-graph``, ``TransformerConfig.enable_cuda_graph``)
   capture each transformer layer, but megatron-core 0.16.1 ``TransformerConfig.__post_init__`` refuses them with
   full recompute ("full recompute is only supported with full iteration CUDA graph") and with selective recompute
-  when attention dropout is on ("attention dropout is not supported with graphed attention recomputation");
+  when attention dropout is on ("attention dropout is not supported with graphed attention recomputation"), which
+  it is in every Megatron launch here (Megatron-LM ``--attention-dropout`` defaults to 0.1 and the exports leave it);
   torch FSDP2 (ZeRO-3 here) is left out: the graph's static buffers would pin the unsharded parameters.
 - torchtitan 0.3.0: no CUDA-graph option in its job config (torchtitan/config/job_config.py); async TP needs
   ``--compile`` (``enable_async_tensor_parallel`` asserts compile), so the search keeps torchtitan's defaults.
@@ -26,11 +27,9 @@ MEGATRON_CORE = frozenset({"megatron", "megatron-bridge", "primus"})
 
 
 def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: TrainingConfig) -> bool:
-    """Whether ``framework`` can replay this layout's layers from CUDA graphs (module docstring)."""
-    if (framework or "megatron") not in MEGATRON_CORE or config.zero == 3 or config.recompute == "full":
-        return False
-    dropout = model.model_type == "gpt2"          # GPT-3-style blocks carry attention dropout
-    return not (config.recompute == "selective" and dropout)
+    """Whether ``framework`` can replay this layout's layers from CUDA graphs (module docstring; ``model`` is kept
+    for model-dependent rules)."""
+    return (framework or "megatron") in MEGATRON_CORE and config.zero != 3 and config.recompute == "none"
 
 
 def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:
