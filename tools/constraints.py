@@ -202,8 +202,13 @@ class Constraints(BaseModel):
         """The compiled rule of ``axis`` (None when the axis is free)."""
         return compile_rule(axis, getattr(self, axis))
 
-    def allows(self, axis: str, value: int | str) -> bool:
-        """Whether ``value`` of ``axis`` passes its rule."""
+    def allows(self, axis: str, value: Any) -> bool:
+        """Whether ``value`` of ``axis`` passes its rule (a pinned switch: equal to the pin, or left unset)."""
+        if axis in SWITCH_PINS:
+            pinned = getattr(self, axis)
+            if pinned is None or value is None:
+                return True
+            return set(pinned) == set(value) if axis == "comm_overlap" else pinned == value
         rule = self.rule(axis)
         return rule is None or rule(value)
 

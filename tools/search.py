@@ -70,7 +70,8 @@ def resolve_request(request: SearchRequest) -> Job:
     """
     return resolve_job(request.model, request.gpu, request.num_gpus, gpus_per_node=request.gpus_per_node,
                        nics_per_node=request.nics_per_node, nic_gbps=request.nic_gbps,
-                       nvlink_domain=request.nvlink_domain, profile_path=request.profile_path)
+                       nvlink_domain=request.nvlink_domain, profile_path=request.profile_path,
+                       host_op_s=request.host_op_s)
 
 
 def screen_memory(job: Job, config: TrainingConfig) -> MemoryResult:

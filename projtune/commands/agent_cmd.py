@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
+from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from tools.framework_rules import FRAMEWORKS
 from tools.json_out import json_text
@@ -196,6 +196,7 @@ def tune_command(
     llm_timeout: TimeoutOpt = None,
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     packed_document_tokens: PackedOpt = None,
+    host_op_s: HostOpOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
     from agent.planning import parse_duration, parse_tokens
@@ -213,7 +214,7 @@ def tune_command(
     with _Progress(enabled=True) as progress:
         parsed = _request(policy, request, constraint or [], top,
                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                           "packed_document_tokens": packed_document_tokens})
+                           "packed_document_tokens": packed_document_tokens, "host_op_s": host_op_s})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
                                 policy=policy.name)
