@@ -163,6 +163,13 @@ def _exposed(comm_s: float, overlap_fraction: float) -> float:
     return comm_s * (1.0 - overlap_fraction)
 
 
+def _hidden_up_to(comm_s: float, overlap_fraction: float, window_s: float) -> float:
+    """Exposed seconds of a communication that overlaps ``overlap_fraction`` of itself with compute, but never more
+    than the ``window_s`` of compute it runs beside: max(comm * (1 - f), comm - window).  With f = 0 (the switch
+    off) it is the whole communication."""
+    return max(_exposed(comm_s, overlap_fraction), comm_s - window_s)
+
+
 VECTOR_MIN_CHUNKS = 32   # pp * vpp from which the numpy stage times beat the loop (llama3-70b here: 58 vs 61 us at 32,
                          # 72 vs 97 us at 80, slower below ~16; issue 14)
 
@@ -174,8 +181,9 @@ def _layer_terms(config: TrainingConfig, profile: DeviceProfile, framework: Fram
     the index of its cost's terms.
 
     TP, CP and EP communication hide under compute only when the run overlaps them (``comm_overlap``,
-    :func:`projection.switches.overlap_fraction`); off, they run between the layer's kernels, fully exposed.  CP's
-    ring exchange, when overlapped, hides at most under the attention it runs beside (the ``max`` below).
+    :func:`projection.switches.overlap_fraction`); off, they run between the layer's kernels, fully exposed.  When
+    overlapped, each hides at most under the compute it runs beside (:func:`_hidden_up_to`): CP's ring exchange under
+    the attention, TP collectives (userbuffers GEMM overlap) and the EP token exchange under the layer's compute.
     """
     tp_overlap = overlap_fraction(switches, "tp", profile.tp_overlap_fraction if framework.tp_overlap_fraction is None
                                   else framework.tp_overlap_fraction)
@@ -187,9 +195,9 @@ def _layer_terms(config: TrainingConfig, profile: DeviceProfile, framework: Fram
     position: dict[int, int] = {}
     values = list(costs.values())
     for cost in dict(zip(map(id, values), values, strict=True)).values():    # distinct costs, first-seen order
-        tp = _exposed(cost.tp_comm_s, tp_overlap)
-        cp = max(_exposed(cost.cp_comm_s, cp_overlap), cost.cp_comm_s - cost.attention_fwd_s)
-        ep = _exposed(cost.ep_comm_s, ep_overlap)
+        tp = _hidden_up_to(cost.tp_comm_s, tp_overlap, cost.fwd_s)
+        cp = _hidden_up_to(cost.cp_comm_s, cp_overlap, cost.attention_fwd_s)
+        ep = _hidden_up_to(cost.ep_comm_s, ep_overlap, cost.fwd_s)
         comm = tp + cp + ep
         weight_grad = 0.0 if lora else cost.bwd_weight_s
         selective = cost.recompute_s(recomputed_modules)

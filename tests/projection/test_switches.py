@@ -258,3 +258,11 @@ def test_cuda_graphs_leave_the_dropless_moe_block_on_the_host() -> None:
     dropless = project(MOE, slow, config, profile=PROFILE).iteration_time_s
     fast = project(MOE, slow.model_copy(update={"host_op_s": 1e-9}), config, profile=PROFILE).iteration_time_s
     assert dropless > fast      # the expert block's launches still pay the host, graphs or not
+
+
+def test_overlapped_comm_hides_at_most_under_its_window() -> None:
+    from projection.engine import _hidden_up_to
+
+    assert _hidden_up_to(10.0, 0.5, 1.0) == 9.0      # window-bound: only 1 s of compute to hide under
+    assert _hidden_up_to(1.0, 0.5, 10.0) == 0.5      # share-bound
+    assert _hidden_up_to(1.0, 0.0, 10.0) == 1.0      # not overlapped: all exposed
