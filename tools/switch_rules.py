@@ -22,8 +22,7 @@ from __future__ import annotations
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 from projection.vocabulary import COMM_OVERLAPS
-
-MEGATRON_CORE = frozenset({"megatron", "megatron-bridge", "primus"})
+from tools.framework_rules import MEGATRON_FAMILY as MEGATRON_CORE   # the launch frameworks that run Megatron-core
 
 
 def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: TrainingConfig) -> bool:
