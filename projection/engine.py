@@ -518,7 +518,7 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     framework = framework or framework_profile(config.framework)
     switches = resolve_switches(config, framework)
     rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency,
-                         host_op_s(switches, framework.host_launch_s, cluster.host_op_s),
+                         host_op_s(framework.host_launch_s, cluster.host_op_s),
                          framework.attention_speed(hardware.family) * attention_backend_speed(switches),
                          framework.eager_elementwise and not switches.compile,
                          unfused_attention=switches.attention_backend == "unfused", cuda_graphs=switches.cuda_graphs)

@@ -69,9 +69,9 @@ def overlap_fraction(switches: Switches, comm: str, fraction_when_on: float) -> 
     return fraction_when_on if switches.overlapped(comm) else 0.0
 
 
-def host_op_s(switches: Switches, framework_host_op_s: float, measured_host_op_s: float | None) -> float:
-    """Host time to dispatch one op, seconds: the user's measured cost (``projtune bench host``) when given, else
-    the framework's; 0 when compiled to one program (XLA) is already in the framework's value."""
+def host_op_s(framework_host_op_s: float, measured_host_op_s: float | None) -> float:
+    """Host time to dispatch one op, seconds: the user's measured cost (``projtune bench host``, Cluster.host_op_s)
+    when given, else the framework's ``host_launch_s`` (0 for XLA, which runs one compiled program)."""
     return framework_host_op_s if measured_host_op_s is None else measured_host_op_s
 
 
