@@ -38,6 +38,21 @@ _PHRASES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\b(?:no|without)\s+(?:tensor\s+parallel(?:ism)?|tp)\b", re.I), "tp=1", ""),
     (re.compile(r"\b(?:no|without)\s+(?:fsdp|zero[\s-]?3)\b", re.I), "zero!=3", ""),
     (re.compile(r"\b(?:use|with)\s+fsdp\b", re.I), "zero=3", ""),
+    # run-time switches (issue 25): overlap, CUDA graphs, attention kernel, MoE dispatcher
+    (re.compile(r"\b(?:no|without|disable[ds]?)\s+(?:any\s+)?(?:comm(?:unication)?\s+)?overlap(?:ping)?\b"
+                r"|\boverlap(?:ping)?\s+(?:off|disabled)\b", re.I),
+     "comm_overlap=none", "'no overlap' read as comm_overlap=none: every communication exposed"),
+    (re.compile(r"\b(?:no|without|disable[ds]?)\s+cuda[\s-]?graphs?\b", re.I), "cuda_graphs=false",
+     "'no CUDA graphs' read as cuda_graphs=false"),
+    (re.compile(r"\b(?:with|using|use|enable[ds]?|plus|and)\s+(?:full[\s-]layer\s+)?cuda[\s-]?graphs?\b"
+                r"|\bcuda[\s-]?graphs?\s+(?:on|enabled)\b", re.I),
+     "cuda_graphs=true", "'with CUDA graphs' read as cuda_graphs=true"),
+    (re.compile(r"\bunfused\s+attention\b|\b(?:no|without)\s+flash[\s-]?attention\b", re.I),
+     "attention_backend=unfused", "'unfused attention' read as attention_backend=unfused (s x s scores)"),
+    (re.compile(r"\btriton\s+(?:flash[\s-]?)?attention\b", re.I), "attention_backend=triton",
+     "'Triton attention' read as attention_backend=triton"),
+    (re.compile(r"\bhybrid[\s-]?ep\b", re.I), "moe_dispatcher=hybridep", "'HybridEP' read as moe_dispatcher=hybridep"),
+    (re.compile(r"\bdeep[\s-]?ep\b", re.I), "moe_dispatcher=deepep", "'DeepEP' read as moe_dispatcher=deepep"),
 )
 
 

@@ -43,8 +43,8 @@ from agent.request_numbers import BAD_COUNT, canonical_numbers, count_problem
 from projection.framework import framework_words
 from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
-from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, NicGbps,
-                                         PackedDocumentTokens)
+from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, HostOpSeconds,
+                                         NicGbps, PackedDocumentTokens)
 from projection.vocabulary import FINETUNES, PRECISIONS
 
 DEFAULT_GPUS_PER_NODE = 8
@@ -139,6 +139,7 @@ class TuneRequest(BaseModel):
     nics_per_node: int | None = Field(default=None, ge=1, le=64, description="NICs per node (if said).")
     nvlink_domain: int | None = Field(default=None, ge=1, le=MAX_GPUS_PER_NODE,
                                       description="GPUs in one NVLink domain when said (NVL72 -> 72).")
+    host_op_s: HostOpSeconds = None
     train_tokens: float | None = Field(default=None, gt=0, le=1e18, allow_inf_nan=False,
                                        description="Token budget of the whole run when said ('train on 15T tokens'): "
                                                    "the answer's plan gives days and GPU-hours.")
@@ -178,13 +179,13 @@ class Clarification(BaseModel):
 
 
 _PARTIAL_KEYS = ("model", "gpu", "num_gpus", "gpus_per_node", "gbs", "seq_len", "constraints", "top_k", "finetune",
-                 "packed_document_tokens", "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain",
+                 "packed_document_tokens", "framework", "batch_tokens", "nic_gbps", "nics_per_node", "nvlink_domain", "host_op_s",
                  "profile_path", "candidates", "train_tokens", "deadline_days")
 _LIMITS = {"num_gpus": (1, MAX_GPUS), "gbs": (1, MAX_GBS), "seq_len": (1, MAX_SEQ_LEN), "top_k": (1, MAX_TOP_K),
            "gpus_per_node": (1, MAX_GPUS_PER_NODE)}
 
 
-NETWORK_KEYS = ("nics_per_node", "nic_gbps", "nvlink_domain")
+NETWORK_KEYS = ("nics_per_node", "nic_gbps", "nvlink_domain", "host_op_s")
 """Request fields that override the GPU catalog's network (projection.training_config.Cluster fields)."""
 
 

@@ -32,7 +32,7 @@ FailureKind = Literal["invalid_input", "unknown_name", "illegal_layout", "constr
 TYPED_ERRORS: tuple[type[Exception], ...] = (ProjtuneError, ValidationError)
 """What a tool raises on bad input (a ToolFailure); anything else is an engine failure and propagates."""
 
-_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain", "anchors"})
+_NOT_FROM_MODEL = frozenset({"profile_path", "nics_per_node", "nic_gbps", "nvlink_domain", "anchors", "host_op_s"})
 """Arguments an LLM's tool call may not set: files, and the cluster network the user did (or did not) give."""
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 from pydantic.fields import FieldInfo
 
 from projection.training_config import MAX_NIC_GBPS, MIN_NIC_GBPS, TrainingConfig
+from projection.vocabulary import CommOverlap
 
 GPU_IDS: tuple[str, ...] = (
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-96gb-500w", "h200", "h800",
@@ -55,6 +56,11 @@ SWEEP_FIELD_OVERRIDES: dict[str, tuple[Any, dict[str, Any], str]] = {
         "YAML gives a list, which the strict file model does not coerce to TrainingConfig's tuple; module names "
         "are checked when the run is projected (TrainingConfig), with the allowed list",
     ),
+    "comm_overlap": (
+        list[CommOverlap], {},
+        "YAML gives a list (possibly empty: nothing overlapped), which the strict file model does not coerce to "
+        "TrainingConfig's tuple",
+    ),
     "recompute_num_layers": (
         int, {"ge": 1},
         "a file that recomputes 0 layers means recompute: none and must say so (TrainingConfig allows 0 as the "
@@ -82,10 +88,6 @@ def _bounds(info: FieldInfo) -> dict[str, Any]:
 
 
 PROJECTION_ONLY_FIELDS: dict[str, str] = {
-    "packed_document_tokens": (
-        "not a key of shared/specs/sweep-format.md: a sweep file cannot record packed documents, so its runs are "
-        "priced as one causal sequence per row (evals/data/CHECKS.md 29); projections take it through the tool API "
-        "and layout files"),
     **{name: ("not a key of shared/specs/sweep-format.md: a sweep file records pp and vpp only, so its runs take "
               "the default pipeline split (projection/pipeline_split.py); projections take the framework's uneven "
               "split through the tool API and layout files")

@@ -57,6 +57,14 @@ MX_GEMM_FRACTION = 6.830 / 7.324
 HOPPER_BLOCKWISE_GEMM_FRACTION = (870.4 / 1125.5 + 828.3 / 1082.8 + 828.3 / 1141.4) / 3
 
 
+# GPU-side launch gap a CUDA graph removes per kernel: NVIDIA "Getting Started with CUDA Graphs" (A. Gray, NVIDIA
+# developer blog, 2019): a chain of short kernels took 3.8 us per kernel (kernel + launch overheads) when launched
+# one by one from a stream and 3.4 us when replayed from a graph, 0.4 us less per kernel.  The host-side dispatch
+# (host_launch_s per op) disappears as well: one graph launch replaces a layer pass's launches
+# (projection.workload.host_dispatch_s).
+CUDA_GRAPH_GAP_SAVING_S = 0.4e-6
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceRates:
     """Plain-number view of a GPU and its profile, built once per projection (hot loop input)."""
@@ -76,11 +84,14 @@ class DeviceRates:
     host_launch_s: float = 0.0       # host (CPU) time to dispatch one kernel: a layer is never faster than its launches
     exp_per_s: float = 0.0           # softmax exponentials per second (SFU_EXP_PER_CLOCK_PER_SM); 0 = no such bound
     eager_elementwise: bool = False  # the framework runs a block's norms, rotary embedding and activation unfused
+    unfused_attention: bool = False  # attention_backend "unfused": scores materialised (unfused_attention_fwd_bwd_s)
+    cuda_graphs: bool = False        # a layer's kernels replay from one graph: one host launch per layer pass
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
                  compute_multiplier: float = 1.0, host_launch_s: float = 0.0,
-                 attention_multiplier: float = 1.0, eager_elementwise: bool = False) -> DeviceRates:
+                 attention_multiplier: float = 1.0, eager_elementwise: bool = False, *,
+                 unfused_attention: bool = False, cuda_graphs: bool = False) -> DeviceRates:
     """Resolve peak rates and efficiencies for a precision recipe (times a framework's compute multiplier).
 
     FP8 and FP4 GEMMs never reach a higher fraction of their peak than 16-bit GEMMs do (the narrower
@@ -89,6 +100,8 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
     ``attention_multiplier``: the speed of the framework's attention kernel on this chip relative to the kernel
     the profile's attention efficiency describes (``FrameworkProfile.attention_speed``).
     ``eager_elementwise``: the framework's ``eager_elementwise`` (projection.workload.eager_elementwise_bytes).
+    ``unfused_attention`` / ``cuda_graphs``: the resolved switches (projection.switches); CUDA graphs shorten the
+    per-kernel launch gap by ``CUDA_GRAPH_GAP_SAVING_S``.
     """
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
@@ -104,7 +117,8 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         num_compute_units=hardware.num_compute_units,
         tile_m=profile.tile_m,
         tile_n=profile.tile_n,
-        kernel_overhead_s=profile.kernel_overhead_s,
+        kernel_overhead_s=(max(0.0, profile.kernel_overhead_s - CUDA_GRAPH_GAP_SAVING_S) if cuda_graphs
+                           else profile.kernel_overhead_s),
         attention_efficiency=min(1.0, profile.attention_efficiency * compute_multiplier * attention_multiplier),
         moe_efficiency=profile.moe_efficiency,
         moe_layer_overhead_s=profile.moe_layer_overhead_s,
@@ -113,6 +127,8 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         exp_per_s=(hardware.num_compute_units * hardware.boost_clock_ghz * 1e9
                    * SFU_EXP_PER_CLOCK_PER_SM.get(hardware.family, 0)),
         eager_elementwise=eager_elementwise,
+        unfused_attention=unfused_attention,
+        cuda_graphs=cuda_graphs,
     )
 
 

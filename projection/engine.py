@@ -45,13 +45,14 @@ from projection.memory import MemoryResult, project_memory
 from projection.model_spec import ModelSpec
 from projection.params import layer_param_table
 from projection.pipeline import StageTimes, simulate_pipeline
+from projection.switches import FP32_GRAD_BYTES, TRITON_ATTENTION_SPEED, Switches, host_op_s, overlap_fraction, resolve_switches
 from projection.training_config import Cluster, TrainingConfig
 from projection.uncertainty import relative_band
 from projection.workload import (CommGroups, LayerCost, embedding_cost, head_cost, layer_cost,
                                  selective_recompute_modules)
 
-GRAD_REDUCE_BYTES = 4      # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
-                           # a framework profile's grad_reduce_bytes overrides it
+GRAD_REDUCE_BYTES = FP32_GRAD_BYTES  # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
+                                     # a run's grad_reduce_in_fp32 or its framework's grad_reduce_bytes overrides it
 PARAM_GATHER_BYTES = 2     # bf16 parameter all-gather (distributed optimizer / FSDP)
 FP8_PARAM_GATHER_BYTES = 1  # FP8 primary weights (fp8_param_gather): Megatron-core allocates the param buffer of TE
                             # Float8Tensor parameters as torch.uint8 (NVIDIA/Megatron-LM @293e104
@@ -112,6 +113,8 @@ class Projection:
     """Lower end of the 80% interval on iteration time, seconds."""
     iteration_time_s_high: float
     """Upper end of the 80% interval on iteration time, seconds."""
+    switches: Switches | None = None
+    """The run-time switches in effect: the config's, else its framework's defaults (projection.switches)."""
 
 
 def _comm_groups(dims: ParallelDims, net) -> CommGroups:
@@ -161,24 +164,41 @@ def _exposed(comm_s: float, overlap_fraction: float) -> float:
     return comm_s * (1.0 - overlap_fraction)
 
 
+def _hidden_up_to(comm_s: float, overlap_fraction: float, window_s: float) -> float:
+    """Exposed seconds of a communication that overlaps ``overlap_fraction`` of itself with compute, but never more
+    than the ``window_s`` of compute it runs beside: max(comm * (1 - f), comm - window).  With f = 0 (the switch
+    off) it is the whole communication."""
+    return max(_exposed(comm_s, overlap_fraction), comm_s - window_s)
+
+
 VECTOR_MIN_CHUNKS = 32   # pp * vpp from which the numpy stage times beat the loop (llama3-70b here: 58 vs 61 us at 32,
                          # 72 vs 97 us at 80, slower below ~16; issue 14)
 
 
 def _layer_terms(config: TrainingConfig, profile: DeviceProfile, framework: FrameworkProfile,
-                 costs: Mapping[int, LayerCost], num_layers: int) -> tuple[list[tuple[float, ...]], list[int]]:
+                 costs: Mapping[int, LayerCost], num_layers: int, switches: Switches
+                 ) -> tuple[list[tuple[float, ...]], list[int]]:
     """(fwd, bwd-input, bwd-weight, selective recompute, compute, tp, cp, ep) of each distinct cost, and per layer
-    the index of its cost's terms."""
-    tp_overlap = profile.tp_overlap_fraction if framework.tp_overlap_fraction is None else framework.tp_overlap_fraction
+    the index of its cost's terms.
+
+    TP, CP and EP communication hide under compute only when the run overlaps them (``comm_overlap``,
+    :func:`projection.switches.overlap_fraction`); off, they run between the layer's kernels, fully exposed.  When
+    overlapped, each hides at most under the compute it runs beside (:func:`_hidden_up_to`): CP's ring exchange under
+    the attention, TP collectives (userbuffers GEMM overlap) and the EP token exchange under the layer's compute.
+    """
+    tp_overlap = overlap_fraction(switches, "tp", profile.tp_overlap_fraction if framework.tp_overlap_fraction is None
+                                  else framework.tp_overlap_fraction)
+    cp_overlap = overlap_fraction(switches, "cp", profile.cp_overlap_fraction)
+    ep_overlap = overlap_fraction(switches, "ep", profile.ep_overlap_fraction)
     recomputed_modules = selective_recompute_modules(config)
     lora = config.finetune == "lora"  # frozen base weights: no weight gradients
     distinct: list[tuple[float, ...]] = []
     position: dict[int, int] = {}
     values = list(costs.values())
     for cost in dict(zip(map(id, values), values, strict=True)).values():    # distinct costs, first-seen order
-        tp = _exposed(cost.tp_comm_s, tp_overlap)
-        cp = max(_exposed(cost.cp_comm_s, profile.cp_overlap_fraction), cost.cp_comm_s - cost.attention_fwd_s)
-        ep = _exposed(cost.ep_comm_s, profile.ep_overlap_fraction)
+        tp = _hidden_up_to(cost.tp_comm_s, tp_overlap, cost.fwd_s)
+        cp = _hidden_up_to(cost.cp_comm_s, cp_overlap, cost.attention_fwd_s)
+        ep = _hidden_up_to(cost.ep_comm_s, ep_overlap, cost.fwd_s)
         comm = tp + cp + ep
         weight_grad = 0.0 if lora else cost.bwd_weight_s
         selective = cost.recompute_s(recomputed_modules)
@@ -190,7 +210,7 @@ def _layer_terms(config: TrainingConfig, profile: DeviceProfile, framework: Fram
 
 def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
                  framework: FrameworkProfile, costs: Mapping[int, LayerCost], head: tuple[float, float, float],
-                 embed: tuple[float, float], vector: bool | None = None
+                 embed: tuple[float, float], vector: bool | None = None, switches: Switches | None = None
                  ) -> tuple[list[StageTimes], dict[str, list[float]]]:
     """Per-rank, per-chunk times, and per-rank component sums (per micro-batch) for the breakdown.
 
@@ -200,7 +220,8 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     (:func:`_stage_times_vector`, the same IEEE operations in the same order; ``vector`` forces
     either path, tests/projection/test_engine_stage_times.py checks they agree bit for bit).
     """
-    distinct, kinds = _layer_terms(config, profile, framework, costs, model.num_layers)
+    switches = switches or resolve_switches(config, framework)
+    distinct, kinds = _layer_terms(config, profile, framework, costs, model.num_layers, switches)
     if vector is None:
         vector = config.recompute != "full" and dims.pp * dims.vpp >= VECTOR_MIN_CHUNKS
     if vector and config.recompute != "full":
@@ -325,6 +346,23 @@ def _bucketed(collective, total_bytes: float, bucket_bytes: float, group, net) -
     return total_bytes / bucket_bytes * collective(bucket_bytes, group, net)
 
 
+def _blocking_p2p(stages: list[StageTimes], p2p: float) -> list[StageTimes]:
+    """Stage times when pipeline sends and receives are not overlapped (``comm_overlap`` without ``pp``): each
+    chunk's forward waits for its activation send and each backward for its gradient send, ``p2p`` seconds each
+    (Megatron-core ``p2p_communication.py``: without ``overlap_p2p_comm`` the send/recv pair is issued and waited
+    on between the chunk's compute; with it the next chunk computes while they are in flight).  The simulator's
+    own ``p2p_s`` stays the latency on the dependency path in both cases."""
+    return [StageTimes(forward_s=tuple(f + p2p for f in s.forward_s),
+                       backward_input_s=tuple(b + p2p for b in s.backward_input_s),
+                       backward_weight_s=s.backward_weight_s) for s in stages]
+
+
+def attention_backend_speed(switches: Switches) -> float:
+    """Throughput of the run's attention kernel relative to the framework's fused kernel: TRITON_ATTENTION_SPEED for
+    a Triton flash kernel, 1 otherwise (unfused attention is priced from its passes, not a ratio)."""
+    return TRITON_ATTENTION_SPEED if switches.attention_backend == "triton" else 1.0
+
+
 def _dp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, framework: FrameworkProfile) -> float:
     """Total gradient/parameter communication of one step per GPU (before overlap), seconds.
 
@@ -359,7 +397,7 @@ def _dp_comm_parts(model: ModelSpec, config: TrainingConfig, dims: ParallelDims,
     grad_bucket = framework.grad_bucket_elements or layer_params
     grad_bucket = max(grad_bucket, framework.grad_bucket_elements_per_dp_rank * dims.dp)
     fsdp_bucket = framework.fsdp_bucket_elements or layer_params
-    grad_bytes = framework.grad_reduce_bytes or GRAD_REDUCE_BYTES
+    grad_bytes = resolve_switches(config, framework).grad_reduce_bytes     # grad_reduce_in_fp32, else the framework's
     # FP8 primary weights: the decoder layers' weights gather as FP8 (norms are a negligible share), the
     # embedding / LM head stay bf16 (Transformer Engine quantises only its own GEMM modules).
     fp8_params = framework.keeps_fp8_primary_weights(config.precision)
@@ -443,6 +481,7 @@ class _Prepared:
     net: NetworkParams
     stages: list[StageTimes]
     parts: dict[str, list[float]]
+    switches: Switches
 
 
 def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile) -> NetworkParams:
@@ -478,16 +517,20 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
             return cached
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
-    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency, framework.host_launch_s,
-                         framework.attention_speed(hardware.family), framework.eager_elementwise)
+    switches = resolve_switches(config, framework)
+    rates = device_rates(hardware, profile, config.precision, framework.compute_efficiency,
+                         host_op_s(framework.host_launch_s, cluster.host_op_s),
+                         framework.attention_speed(hardware.family) * attention_backend_speed(switches),
+                         framework.eager_elementwise and not switches.compile,
+                         unfused_attention=switches.attention_backend == "unfused", cuda_graphs=switches.cuda_graphs)
     net = network_for(hardware, cluster, profile)
     # measured-mode hook (bench/restore.py)
     costs = (dict(layer_costs) if layer_costs is not None
              else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
     stages, parts = _stage_times(model, config, dims, profile, framework, costs, head_cost(model, config, dims, rates),
-                                 embedding_cost(model, config, dims, rates))
+                                 embedding_cost(model, config, dims, rates), switches=switches)
     prepared = _Prepared(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
-                         stages=stages, parts=parts)
+                         stages=stages, parts=parts, switches=switches)
     if key is not None:
         if len(_PREPARED_CACHE) >= _PREPARED_CACHE_SIZE:
             _PREPARED_CACHE.clear()
@@ -534,6 +577,8 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     boundary_bytes = 2.0 * config.mbs * config.seq_len / dims.cp * model.hidden_size / (
         dims.tp if config.sequence_parallel else 1)
     p2p = p2p_s(boundary_bytes, cross_domain=pp_stride_cross, net=net) if dims.pp > 1 else 0.0
+    if p2p and not prep.switches.overlapped("pp"):
+        stages = _blocking_p2p(stages, p2p)
     schedule = effective_schedule(config)
     pipe = simulate_pipeline(stages, num_microbatches=dims.num_microbatches, schedule=schedule, p2p_s=p2p)
 
@@ -553,8 +598,11 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
     # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.
     window = busy if config.zero >= 3 else busy / m * _dp_window_microbatches(dims, schedule) + bubble
-    overlap = profile.dp_overlap_fraction if framework.dp_overlap_fraction is None else framework.dp_overlap_fraction
-    dp_exposed = blocking + max(hideable * (1.0 - overlap), hideable - window)
+    overlap = overlap_fraction(prep.switches, "dp", profile.dp_overlap_fraction if framework.dp_overlap_fraction is None
+                               else framework.dp_overlap_fraction)
+    # Overlapped: hidden up to the profile's share, and never more than the compute window it runs under;
+    # not overlapped (comm_overlap without dp): every collective waits for the backward and blocks the step.
+    dp_exposed = blocking + (max(hideable * (1.0 - overlap), hideable - window) if overlap else hideable)
     optimizer = _optimizer_s(model, config, dims, hardware, profile)
     overhead = profile.step_overhead_s
     iteration = pipe.makespan_s + dp_exposed + optimizer + overhead
@@ -578,4 +626,5 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
                                 overhead_s=overhead),
         memory=memory or project_memory(model, hardware, config, dims, profile),
         bubble_fraction=pipe.bubble_fraction,
+        switches=prep.switches,
     )

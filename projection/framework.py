@@ -28,7 +28,7 @@ from functools import cached_property
 
 from projection.errors import UnknownNameError
 from projection.framework_profile import FrameworkProfile, load_framework_profile
-from projection.memory_frameworks import DEEPSPEED, JAX_XLA, MEGATRON, TORCHTITAN, MemoryTraits
+from projection.memory_frameworks import AUTOMODEL, DEEPSPEED, JAX_XLA, MEGATRON, TORCHTITAN, MemoryTraits
 from projection.vocabulary import FRAMEWORKS, LAUNCH_FRAMEWORKS, Framework, LaunchFramework
 
 DEFAULT_FRAMEWORK: Framework = "megatron"
@@ -52,8 +52,6 @@ class WorkloadTraits:
     """CP is PyTorch's ring attention: one SDPA call per ring step merged unfused in fp32 (torchtitan)."""
     repeats_kv_heads: bool = False
     """K/V heads are repeated to the query heads before attention (torchtitan's ``repeat_kv``)."""
-    unfused_attention: bool = False
-    """Attention runs unfused, materialising the scores (DeepSpeed's 2021 GPT training)."""
     te_grouped_mlp: bool = False
     """MoE experts run Megatron-core's TEGroupedMLP: one cuBLAS GEMM per local expert on TE's streams, expert
     biases applied unfused after FC2, eager clamps before a clamped gated activation."""
@@ -109,7 +107,10 @@ RECORDS: dict[Framework, FrameworkRecord] = {r.name: r for r in (
     FrameworkRecord(name="torchtitan", memory=TORCHTITAN, launch="torchtitan", aliases=("titan",), trains_lora=True,
                     workload=WorkloadTraits(ring_sdpa_context_parallel=True, repeats_kv_heads=True)),
     FrameworkRecord(name="llm-foundry", memory=TORCHTITAN),
-    FrameworkRecord(name="deepspeed", memory=DEEPSPEED, workload=WorkloadTraits(unfused_attention=True)),
+    # DeepSpeed's unfused attention is its default attention backend (catalog/frameworks/deepspeed.yaml).
+    FrameworkRecord(name="deepspeed", memory=DEEPSPEED),
+    FrameworkRecord(name="megatron-deepspeed", memory=DEEPSPEED),
+    FrameworkRecord(name="automodel", memory=AUTOMODEL),
     FrameworkRecord(name="jax", memory=JAX_XLA, launch="maxtext", workload=WorkloadTraits(
         einsum_token_drop_dispatch=True, ragged_worst_case_buffer=True, deepep_worst_case_buffer=True)),
 )}

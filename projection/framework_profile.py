@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from projection.vocabulary import Precision
+from projection.vocabulary import COMM_OVERLAPS, AttentionBackend, CommOverlap, Precision
 
 
 class AttentionKernelSpeed(BaseModel):
@@ -98,6 +98,16 @@ class FrameworkProfile(BaseModel):
         "the input list the same way (the copies torch.distributed._all_gather_base later removed, pytorch/pytorch "
         "PR #57769). DeepSpeed of 2021 (partition_parameters.py _allgather_param / _reduce_scatter_gradient) passed "
         "such lists; it moved to _all_gather_base after PR #1188.")
+    default_comm_overlap: tuple[CommOverlap, ...] = Field(
+        COMM_OVERLAPS, description="Communications the framework overlaps with compute when a run does not say "
+        "(sweep key comm_overlap); the catalog file cites where each default comes from.")
+    default_cuda_graphs: bool = Field(
+        False, description="Whether the framework replays its steps from CUDA/HIP graphs by default (cuda_graphs).")
+    default_compile: bool = Field(
+        False, description="Whether the framework compiles the model by default (compile: torch.compile off in every "
+        "PyTorch framework here; XLA always compiles).")
+    default_attention_backend: AttentionBackend = Field(
+        "fused", description="The attention kernel class the framework dispatches by default (attention_backend).")
     fitted_on: tuple[str, ...] = ()
     fit_note: str = ""
 

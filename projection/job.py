@@ -116,7 +116,7 @@ def _framework(name: str | None, config: TrainingConfig | None) -> FrameworkProf
 def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int = DEFAULT_GPUS_PER_NODE,
                 nic_gbps: float | None = None, nics_per_node: int | None = None, nvlink_domain: int | None = None,
                 config: TrainingConfig | None = None, profile_path: str | Path | None = None,
-                framework: str | None = None) -> Job:
+                framework: str | None = None, host_op_s: float | None = None) -> Job:
     """Resolve a job from names: the model, the GPU, the cluster, the profiles.
 
     Args:
@@ -130,6 +130,7 @@ def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int 
         config: The layout, when the job has one.
         profile_path: A device profile file (``projtune calibrate`` / ``bench device``); None: the shipped one.
         framework: A sweep-format framework name for the framework profile; None: the config's, else megatron.
+        host_op_s: Measured host time per dispatched op, seconds (``projtune bench host``); None: the framework's.
 
     The cluster names the GPU by its catalog id.  Resolution order (the first bad input is the
     error): model, GPU, cluster, framework, device profile.
@@ -143,7 +144,7 @@ def resolve_job(model: ModelRef, gpu: str, num_gpus: int, *, gpus_per_node: int 
     spec = load_model(model)
     hardware = load_hardware(gpu)
     cluster = Cluster(gpu=hardware.id, num_gpus=num_gpus, gpus_per_node=gpus_per_node, nic_gbps=nic_gbps,
-                      nics_per_node=nics_per_node, nvlink_domain=nvlink_domain)
+                      nics_per_node=nics_per_node, nvlink_domain=nvlink_domain, host_op_s=host_op_s)
     profiles = _framework(framework, config)
     return Job(model=spec, hardware=hardware, cluster=cluster, profile=profile_for(hardware, profile_path),
                framework=profiles, config=config)

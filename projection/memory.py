@@ -69,7 +69,9 @@ from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, v
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
 from projection.pipeline import peak_in_flight_closed_form, peak_in_flight_unchecked
+from projection.switches import grad_buffer_bytes
 from projection.training_config import TrainingConfig
+from projection.workload import KERNEL_DISPATCHERS
 
 GIB = 2**30
 BF16_BYTES = 2
@@ -169,7 +171,9 @@ def activation_context(model: ModelSpec, config: TrainingConfig) -> ActivationCo
         micro_batch=config.mbs,
         tp=config.tp,
         sequence_parallel=(config.sequence_parallel or traits.tp_sequence_parallel) and config.tp > 1,
-        flash_attention=traits.flash_attention,
+        # an unfused attention backend keeps the s x s scores (and dropout mask) for the backward
+        flash_attention=(traits.flash_attention if config.attention_backend is None
+                         else config.attention_backend != "unfused"),
         score_bytes=traits.score_bytes,
         dropout=model.model_type == "gpt2",
         gemm_input_bytes=1 if config.is_low_precision else 2,
@@ -269,7 +273,7 @@ def _states(params: StageParams, config: TrainingConfig, dims: ParallelDims, tra
     # The DDP grad buffer holds what the DP collective reduces (Megatron-core: fp32 only with
     # grad_reduce_in_fp32, else the parameter dtype); FP8 primary weights (fp8_param_gather) replace the bf16
     # GEMM weights by the FP8 data + transpose already counted in ``fp8``.
-    grad_bytes = framework.grad_reduce_bytes or traits.grad_bytes
+    grad_bytes = grad_buffer_bytes(config, framework, traits.grad_bytes)
     gemm_bytes = 0.0 if framework.keeps_fp8_primary_weights(config.precision) else traits.weight_bytes
     weights = (traits.weight_bytes * (params.dense - params.gemm_dense) / w_div[0]
                + gemm_bytes * (params.gemm_dense / w_div[0] + params.experts / w_div[1]))
@@ -335,7 +339,7 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Pa
     """
     if not (model.is_moe and has_moe):
         return 0.0
-    if config.moe_dispatcher == "deepep":
+    if config.moe_dispatcher in KERNEL_DISPATCHERS:     # DeepEP / HybridEP registered communication buffers
         return DEEPEP_BUFFER_BYTES
     if (framework_record(config.framework).workload.ragged_worst_case_buffer and config.moe_routing != "token-drop"
             and dims.ep > 1):

@@ -93,7 +93,8 @@ class MemoryBatcher:
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """(4, pp): weights, gradients, optimizer, FP8 copies of every rank."""
         key = ("S", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
-               config.precision, config.finetune, config.framework)
+               config.precision, config.finetune, config.framework,
+               config.grad_reduce_in_fp32)
 
         def build() -> np.ndarray:
             model, traits = self.model, memory_traits(config.framework)

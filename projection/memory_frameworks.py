@@ -64,3 +64,9 @@ DEEPSPEED = MemoryTraits(name="deepspeed", weight_bytes=2, grad_bytes=2, optimiz
 # source's temp 178 GiB this is what brings DeepSeek-V3 at per-device batch 7 to its measured 236 GiB.
 JAX_XLA = MemoryTraits(name="jax", weight_bytes=2, grad_bytes=2, optimizer_bytes=4, flash_attention=False,
                        loss_bytes_per_logit=None, score_bytes=6, usable_fraction=268 / 288, caching_allocator=False)
+
+# NeMo AutoModel: FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32) over fp32 sharded parameters
+# (nemo_automodel/components/distributed/fsdp2.py), as torchtitan, but HF model code: no per-op SAC, no implied SP;
+# its loss takes the framework profile's bytes per logit.
+AUTOMODEL = MemoryTraits(name="automodel", weight_bytes=4, grad_bytes=4, optimizer_bytes=8, flash_attention=True,
+                         loss_bytes_per_logit=None, score_bytes=2, usable_fraction=1.0, caching_allocator=True)

@@ -6,6 +6,8 @@ from typing import Any
 
 from projection.engine import Projection
 from projection.memory import GIB, MemoryResult, StageMemory
+from projection.switches import FP32_GRAD_BYTES, Switches
+from projection.vocabulary import COMM_OVERLAPS
 
 
 def config_dict(projection: Projection) -> dict[str, Any]:
@@ -66,4 +68,12 @@ def projection_dict(projection: Projection) -> dict[str, Any]:
         "breakdown_s": breakdown,
         "bottleneck": projection.breakdown.bottleneck,
         "memory": memory_dict(projection.memory),
+        **({"switches": switches_dict(projection.switches)} if projection.switches is not None else {}),
     }
+
+
+def switches_dict(switches: Switches) -> dict[str, Any]:
+    """The run-time switches in effect (the layout's, else its framework's documented defaults)."""
+    return {"comm_overlap": [c for c in COMM_OVERLAPS if switches.overlapped(c)], "cuda_graphs": switches.cuda_graphs,
+            "compile": switches.compile, "attention_backend": switches.attention_backend,
+            "grad_reduce_in_fp32": switches.grad_reduce_bytes >= FP32_GRAD_BYTES}

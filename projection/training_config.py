@@ -14,10 +14,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInf
 from projection.collectives import HardwareNetworkFields, catalog_nics_for
 from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, parse_layout
 from projection.vocabulary import (
+    COMM_OVERLAPS,
     DEFAULT_RECOMPUTE_MODULES,
     LOW_PRECISIONS,
     PRECISIONS,
     RECOMPUTE_MODULES,
+    AttentionBackend,
+    CommOverlap,
     Finetune,
     Framework,
     MoeDispatcher,
@@ -60,6 +63,11 @@ NvlinkDomain = Annotated[int | None, Field(
     description="GPUs in one scale-up (NVLink/xGMI) domain, e.g. 72 for a GB200 NVL72 rack of 4-GPU trays; TP may "
                 "span it. None = the hardware catalog's scale_up.domain_gpus.")]
 
+MAX_HOST_OP_S = 1e-3         # input bound: 1 ms per op is 100x the slowest eager dispatch reported (~5-25 us)
+HostOpSeconds = Annotated[float | None, Field(
+    gt=0, le=MAX_HOST_OP_S, allow_inf_nan=False,
+    description="Host (CPU) time to dispatch one op of an eager step, seconds, as `projtune bench host` measures it "
+                "on the nodes' CPU; None = the framework profile's host_launch_s.")]
 
 
 def _within_sequence(tokens: int | None, info: ValidationInfo) -> int | None:
@@ -144,9 +152,29 @@ class TrainingConfig(BaseModel):
     )
     finetune: Finetune | None = None
     packed_document_tokens: PackedDocumentTokens = None
+    # Run-time switches (sweep-format keys): None = the framework's default, which its catalog record
+    # (projection/catalog/frameworks/*.yaml, FrameworkProfile.default_*) states with its source.
+    comm_overlap: tuple[CommOverlap, ...] | None = Field(
+        default=None, description=f"Communications overlapped with compute, from {COMM_OVERLAPS}; () = none; "
+        "None = the framework's default overlaps.")
+    cuda_graphs: bool | None = Field(
+        default=None, description="Kernels replayed from captured CUDA/HIP graphs (no per-op host dispatch); "
+        "None = the framework's default.")
+    compile: bool | None = Field(
+        default=None, description="A graph compiler fuses the element-wise work (torch.compile, XLA); None = the "
+        "framework's default (true for jax).")
+    attention_backend: AttentionBackend | None = Field(
+        default=None, description="Attention kernel class: fused (flash), triton, unfused (s x s scores "
+        "materialised); None = the framework's default.")
+    grad_reduce_in_fp32: bool | None = Field(
+        default=None, description="Gradients accumulated and reduced in FP32 (4 B) rather than the 16-bit training "
+        "dtype (2 B); None = the framework's default.")
 
     @model_validator(mode="after")
     def _check_modules(self) -> TrainingConfig:
+        if self.comm_overlap is not None and len(set(self.comm_overlap)) != len(self.comm_overlap):
+            raise ValueError(f"comm_overlap: {list(self.comm_overlap)} names a communication twice (allowed once "
+                             f"each: {', '.join(COMM_OVERLAPS)})")
         unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
         if unknown:
             raise ValueError(
@@ -221,6 +249,13 @@ FIELD_EFFECTS: dict[str, frozenset[str]] = {
     "moe_routing": frozenset({MICROBATCH_WORK, JOB}),
     "moe_capacity_factor": frozenset({MICROBATCH_WORK, JOB}),
     "packed_document_tokens": frozenset({MICROBATCH_WORK, JOB}),
+    # The switches: TP/CP/EP overlap and the host/attention kernels set the stage times; DP overlap and the
+    # gradient dtype set the DP exposure (engine.project), the dtype also the gradient buffer (memory._states).
+    "comm_overlap": frozenset({MICROBATCH_WORK}),
+    "cuda_graphs": frozenset({MICROBATCH_WORK}),
+    "compile": frozenset({MICROBATCH_WORK}),
+    "attention_backend": frozenset({MICROBATCH_WORK}),
+    "grad_reduce_in_fp32": frozenset({STATIC_MEMORY}),
 }
 """What each TrainingConfig field affects, declared once; the search's grouping and cache keys derive from it.
 
@@ -251,6 +286,7 @@ class Cluster(BaseModel):
     nic_gbps: NicGbps = None
     nics_per_node: NicsPerNode = None
     nvlink_domain: NvlinkDomain = None
+    host_op_s: HostOpSeconds = None
 
     @property
     def num_nodes(self) -> int:

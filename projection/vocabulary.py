@@ -48,7 +48,8 @@ PipelineSchedule = Literal["1f1b", "interleaved", "zero-bubble", "zbv", "gpipe"]
 PIPELINE_SCHEDULES: tuple[PipelineSchedule, ...] = get_args(PipelineSchedule)
 """Pipeline schedules the engine simulates (projection/pipeline_plan.py)."""
 
-Framework = Literal["megatron", "nemo", "torchtitan", "llm-foundry", "deepspeed", "jax", "primus"]
+Framework = Literal["megatron", "nemo", "megatron-deepspeed", "torchtitan", "automodel", "llm-foundry", "deepspeed", "jax",
+                    "primus"]
 FRAMEWORKS: tuple[Framework, ...] = get_args(Framework)
 """Training frameworks a sweep run names (``framework``): they select memory traits and profiles."""
 
@@ -60,9 +61,20 @@ ImportFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan"]
 IMPORT_FRAMEWORKS: tuple[ImportFramework, ...] = get_args(ImportFramework)
 """Frameworks whose launch files and logs can be read back into a layout (tools/launch_import.py)."""
 
-MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep", "hybridep"]
 MOE_DISPATCHERS: tuple[MoeDispatcher, ...] = get_args(MoeDispatcher)
-"""MoE token dispatchers, the plain one first."""
+"""MoE token dispatchers, the plain one first (``hybridep``: NVIDIA HybridEP, Megatron-core's flex dispatcher with the
+HybridEP backend)."""
+
+CommOverlap = Literal["dp", "tp", "pp", "ep", "cp"]
+COMM_OVERLAPS: tuple[CommOverlap, ...] = get_args(CommOverlap)
+"""Communications a run can overlap with compute (sweep key ``comm_overlap``): DP gradient reduce / parameter gather,
+TP/SP collectives, pipeline send/receive, MoE token exchange, context-parallel exchange."""
+
+AttentionBackend = Literal["fused", "triton", "unfused"]
+ATTENTION_BACKENDS: tuple[AttentionBackend, ...] = get_args(AttentionBackend)
+"""Attention kernel classes: fused flash kernels (FlashAttention-2/3, cuDNN, CK/AITER), a Triton flash kernel, unfused
+(scores materialised: separate matmul, softmax, dropout passes over s x s)."""
 
 MoeRouting = Literal["balanced", "dropless", "token-drop"]
 MOE_ROUTINGS: tuple[MoeRouting, ...] = get_args(MoeRouting)
@@ -84,10 +96,12 @@ CLOSED_SETS: dict[str, tuple[str, ...]] = {
     "launch_framework": LAUNCH_FRAMEWORKS,
     "import_framework": IMPORT_FRAMEWORKS,
     "moe_dispatcher": MOE_DISPATCHERS,
+    "attention_backend": ATTENTION_BACKENDS,
     "moe_routing": MOE_ROUTINGS,
     "finetune": FINETUNES,
 }
-"""Every closed set of string values by the config key (or concept) it belongs to."""
+"""Every closed set of string values by the config key (or concept) it belongs to.  ``COMM_OVERLAPS`` stays out: its
+values are the parallel axis names (dp, tp, pp, ...), which many tuples spell for their own reasons."""
 
 
 def choices_help(values: tuple[str, ...]) -> str:

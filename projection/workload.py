@@ -22,6 +22,13 @@ from projection.training_config import TrainingConfig
 
 ACT_BYTES = 2                  # bf16 activations
 DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency vs plain A2A (notes Sec. 2.2)
+# Dispatchers whose token exchange runs in dedicated communication kernels (DeepEP; NVIDIA HybridEP, Megatron-core's
+# flex dispatcher backend, "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", which like
+# DeepEP fuses the permutation into TMA/RDMA dispatch and combine kernels on a few SMs and sends each token once per
+# destination node, NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md "DeepEP / HybridEP"): both move the
+# same bytes as the all-to-all (one bf16 row per routed token copy, dispatch and combine) at DEEPEP_A2A_FACTOR of
+# its time.  No public HybridEP-vs-DeepEP bandwidth ratio for these fabrics was found, so HybridEP takes DeepEP's.
+KERNEL_DISPATCHERS = frozenset({"deepep", "hybridep"})
 # Element-wise kernels per layer forward, counted from Megatron-core's TransformerLayer with Transformer
 # Engine fusions (2 norms, rope, 2 residual adds, activation, casts, ...); an estimate, not a trace.
 # They multiply the profile's fitted kernel_overhead_s, so the count only sets how that cost scales.
@@ -121,7 +128,8 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # configs/deepseek3-671b.gpu.yml), Transformer Engine's fused attention, which on ROCm reaches the AITER/CK
 # flash kernels (train_env.sh: NVTE_FUSED_ATTN_CK=1, NVTE_CK_USES_FWD_V3=1, NVTE_CK_USES_BWD_V3=1; the sweep's
 # pdbs=6 profile lists ``aiter::fmha_*`` kernels), so its attention is flash attention at attention_efficiency.
-# (WorkloadTraits.unfused_attention)
+# (The framework's default attention backend now says this: FrameworkProfile.default_attention_backend, "unfused" in
+# projection/catalog/frameworks/deepspeed.yaml; a run's attention_backend overrides it, DeviceRates.unfused_attention.)
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
 # Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
@@ -640,7 +648,7 @@ def _attention(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
     if doc is not None and doc < config.seq_len and not window:
         keys, tiled = _document_keys(doc)               # per-document (THD) attention of packed fine-tuning data
     attn_flops = 2.0 * config.mbs * a_local * seq_local * keys * (model.head_dim + model.v_head_dim)
-    if traits(config).unfused_attention and dims.cp == 1:
+    if rates.unfused_attention and dims.cp == 1:
         # the full s x s scores (mask applied after QK^T); GPT-3-style models carry attention dropout
         attn_fwd, attn_bwd = unfused_attention_fwd_bwd_s(config.mbs * a_local, seq_local, config.seq_len,
                                                          model.head_dim, model.v_head_dim, rates,
@@ -674,6 +682,7 @@ class _Mlp:
     act_bytes: float              # its fused HBM bytes
     clamp_bytes: float            # eager clamps in front of a clamped activation (MoE)
     clamp_kernels: int
+    ungraphed: int = 0            # forward launches a CUDA graph of the layer cannot capture (dropless MoE block)
 
 
 def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates,
@@ -694,6 +703,7 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
     mlp_start = g.fwd
     shared = 0.0
     clamp_bytes, clamp_kernels = 0.0, 0
+    ungraphed = 0                 # forward launches a CUDA graph of the layer cannot capture
     if moe:
         linear(tokens / (t if config.sequence_parallel else 1), model.num_experts, h, quantised=False)  # router
         if model.num_shared_experts:
@@ -720,6 +730,8 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
         g.fwd, g.bwd_in, g.bwd_w = g.fwd + per_expert_s, g.bwd_in + per_expert_s, g.bwd_w + per_expert_s
         g.launches += 2 * host_extra
+        if cf == 1.0:     # dropless: the expert block stays outside the layer's CUDA graph (host_dispatch_s)
+            ungraphed = KERNELS_PER_MOE_FWD + 2 * host_extra + 2
         # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
         stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
@@ -737,7 +749,7 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
         else:
             one = all_to_all_s(dispatch_bytes, groups.ep, net)
-            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher == "deepep" else 1.0
+            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher in KERNEL_DISPATCHERS else 1.0
         ep_comm = 2.0 * one  # dispatch + combine
     else:
         linear(tokens, mats * model.ffn_hidden_size / t, h, parts=(1.0 / mats,) * mats)
@@ -747,7 +759,7 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
         stream_bytes += act_bytes
     return _Mlp(moe=moe, fixed_s=fixed, ep_comm_s=ep_comm, routed=routed, stream_bytes=stream_bytes, kernels=kernels,
                 gemms_fwd_s=g.fwd - mlp_start, shared_s=shared, act_elements=act_elements, act_bytes=act_bytes,
-                clamp_bytes=clamp_bytes, clamp_kernels=clamp_kernels)
+                clamp_bytes=clamp_bytes, clamp_kernels=clamp_kernels, ungraphed=ungraphed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -793,7 +805,8 @@ def _elementwise(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, r
     g.launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
-    return _Elementwise(stream, eager_fwd, eager_bwd, g.launches * rates.host_launch_s, norm_bytes, rope_bytes, eager)
+    host_fwd = host_dispatch_s(g.launches, rates, mlp.ungraphed)
+    return _Elementwise(stream, eager_fwd, eager_bwd, host_fwd, norm_bytes, rope_bytes, eager)
 
 
 def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net: NetworkParams,
@@ -868,6 +881,19 @@ def layer_cost(model: ModelSpec, layer: int, config: TrainingConfig, dims: Paral
         ep_comm_s=mlp.ep_comm_s,
         flops_fwd=g.flops,
     )
+
+
+def host_dispatch_s(launches: float, rates: DeviceRates, ungraphed: float = 0.0) -> float:
+    """Host (CPU) time to issue one layer pass, seconds: each launched op costs ``rates.host_launch_s`` (Python,
+    autograd and ATen dispatch plus cudaLaunchKernel, FrameworkProfile.host_launch_s or the user's
+    ``projtune bench host`` figure).  Under CUDA graphs the pass is one graph launch (Megatron-core
+    ``--enable-cuda-graph`` captures each transformer layer's forward and backward: megatron/core/transformer/
+    cuda_graphs.py CudaGraphManager) plus the ``ungraphed`` launches it cannot capture: a dropless MoE block's
+    router, permutation and grouped GEMMs have data-dependent shapes ("moe cuda graph is only supported with
+    drop-padding MoE", megatron-core 0.16.1 transformer_config.py __post_init__).  The GPU waits whenever this
+    exceeds the kernels' own time (layer_cost's max against the GPU work): TP shrinks the GPU work but not the
+    launch count."""
+    return ((1.0 + ungraphed) if rates.cuda_graphs else launches) * rates.host_launch_s
 
 
 def head_cost(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, rates: DeviceRates

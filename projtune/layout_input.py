@@ -14,7 +14,13 @@ from projection.job import resolve_job
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
-CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node", "nvlink_domain")
+CLUSTER_KEYS = ("gpu", "num_gpus", "gpus_per_node", "nic_gbps", "nics_per_node", "nvlink_domain", "host_op_s")
+
+
+def parse_overlap_list(text: str) -> tuple[str, ...]:
+    """``--overlap dp,tp`` as a tuple; ``none`` (or an empty string) means nothing is overlapped."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    return () if names in ((), ("none",)) else names
 
 
 def read_layout_file(path: Path) -> dict[str, Any]:
@@ -56,5 +62,7 @@ def build_layout(values: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec, Clust
     model, hardware, cluster = job.model, job.hardware, job.cluster
     if isinstance(values.get("recompute_modules"), str):
         values["recompute_modules"] = tuple(m for m in values["recompute_modules"].split(",") if m)
+    if isinstance(values.get("comm_overlap"), str):
+        values["comm_overlap"] = parse_overlap_list(values["comm_overlap"])
     config = TrainingConfig(**values)
     return model, hardware, cluster, config

@@ -72,6 +72,12 @@ def print_projection(data: dict[str, Any]) -> None:
     head.add_row("model TFLOP/s/GPU", f"{data['model_tflops_per_gpu']:.1f}  (formula {data['flops_formula']})")
     head.add_row("MFU", f"{data['mfu']:.1%}")
     head.add_row("bottleneck", data["bottleneck"])
+    if (switches := data.get("switches")) is not None:
+        overlap = ",".join(switches["comm_overlap"]) or "none"
+        head.add_row("switches", f"overlap {overlap}; CUDA graphs {'on' if switches['cuda_graphs'] else 'off'}; "
+                                 f"compile {'on' if switches['compile'] else 'off'}; attention "
+                                 f"{switches['attention_backend']}; grads reduced in "
+                                 f"{'fp32' if switches['grad_reduce_in_fp32'] else 'bf16'}")
     console.print(head)
     total = sum(data["breakdown_s"].values())
     breakdown = Table(title="Step time breakdown (critical pipeline rank)")

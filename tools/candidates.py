@@ -56,12 +56,13 @@ from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, uneven_split
 from projection.training_config import JOB, Cluster, TrainingConfig, fields_with
 from projection.vocabulary import (
     DEFAULT_RECOMPUTE_MODULES,
+    MOE_DISPATCHERS,
     PRECISIONS,
     RECOMPUTE_LEVEL,
     RECOMPUTES,
     SEARCHED_FP8_RECIPES,
 )
-from tools.constraints import Constraints
+from tools.constraints import SWITCH_PINS, Constraints
 
 CP_MIN_SEQ_LEN = 16384            # CP is searched from this sequence length on (or when constrained)
 FP8_RECIPES = SEARCHED_FP8_RECIPES
@@ -241,10 +242,27 @@ def fsdp_sizes(space: SearchSpace, tp: int, cp: int, dp: int, zero: int) -> list
 
 
 def dispatchers(space: SearchSpace, ep: int, etp: int) -> tuple[str, ...]:
-    """MoE token dispatchers: alltoall, and DeepEP when the EP group spans nodes (module docstring)."""
-    if not space.model.is_moe or ep * etp <= space.cluster.gpus_per_node:
+    """MoE token dispatchers: alltoall, and DeepEP when the EP group spans nodes (module docstring); exactly the
+    dispatchers a ``moe_dispatcher`` constraint names (e.g. ``moe_dispatcher=hybridep``) when it names any."""
+    if not space.model.is_moe:
         return ("alltoall",)
-    return ("alltoall", "deepep")
+    rule = space.constraints.rule("moe_dispatcher")
+    if rule is not None and rule.allowed is not None:
+        return tuple(d for d in MOE_DISPATCHERS if rule(d))
+    base = ("alltoall",) if ep * etp <= space.cluster.gpus_per_node else ("alltoall", "deepep")
+    return tuple(d for d in base if rule is None or rule(d))
+
+
+def switch_pins(constraints: Constraints) -> dict[str, Any]:
+    """The run-time switches the constraints pin (comm_overlap, cuda_graphs, compile; attention_backend when one
+    value is named): every layout of the search carries them."""
+    pins: dict[str, Any] = {k: getattr(constraints, k) for k in SWITCH_PINS if getattr(constraints, k) is not None}
+    if pins.get("comm_overlap") is not None:
+        pins["comm_overlap"] = tuple(pins["comm_overlap"])
+    rule = constraints.rule("attention_backend")
+    if rule is not None and rule.allowed is not None and len(rule.allowed) == 1:
+        pins["attention_backend"] = next(iter(rule.allowed))
+    return pins
 
 
 def simplicity(config: TrainingConfig) -> tuple[int, ...]:
@@ -301,7 +319,8 @@ def job_template(space: SearchSpace, finetune: str | None, packed_document_token
         pydantic.ValidationError: a packed document longer than the sequence (TrainingConfig's rule).
     """
     return TrainingConfig(gbs=space.gbs, seq_len=space.seq_len, finetune=finetune,
-                          packed_document_tokens=packed_document_tokens, framework=space.framework)
+                          packed_document_tokens=packed_document_tokens, framework=space.framework,
+                          **switch_pins(space.constraints))
 
 
 def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:

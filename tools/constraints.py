@@ -17,18 +17,25 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from projection.errors import ProjtuneError
-from projection.vocabulary import PIPELINE_SCHEDULES, PRECISIONS, RECOMPUTES
+from projection.vocabulary import (ATTENTION_BACKENDS, COMM_OVERLAPS, MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS,
+                                   RECOMPUTES, CommOverlap)
 
 INT_AXES: tuple[str, ...] = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_num_layers")
 CHOICE_AXES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,
     "recompute": RECOMPUTES,
     "pp_schedule": PIPELINE_SCHEDULES,
+    "moe_dispatcher": MOE_DISPATCHERS,
+    "attention_backend": ATTENTION_BACKENDS,
 }
+SWITCH_PINS: tuple[str, ...] = ("comm_overlap", "cuda_graphs", "compile")
+"""Run-time switches a search can be told to hold fixed (``comm_overlap=none``, ``cuda_graphs=true``): every layout
+carries the pinned value (tools/candidates.py job_template)."""
 AXES: tuple[str, ...] = (*INT_AXES, *CHOICE_AXES)
 _ALIASES = {
     "schedule": "pp_schedule", "headroom": "min_headroom", "memory_headroom": "min_headroom",
     "fp8": "allow_fp8", "micro_batch_size": "mbs", "microbatch": "mbs", "zero_level": "zero",
+    "dispatcher": "moe_dispatcher", "overlap": "comm_overlap", "cuda_graph": "cuda_graphs", "attention": "attention_backend",
 }
 _OPERATORS = ("<=", ">=", "!=", "==", "<", ">", "=")
 _STRING_RULE = re.compile(r"^\s*(<=|>=|!=|==|<|>|=|in\b)?\s*(.*?)\s*$")
@@ -171,6 +178,15 @@ class Constraints(BaseModel):
     precision: AxisValue = _axis_field(f"Precision recipe, one or a list of {', '.join(PRECISIONS)}.")
     recompute: AxisValue = _axis_field(f"Activation recompute: {', '.join(RECOMPUTES)} (one or a list).")
     pp_schedule: AxisValue = _axis_field("Pipeline schedule: 1f1b, interleaved, zero-bubble (one or a list).")
+    moe_dispatcher: AxisValue = _axis_field(f"MoE token dispatcher: {', '.join(MOE_DISPATCHERS)} (one or a list).")
+    attention_backend: AxisValue = _axis_field(f"Attention kernel: {', '.join(ATTENTION_BACKENDS)} (one value pins it "
+                                               "on every layout; unset = the framework's).")
+    comm_overlap: list[CommOverlap] | None = Field(
+        default=None, description=f"Pin the overlapped communications on every layout: a list of "
+                                  f"{', '.join(COMM_OVERLAPS)}, [] = none; unset = searched.")
+    cuda_graphs: bool | None = Field(default=None, description="Pin CUDA graphs on (true) or off (false); unset = "
+                                                               "searched where the framework supports them.")
+    compile: bool | None = Field(default=None, description="Pin torch.compile / XLA fusion; unset = the framework's.")
     min_headroom: float = Field(default=0.10, ge=0.0, lt=1.0,
                                 description="Least free HBM fraction a layout must leave; default 0.10 = the "
                                             "'fits' verdict (Primus tuning agent memory_safety_margin 0.10).")
@@ -186,8 +202,13 @@ class Constraints(BaseModel):
         """The compiled rule of ``axis`` (None when the axis is free)."""
         return compile_rule(axis, getattr(self, axis))
 
-    def allows(self, axis: str, value: int | str) -> bool:
-        """Whether ``value`` of ``axis`` passes its rule."""
+    def allows(self, axis: str, value: Any) -> bool:
+        """Whether ``value`` of ``axis`` passes its rule (a pinned switch: equal to the pin, or left unset)."""
+        if axis in SWITCH_PINS:
+            pinned = getattr(self, axis)
+            if pinned is None or value is None:
+                return True
+            return set(pinned) == set(value) if axis == "comm_overlap" else pinned == value
         rule = self.rule(axis)
         return rule is None or rule(value)
 
@@ -202,8 +223,10 @@ class Constraints(BaseModel):
         for name, value in self.active().items():
             if name == "min_headroom":
                 out.append(f"min_headroom>={value:.0%}")
-            elif name == "allow_fp8":
-                out.append(f"allow_fp8={str(value).lower()}")
+            elif name in ("allow_fp8", "cuda_graphs", "compile"):
+                out.append(f"{name}={str(value).lower()}")
+            elif name == "comm_overlap":
+                out.append(f"comm_overlap={','.join(value) or 'none'}")
             elif isinstance(value, list):
                 out.append(f"{name} in {','.join(str(v) for v in value)}")
             elif isinstance(value, str) and value.strip().startswith(("in ", "in\t")):
@@ -230,8 +253,10 @@ class Constraints(BaseModel):
             name, rule = _split(item)
             if name == "min_headroom":
                 values[name] = _fraction(rule)
-            elif name == "allow_fp8":
+            elif name in ("allow_fp8", "cuda_graphs", "compile"):
                 values[name] = _boolean(name, rule)
+            elif name == "comm_overlap":
+                values[name] = _overlaps(rule)
             else:
                 compile_rule(name, rule)
                 previous = values.get(name)
@@ -247,13 +272,25 @@ def _split(item: str) -> tuple[str, str]:
         raise ConstraintError(text or "<empty>", "expected AXIS OP VALUE, e.g. tp<=8, precision=bf16, pp in 1,2,4")
     name, rule = match.group(1).lower().replace("-", "_"), match.group(2).strip()
     name = _ALIASES.get(name, name)
-    known = (*AXES, "min_headroom", "allow_fp8")
+    known = (*AXES, "min_headroom", "allow_fp8", *SWITCH_PINS)
     if name not in known:
         near = difflib.get_close_matches(name, known, n=1)
         raise ConstraintError(name, "unknown axis" + (f"; did you mean {near[0]}?" if near else ""), known)
     if not rule.startswith(("in ", "in\t")) and not rule.startswith(_OPERATORS):
         raise ConstraintError(name, f"'{rule}' has no operator; use one of {', '.join(_OPERATORS)} or 'in'")
     return name, rule
+
+
+def _overlaps(rule: str) -> list[str]:
+    """``comm_overlap=dp,tp`` / ``=none``: the pinned list of overlapped communications."""
+    text = rule.lstrip("=").strip().strip("[](){}").lower()
+    names = [n for n in re.split(r"[,\s]+", text) if n]
+    if names in ([], ["none"]):
+        return []
+    unknown = [n for n in names if n not in COMM_OVERLAPS]
+    if unknown:
+        raise ConstraintError("comm_overlap", f"'{unknown[0]}' is not a communication", (*COMM_OVERLAPS, "none"))
+    return names
 
 
 def _fraction(rule: str) -> float:

@@ -25,7 +25,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.errors import ProjtuneError, clip
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, list_model_ids, load_model
+from projection.job import job_on
 from projection.training_config import Cluster, TrainingConfig
+from projection.vocabulary import COMM_OVERLAPS
 
 _HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>[0-9]{1,7}) x (?P<gpu>[\w.-]+):", re.MULTILINE)
 _BRIDGE_WORDS = re.compile(r"^(?:model|train|ddp|dist)\.\w+=", re.MULTILINE)  # Megatron-Bridge overrides
@@ -82,6 +84,8 @@ class Diagnosis(BaseModel):
     notes: list[str] = Field(default_factory=list, description="What reading the file assumed: framework defaults "
                              "taken for what it leaves out, layouts and partial recompute as projected, unresolved "
                              "shell variables.")
+    switch_gains: list[str] = Field(default_factory=list, description="What switching a run-time switch (overlap, "
+                                    "CUDA graphs) of the given layout would gain, e.g. 'with CUDA graphs: +3.1%'.")
     summary: str
 
 
@@ -413,8 +417,8 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
     yours = projected(spec, cluster, config)
     problems = framework_violations(framework, spec, cluster, config)
     result = Diagnosis(source=name, kind=kind, framework=framework, model=spec.name, gpu=hardware.id,
-                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, notes=notes,
-                       summary="")
+                       num_gpus=count, yours=yours, framework_problems=problems, measured=measured, notes=notes, summary="",
+                       switch_gains=switch_gains(spec, cluster, config, framework, yours.tokens_per_sec_per_gpu))
     if search:
         _compare(result, spec, cluster, config, kind, text)
     result.summary = summary_line(result)
@@ -458,6 +462,30 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
     result.change_flags = flag_changes(result.framework, yours, best_options, layout_keys)
 
 
+def switch_gains(model: ModelSpec, cluster: Cluster, config: TrainingConfig, framework: str,
+                 tokens_per_sec_per_gpu: float) -> list[str]:
+    """What each switch the framework offers would gain on the same layout (tools/switch_rules.py): every
+    communication overlapped, CUDA graphs on where allowed; only changes worth at least 0.1%."""
+    from projection.switches import resolve_switches
+    from tools.switch_rules import cuda_graphs_allowed
+
+    job = job_on(model, cluster, config)
+    switches = resolve_switches(config, job.framework)
+    trials: list[tuple[str, dict[str, Any]]] = []
+    missing = [c for c in COMM_OVERLAPS if not switches.overlapped(c)]
+    if missing and framework in ("megatron", "primus"):
+        trials.append((f"overlapping {', '.join(missing)}", {"comm_overlap": COMM_OVERLAPS}))
+    if not switches.cuda_graphs and cuda_graphs_allowed(framework, model, config):
+        trials.append(("with CUDA graphs (--enable-cuda-graph)", {"cuda_graphs": True}))
+    out = []
+    for what, update in trials:
+        other = projected(model, cluster, config.model_copy(update=update))
+        gain = other.tokens_per_sec_per_gpu / tokens_per_sec_per_gpu - 1
+        if gain >= 1e-3:
+            out.append(f"{what}: {gain:+.1%}")
+    return out
+
+
 def summary_line(d: Diagnosis) -> str:
     """'your layout: X tokens/s/GPU, fits with Y% headroom, bottleneck B; best found: L, +Z%, change these flags: F'."""
     y = d.yours
@@ -468,6 +496,8 @@ def summary_line(d: Diagnosis) -> str:
             f"{y.bottleneck.replace('_', ' ')} ({share:.0%} of the step)")
     if d.framework_problems:
         head += f"; {d.framework} cannot launch it as written: {d.framework_problems[0]}"
+    if d.switch_gains:
+        head += "; switches: " + "; ".join(d.switch_gains)
     if d.best is None:
         return head + f"; best found: this layout is the fastest {d.framework} can launch of {d.searched} searched"
     flags = ", ".join(d.change_flags) if d.change_flags else "(none: same options)"

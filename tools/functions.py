@@ -34,7 +34,8 @@ from tools.search import SearchRequest, SearchResult, run_search
 
 def _job(inp: s.JobInput) -> tuple[ModelSpec, HardwareSpec, Cluster]:
     job = resolve_job(inp.model, inp.gpu, inp.num_gpus, gpus_per_node=inp.gpus_per_node,
-                      nics_per_node=inp.nics_per_node, nic_gbps=inp.nic_gbps, nvlink_domain=inp.nvlink_domain)
+                      nics_per_node=inp.nics_per_node, nic_gbps=inp.nic_gbps, nvlink_domain=inp.nvlink_domain,
+                      host_op_s=inp.host_op_s)
     return job.model, job.hardware, job.cluster
 
 

@@ -23,7 +23,8 @@ from tools.launch_config import MEGATRON_FP8_RECIPE, TORCHTITAN_QUANT, TORCHTITA
 
 # Flags whose dest is not the flag name (megatron/training/arguments.py): flag -> (dest, value it sets).
 _FLAG_DESTS = {"fp8_format": ("fp8", None), "disable_bias_linear": ("add_bias_linear", False),
-               "no_gradient_accumulation_fusion": ("gradient_accumulation_fusion", False)}
+               "no_gradient_accumulation_fusion": ("gradient_accumulation_fusion", False),
+               "no_overlap_p2p_communication": ("overlap_p2p_comm", False)}
 
 
 class LaunchConfigError(ProjtuneError):
@@ -158,6 +159,32 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
     if dispatcher:
         config["moe_dispatcher"] = "deepep" if dispatcher == "flex" or args.get("moe_enable_deepep") else dispatcher
     return config
+
+
+def megatron_switches(args: dict[str, Any]) -> dict[str, Any]:
+    """The run-time switches a Megatron-LM command line states (a flag it omits is Megatron-LM's argparse default,
+    megatron/training/arguments.py): DP overlap with ``--overlap-grad-reduce`` (or torch FSDP2, which prefetches),
+    TP with ``--tp-comm-overlap``, PP unless ``--no-overlap-p2p-communication``, EP with
+    ``--overlap-moe-expert-parallel-comm``, CP always (Transformer Engine's ring attention); CUDA graphs with
+    ``--enable-cuda-graph`` / ``--external-cuda-graph`` / ``--cuda-graph-impl``; the attention backend from
+    ``--attention-backend`` (unfused and local = unfused); fp32 gradient reduction with
+    ``--accumulate-allreduce-grads-in-fp32`` or bf16 (validate_args forces it)."""
+    overlap = [c for c, on in (("dp", bool(args.get("overlap_grad_reduce") or args.get("use_torch_fsdp2"))),
+                               ("tp", bool(args.get("tp_comm_overlap"))),
+                               ("pp", args.get("overlap_p2p_comm", True) is not False),
+                               ("ep", bool(args.get("overlap_moe_expert_parallel_comm"))), ("cp", True)) if on]
+    switches: dict[str, Any] = {"comm_overlap": overlap}
+    impl = args.get("cuda_graph_impl")
+    switches["cuda_graphs"] = bool(args.get("enable_cuda_graph") or args.get("external_cuda_graph")
+                                   or impl in ("local", "transformer_engine"))
+    backend = args.get("attention_backend")
+    if backend is not None:
+        switches["attention_backend"] = "unfused" if backend in ("unfused", "local") else "fused"
+    switches["grad_reduce_in_fp32"] = bool(args.get("accumulate_allreduce_grads_in_fp32") or args.get("bf16"))
+    dispatcher = args.get("moe_token_dispatcher_type")
+    if dispatcher == "flex" and args.get("moe_flex_dispatcher_backend") == "hybridep":
+        switches["moe_dispatcher"] = "hybridep"
+    return switches
 
 
 def primus_overrides(text: str) -> dict[str, Any]:
@@ -345,7 +372,7 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
             raise LaunchConfigError(f"cannot parse Megatron arguments: {err}") from err
         notes = [f"not resolved in the script (empty): {'; '.join(unresolved)}"] if unresolved else []
         dests = megatron_args(text)
-        config = _from_megatron_dests(dests, num_layers)
+        config = _from_megatron_dests(dests, num_layers) | megatron_switches(dests)
         return config, notes + switch_notes(dests, config)
     if framework == "primus":
         overrides, notes = primus_with_defaults(primus_overrides(text))

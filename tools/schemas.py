@@ -17,7 +17,8 @@ from projection.flops import FlopsFormula
 from projection.hardware import Vendor
 from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
-from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens, TrainingConfig
+from projection.training_config import (HostOpSeconds, NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens,
+                                        TrainingConfig)
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.anchoring import Anchoring
 from tools.launch_config import LaunchConfig
@@ -28,7 +29,9 @@ ModelRef = str | dict[str, Any]
 _MODEL = "Catalog model id (see list_models, e.g. 'llama3-70b', 'mixtral-8x7b') or Hugging Face config.json fields."
 _GPU = "Hardware catalog id (see list_hardware), e.g. 'h100-sxm', 'h200', 'mi300x'."
 _CONFIG = ("Layout in sweep-format keys: tp, pp, vpp, cp, ep, etp, mbs, gbs, seq_len, precision, recompute, "
-           "recompute_num_layers, sequence_parallel, zero, pp_schedule, moe_dispatcher. dp is derived. "
+           "recompute_num_layers, sequence_parallel, zero, pp_schedule, moe_dispatcher, framework; run-time switches "
+           "comm_overlap (list of dp/tp/pp/ep/cp, [] = none), cuda_graphs, compile, attention_backend "
+           "(fused/triton/unfused), grad_reduce_in_fp32 (unset = the framework's default). dp is derived. "
            "Set gbs and seq_len: their defaults (1, 4096) rarely match the job.")
 ANCHORS_HELP = ("Measured runs of this job (same model or a reduced-layer proxy, same GPU type, any layout and scale), "
                 "given as data: {label, model, gpu, num_gpus, config, iteration_time_s, peak_memory_gib}. They correct "
@@ -113,6 +116,7 @@ class JobInput(BaseModel):
     nics_per_node: NicsPerNode = None
     nic_gbps: NicGbps = None
     nvlink_domain: NvlinkDomain = None
+    host_op_s: HostOpSeconds = None
 
 
 NETWORK_FIELDS = ("nics_per_node", "nic_gbps", "nvlink_domain")
@@ -233,6 +237,9 @@ class ProjectOutput(BaseModel):
     memory: MemoryOutput
     unanchored: UnanchoredNumbers | None = Field(None, description="The same layout without the anchors.")
     anchoring: Anchoring | None = Field(None, description="Corrections and the anchors they came from.")
+    switches: dict[str, Any] | None = Field(
+        default=None, description="Run-time switches in effect (comm_overlap, cuda_graphs, compile, attention_backend, "
+                                  "grad_reduce_in_fp32): the layout's, else its framework's defaults.")
 
     def score(self) -> LayoutScore:
         """This projection as the one scored-layout shape (:class:`tools.layout_score.LayoutScore`)."""

@@ -25,9 +25,10 @@ from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
 from tools.anchoring import Anchoring, anchored, anchoring_for
-from tools.candidates import break_ties, enumerate_candidates, with_job_fields
-from tools.constraints import Constraints
+from tools.candidates import break_ties, enumerate_candidates, switch_pins, with_job_fields
+from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
+from tools.switch_rules import switch_variants
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
 from tools.search_explain import explain_empty
 from tools.search_request import SearchRequest
@@ -82,7 +83,7 @@ def resolve_request(request: SearchRequest) -> Job:
     return resolve_job(request.model, request.gpu, request.num_gpus, gpus_per_node=request.gpus_per_node,
                        nics_per_node=request.nics_per_node, nic_gbps=request.nic_gbps,
                        nvlink_domain=request.nvlink_domain, profile_path=request.profile_path,
-                       framework=resolve_framework(request.framework).name)
+                       framework=resolve_framework(request.framework).name, host_op_s=request.host_op_s)
 
 
 def request_framework(request: SearchRequest) -> FrameworkRecord | None:
@@ -110,7 +111,8 @@ def _explicit(request: SearchRequest, job: Job, framework: str | None
     rejected: list[dict[str, Any]] = []
     for raw in request.candidates or []:
         values = with_job_fields(raw, gbs=request.gbs, seq_len=request.seq_len, finetune=request.finetune,
-                                 packed_document_tokens=request.packed_document_tokens, framework=framework)
+                                 packed_document_tokens=request.packed_document_tokens, framework=framework,
+                                 **switch_pins(request.constraints))
         if values.get("pp_schedule") is None:
             values.pop("pp_schedule", None)
         try:
@@ -197,7 +199,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
                      count)
     if progress is not None:
         progress(total if tally.complete else tally.visited, total)
-    ranked, pareto = _finish(job, configs, tally, request.top_k, corrections)
+    ranked, pareto = _finish(job, configs, tally, request.top_k, corrections, request.framework)
     message = None
     if not tally.complete:
         message = (f"partial result: stopped at the {deadline_s:g} s deadline after searching {tally.visited:,} of "
@@ -216,10 +218,14 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     )
 
 
-def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None
-            ) -> tuple[list[Candidate], list[Candidate]]:
+def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None,
+            framework: str | None = None) -> tuple[list[Candidate], list[Candidate]]:
     """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran; outcomes and
-    kept projections are anchored already when ``corrections`` are given)."""
+    kept projections are anchored already when ``corrections`` are given).
+
+    Each of the top k then takes the fastest run-time switches its launch framework supports
+    (:func:`tools.switch_rules.switch_variants`: every overlap on, CUDA graphs where allowed), so the answer and
+    its export carry them; ties keep the switches as searched."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
     front = front_of(ordered)
     ordered = break_ties(ordered, lambda o: o.tokens_per_s_per_gpu, lambda o: configs[o.index])  # simpler first
@@ -235,10 +241,16 @@ def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, c
             tally.projections[index] = p if corrections is None else anchored(p, corrections)
         return tally.projections[index]
 
-    def row(index: int, rank: int) -> Candidate:
-        return candidate(projection(index), rank, unanchored=None if corrections is None else unanchored(index))
+    def row(index: int, rank: int, switch: bool = False) -> Candidate:
+        chosen, plain = projection(index), (None if corrections is None else unanchored(index))
+        for variant in switch_variants(framework, job.model, configs[index])[1:] if switch else ():
+            p = project(job.model, job.cluster, variant, hardware=job.hardware, profile=job.profile, check=False)
+            q = p if corrections is None else anchored(p, corrections)
+            if q.tokens_per_s_per_gpu > chosen.tokens_per_s_per_gpu:     # the first of equals: as searched
+                chosen, plain = q, (None if corrections is None else p)
+        return candidate(chosen, rank, unanchored=plain)
 
-    ranked = [row(o.index, i + 1) for i, o in enumerate(best)]
+    ranked = [row(o.index, i + 1, switch=True) for i, o in enumerate(best)]
     ranked = [c.model_copy(update={"reason": _reason(c, None if c.rank == 1 else ranked[0])}) for c in ranked]
     return ranked, [row(o.index, 0) for o in front]
 
@@ -256,7 +268,7 @@ def _within(constraints: Constraints, config: TrainingConfig) -> bool:
     values = config.model_dump()
     values["pp_schedule"] = config.schedule
     return all(constraints.allows(axis, values[axis]) for axis in constraints.active()
-               if axis in values and values[axis] is not None)
+               if axis in values and values[axis] is not None and axis not in SWITCH_PINS)
 
 
 def what_if(request: SearchRequest, **changes: Any) -> SearchResult:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from projection.anchor import AnchorRun
 from projection.job import DEFAULT_GPUS_PER_NODE
-from projection.training_config import NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens
+from projection.training_config import HostOpSeconds, NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
 from tools.constraints import Constraints
 
@@ -28,6 +28,7 @@ class SearchRequest(BaseModel):
     nics_per_node: NicsPerNode = None
     nic_gbps: NicGbps = None
     nvlink_domain: NvlinkDomain = None
+    host_op_s: HostOpSeconds = None
     gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
     seq_len: int = Field(ge=1, description="Sequence length, tokens.")
     constraints: Constraints = Field(default_factory=Constraints,

@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from projtune.anchor_input import AnchorOpt
-from projtune.commands.search_cmd import DomainOpt, NicGbpsOpt, NicsOpt, PackedOpt
+from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from tools.framework_rules import FRAMEWORKS
 from tools.json_out import json_text
@@ -279,6 +279,7 @@ def tune_command(
     nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     packed_document_tokens: PackedOpt = None,
     anchor: AnchorOpt = None,
+    host_op_s: HostOpOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
     from agent.planning import parse_duration, parse_tokens
@@ -296,7 +297,8 @@ def tune_command(
     with _Progress(enabled=True) as progress, _TrialLog(log) as trial_log:
         parsed, parse_fallback = _request(policy, request, constraint or [], top,
                                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
-                                           "packed_document_tokens": packed_document_tokens},
+                                           "packed_document_tokens": packed_document_tokens,
+                                           "host_op_s": host_op_s},
                                           (budget_tokens, deadline_s))
         if anchor and not isinstance(parsed, Clarification):
             from projtune.anchor_input import read_cli_anchors

@@ -275,6 +275,29 @@ def reduce_command(
         typer.echo(f"removed {f.axis}: {f.target} -> {f.bench}" + (f" ({f.note})" if f.note else ""))
 
 
+@user_errors
+def host_command(
+    iters: Annotated[int, typer.Option(min=3, max=10_000, help="Timed forward+backward steps.")] = 50,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure the host (CPU) cost of dispatching one eager op on this machine (tiny tensors, CPU only); pass the
+    result to project/search/tune as --host-op-s."""
+    import dataclasses
+
+    from bench.host import measure_host
+    from tools.json_out import json_text
+
+    result = measure_host(iters=iters)
+    if as_json:
+        typer.echo(json_text(dataclasses.asdict(result)))
+        return
+    typer.echo(f"eager block forward+backward: {result.ops_per_step} ATen ops in {result.step_s * 1e3:.2f} ms "
+               f"(1 thread) = {result.dispatch_per_op_s * 1e6:.2f} us dispatch per op")
+    typer.echo(f"+ driver launch {result.driver_launch_s * 1e6:.1f} us (cited, bench/host.py) = host cost per op "
+               f"{result.host_op_s * 1e6:.2f} us")
+    typer.echo(f"use it: projtune project ... --host-op-s {result.host_op_s:.3g}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the `bench` command group to the top-level app."""
     bench = typer.Typer(name="bench", help="Measured mode: benchmark layers on local GPUs, restore to the target.",
@@ -283,4 +306,5 @@ def register(app: typer.Typer) -> None:
     bench.command("project")(project_command)
     bench.command("device")(device_command)
     bench.command("reduce")(reduce_command)
+    bench.command("host")(host_command)
     app.add_typer(bench, name="bench")

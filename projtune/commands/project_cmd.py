@@ -8,6 +8,8 @@ from typing import Annotated, Any, Optional
 import typer
 
 from projection.vocabulary import (
+    ATTENTION_BACKENDS,
+    COMM_OVERLAPS,
     FINETUNES,
     FRAMEWORKS,
     MOE_DISPATCHERS,
@@ -26,6 +28,22 @@ GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id,
 GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")]
 FileOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML/TOML layout file (flags override).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+OverlapOpt = Annotated[Optional[str], typer.Option(
+    "--overlap", help=f"Communications overlapped with compute, comma list of {choices_help(COMM_OVERLAPS)}, or "
+                      "'none'; default: the framework's.")]
+CudaGraphsOpt = Annotated[Optional[bool], typer.Option(
+    "--cuda-graphs/--no-cuda-graphs", help="Kernels replayed from CUDA/HIP graphs; default: the framework's.")]
+CompileOpt = Annotated[Optional[bool], typer.Option(
+    "--compile/--no-compile", help="torch.compile / XLA fuses element-wise work; default: the framework's.")]
+AttentionOpt = Annotated[Optional[str], typer.Option(
+    "--attention-backend", help=f"{choices_help(ATTENTION_BACKENDS)}; default: the framework's.")]
+GradFp32Opt = Annotated[Optional[bool], typer.Option(
+    "--grad-reduce-fp32/--grad-reduce-bf16", help="Reduce gradients in fp32 (4 B) or the training dtype (2 B); "
+                                                  "default: the framework's.")]
+HostOpOpt = Annotated[Optional[float], typer.Option(
+    "--host-op-s", help="Measured host time per dispatched op, seconds (`projtune bench host`).")]
+FrameworkOpt = Annotated[Optional[str], typer.Option(help=f"{choices_help(FRAMEWORKS)} (profile, memory traits, "
+                                                           "default switches)")]
 PackedOpt = Annotated[int | None, typer.Option(
     "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
                                      "attention is per document.")]
@@ -66,8 +84,11 @@ def project_command(
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
     nvlink_domain: Annotated[Optional[int], typer.Option(help="GPUs in one NVLink domain (72 for NVL72).")] = None,
+    framework: FrameworkOpt = None,
     finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
     packed_document_tokens: PackedOpt = None,
+    comm_overlap: OverlapOpt = None, cuda_graphs: CudaGraphsOpt = None, compile: CompileOpt = None,
+    attention_backend: AttentionOpt = None, grad_reduce_in_fp32: GradFp32Opt = None, host_op_s: HostOpOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file (from calibrate/bench).")] = None,
     flops: Annotated[str, typer.Option(help="Model FLOP formula: 6nd|megatron.")] = "6nd",
@@ -101,12 +122,13 @@ def memory_command(
     fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
     schedule: Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))] = None,
     dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
-    framework: Annotated[Optional[str], typer.Option(
-        help=f"{choices_help(FRAMEWORKS)} (bytes per parameter, allocator)")] = None,
+    framework: FrameworkOpt = None,
     finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
     moe_routing: Annotated[Optional[str], typer.Option(help="MoE: balanced|dropless|token-drop")] = None,
     moe_capacity_factor: Annotated[Optional[float], typer.Option(help="MoE token-drop expert capacity factor.")] = None,
     packed_document_tokens: PackedOpt = None,
+    comm_overlap: OverlapOpt = None, cuda_graphs: CudaGraphsOpt = None, compile: CompileOpt = None,
+    attention_backend: AttentionOpt = None, grad_reduce_in_fp32: GradFp32Opt = None, host_op_s: HostOpOpt = None,
     config_file: FileOpt = None,
     profile: Annotated[Optional[Path], typer.Option(help="Device profile file.")] = None,
     anchor: AnchorOpt = None,

@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
 from projtune.anchor_input import AnchorOpt
+from projtune.commands.project_cmd import HostOpOpt
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
@@ -58,6 +59,7 @@ def search_command(
         help=f"Fine-tuning job: {choices_help(FINETUNES)} (lora: frozen base weights; none = pre-training).")] = None,
     packed_document_tokens: PackedOpt = None,
     anchor: AnchorOpt = None,
+    host_op_s: HostOpOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Search every legal layout, screen memory, project the survivors and rank them by tokens/s/GPU.
@@ -73,7 +75,7 @@ def search_command(
                             constraints=Constraints.parse(constraint or []), top_k=top,
                             profile_path=str(profile) if profile else None, framework=framework,
                             nics_per_node=nics, nic_gbps=nic_gbps, nvlink_domain=nvlink_domain,
-                            finetune=finetune, packed_document_tokens=packed_document_tokens)
+                            finetune=finetune, packed_document_tokens=packed_document_tokens, host_op_s=host_op_s)
     result = _run_with_progress(lambda *a, **k: run_search(*a, deadline_s=deadline_s, **k), request,
                                 show=not as_json)
     if as_json:

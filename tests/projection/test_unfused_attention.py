@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from projection.collectives import place_group
@@ -10,9 +12,11 @@ from projection.compute import (UNFUSED_DROPOUT_FWD_BYTES, UNFUSED_SOFTMAX_BWD_B
                                 unfused_attention_fwd_bwd_s)
 from projection.device_profile import DeviceProfile
 from projection.engine import network_for
+from projection.framework import framework_profile
 from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.model_spec import load_model
+from projection.switches import resolve_switches
 from projection.training_config import Cluster, TrainingConfig
 from projection.workload import CommGroups, layer_cost
 
@@ -47,7 +51,9 @@ def test_deepspeed_layer_runs_unfused_attention_megatron_flash() -> None:
 
     def attention(framework: str) -> float:
         config = TrainingConfig(mbs=4, gbs=32, seq_len=2048, precision="fp16", framework=framework)
-        return layer_cost(model, 0, config, parallel_dims(config, cluster), rates, net, groups).attention_fwd_s
+        backend = resolve_switches(config, framework_profile(framework)).attention_backend   # deepspeed: unfused
+        layer_rates = replace(rates, unfused_attention=backend == "unfused")
+        return layer_cost(model, 0, config, parallel_dims(config, cluster), layer_rates, net, groups).attention_fwd_s
     bh = 4 * model.num_attention_heads
     unfused, _ = unfused_attention_fwd_bwd_s(bh, 2048, 2048, model.head_dim, model.v_head_dim, rates,
                                              dropout=True)

@@ -6,6 +6,8 @@ import ast
 import typing
 from pathlib import Path
 
+import annotated_types
+
 import pytest
 from pydantic import ValidationError
 
@@ -56,7 +58,7 @@ def _spellings(path: Path) -> list[tuple[int, str]]:
 
 
 def test_sets_are_their_literal_types() -> None:
-    pairs = [(v.Precision, v.PRECISIONS), (v.Recompute, v.RECOMPUTES), (v.PipelineSchedule, v.PIPELINE_SCHEDULES),
+    pairs = [(v.CommOverlap, v.COMM_OVERLAPS), (v.AttentionBackend, v.ATTENTION_BACKENDS), (v.Precision, v.PRECISIONS), (v.Recompute, v.RECOMPUTES), (v.PipelineSchedule, v.PIPELINE_SCHEDULES),
              (v.Framework, v.FRAMEWORKS), (v.LaunchFramework, v.LAUNCH_FRAMEWORKS),
              (v.MoeDispatcher, v.MOE_DISPATCHERS), (v.MoeRouting, v.MOE_ROUTINGS), (v.Finetune, v.FINETUNES),
              (v.RecomputeModule, v.RECOMPUTE_MODULES), (v.ImportFramework, v.IMPORT_FRAMEWORKS)]
@@ -205,7 +207,9 @@ def test_grouping_keys_follow_the_classification() -> None:
                "sequence_parallel": True, "zero": 1, "fsdp_size": 2, "pp_schedule": "zero-bubble",
                "framework": "torchtitan", "moe_dispatcher": "deepep", "moe_routing": "token-drop",
                "moe_capacity_factor": 1.25, "finetune": "lora", "packed_document_tokens": 256,
-               "pp_first_stage_layers": 3, "pp_last_stage_layers": 2, "pp_layout": "Et|(tt|)*30L"}
+               "pp_first_stage_layers": 3, "pp_last_stage_layers": 2, "pp_layout": "Et|(tt|)*30L",
+               "comm_overlap": (), "cuda_graphs": True, "compile": True, "attention_backend": "unfused",
+               "grad_reduce_in_fp32": False}
     assert set(changes) == set(TrainingConfig.model_fields)
     for name, value in changes.items():
         other = base.model_copy(update={name: value})
@@ -224,7 +228,8 @@ def test_group_key_reads_the_schedule_in_effect() -> None:
 
 
 def _bounds(info: typing.Any) -> dict[str, object]:
-    return {(name := type(m).__name__.lower()): getattr(m, name) for m in info.metadata}
+    return {(name := type(m).__name__.lower()): getattr(m, name) for m in info.metadata
+            if isinstance(m, (annotated_types.Ge, annotated_types.Gt, annotated_types.Le, annotated_types.Lt))}
 
 
 def test_sweep_config_keys_are_training_config_fields() -> None:
@@ -250,7 +255,10 @@ def test_sweep_config_keys_are_training_config_fields() -> None:
     ("pp_schedule", "zbv", "zb"), ("framework", "primus", "titan"), ("moe_dispatcher", "deepep", "a2a"),
     ("moe_routing", "token-drop", "drop"), ("finetune", "lora", "qlora"), ("moe_capacity_factor", 1.25, 0),
     ("zero", 3, 4), ("recompute_num_layers", 1, 0), ("recompute_modules", ["core_attn"], "core_attn"),
-    ("sequence_parallel", True, 1),
+    ("sequence_parallel", True, 1), ("comm_overlap", ["dp", "tp"], ["dp", "xp"]), ("comm_overlap", [], "dp"),
+    ("cuda_graphs", True, "yes"), ("compile", False, 0), ("attention_backend", "unfused", "flash"),
+    ("grad_reduce_in_fp32", True, 1), ("framework", "megatron-deepspeed", "megatron_deepspeed"),
+    ("framework", "automodel", "auto"), ("moe_dispatcher", "hybridep", "hybrid"), ("packed_document_tokens", 512, 0),
 ])
 def test_sweep_keys_accept_what_training_config_accepts(key: str, good: object, bad: object) -> None:
     assert getattr(ConfigKeys(**{key: good}), key) == good
@@ -266,15 +274,19 @@ SPEC_KEYS: dict[str, object] = {
     "precision": "fp8-blockwise", "recompute": "selective", "recompute_num_layers": 2,
     "recompute_modules": ["moe_act", "layernorm"], "sequence_parallel": True, "zero": 3, "fsdp_size": 8,
     "pp_schedule": "zero-bubble", "framework": "llm-foundry", "moe_dispatcher": "deepep",
-    "moe_routing": "token-drop", "moe_capacity_factor": 1.25, "finetune": "lora",
+    "moe_routing": "token-drop", "moe_capacity_factor": 1.25, "finetune": "lora", "packed_document_tokens": 1024,
+    "comm_overlap": ["dp", "pp"], "cuda_graphs": True, "compile": True, "attention_backend": "triton",
+    "grad_reduce_in_fp32": False,
 }
 
 
-def test_a_projection_only_field_is_not_a_sweep_key() -> None:
-    """The spec rejects keys not in its table: packed documents are a projection input, not a sweep-file key."""
-    TrainingConfig(finetune="sft", seq_len=4096, packed_document_tokens=200)
-    with pytest.raises(ValidationError, match="packed_document_tokens"):
-        ConfigKeys(packed_document_tokens=200)
+def test_every_spec_key_is_a_sweep_key_and_others_are_errors() -> None:
+    """The spec's table now lists packed documents and the run-time switches; keys outside it stay errors."""
+    assert ConfigKeys(packed_document_tokens=200).packed_document_tokens == 200
+    assert ConfigKeys(comm_overlap=[]).comm_overlap == []
+    assert not PROJECTION_ONLY_FIELDS
+    with pytest.raises(ValidationError, match="overlap"):
+        ConfigKeys(overlap=["dp"])
 
 
 def test_every_spec_key_parses_with_the_same_meaning() -> None:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.job import job_on
 from projection.layout import parallel_dims
 from projection.model_spec import ModelSpec
+from projection.switches import resolve_switches
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import LaunchFramework
 from tools.formatting import layout_text
@@ -46,6 +47,7 @@ class Job:
         self.model, self.cluster, self.config = model, cluster, config
         resolved = job_on(model, cluster, config)
         self.hardware, self.profile = resolved.hardware, resolved.profile
+        self.switches = resolve_switches(config, resolved.framework)   # the layout's, else its framework's defaults
         self.dp = parallel_dims(config, cluster).dp
         self.framework = resolved.framework
         self.warnings: list[str] = []
@@ -64,11 +66,13 @@ class Job:
         return f"{self.model.name}_{self.cluster.num_gpus}x{self.cluster.gpu}_{self.config.precision}".replace("/", "_")
 
     def tp_overlap(self) -> bool:
-        """Whether the projection hides TP comm (the profile's fitted tp_overlap_fraction is material)."""
-        return self.config.tp > 1 and self.config.sequence_parallel and self.profile.tp_overlap_fraction > OVERLAP_ON
+        """Whether the projection hides TP comm: the layout overlaps it (comm_overlap) and the profile's fitted
+        tp_overlap_fraction is material."""
+        return (self.config.tp > 1 and self.config.sequence_parallel and self.switches.overlapped("tp")
+                and self.profile.tp_overlap_fraction > OVERLAP_ON)
 
     def ep_overlap(self) -> bool:
-        return self.config.ep > 1 and self.profile.ep_overlap_fraction > OVERLAP_ON
+        return self.config.ep > 1 and self.switches.overlapped("ep") and self.profile.ep_overlap_fraction > OVERLAP_ON
 
     def fp8_primary_weights(self) -> bool:
         """Whether the memory model holds FP8 primary weights and no bf16 copy (the framework profile's

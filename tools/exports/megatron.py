@@ -28,6 +28,7 @@ MEGATRON_FP8_RECIPE = {"fp8": "tensorwise", "fp8-blockwise": "blockwise", "mxfp8
 SPECIAL_FLAGS: dict[tuple[str, Any], str] = {
     ("add_bias_linear", False): "--disable-bias-linear",
     ("gradient_accumulation_fusion", False): "--no-gradient-accumulation-fusion",
+    ("overlap_p2p_comm", False): "--no-overlap-p2p-communication",
 }
 RENAMED = {"fp8": "--fp8-format"}
 SHELL_SPECIAL = frozenset("[], |()*;&<>$'\"\\`")   # a value with one of these is shell-quoted
@@ -229,11 +230,12 @@ def _sharding_dests(job: Job) -> dict[str, Any]:
         return d
     if c.zero == 1:
         d["use_distributed_optimizer"] = True
-    d["overlap_grad_reduce"] = True
-    if c.zero == 1:
-        d["overlap_param_gather"] = True
-    job.assumptions.append(f"the DP gradient reduce{' and parameter all-gather' if c.zero == 1 else ''} overlaps the "
-                           f"backward pass (the projection hides {p.dp_overlap_fraction:.0%} of DP comm)")
+    d.update(switch_dests(job))
+    if job.switches.overlapped("dp"):
+        job.assumptions.append(f"the DP gradient reduce{' and parameter all-gather' if c.zero == 1 else ''} overlaps "
+                               f"the backward pass (the projection hides {p.dp_overlap_fraction:.0%} of DP comm)")
+    else:
+        job.assumptions.append("DP communication is not overlapped (comm_overlap without dp): fully exposed")
     if job.tp_overlap():
         d["tp_comm_overlap"] = True
         job.assumptions.append(f"TP comm/GEMM overlap (userbuffers) is on (the projection hides "
@@ -263,6 +265,28 @@ def device_connections(job: Job) -> dict[str, str]:
     if c.tp > 1 or c.cp > 1:
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
+
+
+def switch_dests(job: Job) -> dict[str, Any]:
+    """The run-time switches as Megatron-LM dests: DP overlap (``--overlap-grad-reduce``, with the distributed
+    optimizer ``--overlap-param-gather``), ``--no-overlap-p2p-communication`` when PP send/receive is not overlapped
+    (``overlap_p2p_comm`` is on by default, interleaved schedule), ``--enable-cuda-graph`` (per-layer graphs)."""
+    c, s = job.config, job.switches
+    d: dict[str, Any] = {}
+    if s.overlapped("dp"):
+        d["overlap_grad_reduce"] = True
+        if c.zero == 1:
+            d["overlap_param_gather"] = True
+    if c.pp > 1 and c.vpp > 1 and not s.overlapped("pp"):
+        d["overlap_p2p_comm"] = False
+    if s.cuda_graphs:
+        d["enable_cuda_graph"] = True
+        job.assumptions.append("CUDA graphs replay each transformer layer (--enable-cuda-graph): one host launch per "
+                               "layer pass in the projection")
+    if not s.overlapped("cp") and c.cp > 1:
+        job.warnings.append("Transformer Engine always overlaps the context-parallel ring exchange: comm_overlap "
+                            "without cp cannot be set in Megatron-LM")
+    return d
 
 
 def megatron_dests(job: Job) -> dict[str, Any]:
