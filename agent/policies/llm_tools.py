@@ -53,9 +53,12 @@ class ProposeLayoutsArgs(BaseModel):
 LAYOUT_KEYS_FROM_JOB = ("gbs", "seq_len", "dp", "framework", "finetune", "packed_document_tokens")
 """Layout keys the job fixes (dp derived): left out of the LLM's schemas and filled in by the code."""
 LAYOUT_KEYS_LEFT_OUT = ("fsdp_size", "moe_routing", "moe_capacity_factor", "recompute_modules",
-                        "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout")
+                        "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout",
+                        "compile", "attention_backend", "grad_reduce_in_fp32")
 """Rarely tuned keys left out of the compact schema to save prompt tokens (a layout may still carry them; uneven
-pipeline splits come from the search, which offers them where stages cannot be even)."""
+pipeline splits come from the search, which offers them where stages cannot be even; compile, the attention kernel
+and the gradient-reduction dtype are the framework's (its defaults, or the user's pins), while the knobs the search
+varies, comm_overlap and cuda_graphs, stay)."""
 _SCHEMA_KEYS = ("type", "enum", "items", "properties", "required", "maxItems")
 
 

@@ -51,7 +51,7 @@ def test_every_call_carries_max_tokens_and_tool_choice_as_the_api_defines(fast_l
     assert explain["max_tokens"] == 640 and "tools" not in explain and "tool_choice" not in explain
 
 
-@pytest.mark.parametrize(("context", "tools_sent"), [(4096, 2), (3300, 1)])
+@pytest.mark.parametrize(("context", "tools_sent"), [(4608, 2), (4096, 1), (3300, 1)])
 def test_a_smaller_context_sends_fewer_tools_and_says_so(fast_llm: Callable[..., LLMConfig], context: int,
                                                          tools_sent: int) -> None:
     out, server = _run(fast_llm, context)
