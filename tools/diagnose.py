@@ -466,6 +466,7 @@ def switch_gains(model: ModelSpec, cluster: Cluster, config: TrainingConfig, fra
                  tokens_per_sec_per_gpu: float) -> list[str]:
     """What each switch the framework offers would gain on the same layout (tools/switch_rules.py): every
     communication overlapped, CUDA graphs on where allowed; only changes worth at least 0.1%."""
+    from projection.framework import record_of_launch
     from projection.switches import resolve_switches
     from tools.switch_rules import cuda_graphs_allowed
 
@@ -473,7 +474,7 @@ def switch_gains(model: ModelSpec, cluster: Cluster, config: TrainingConfig, fra
     switches = resolve_switches(config, job.framework)
     trials: list[tuple[str, dict[str, Any]]] = []
     missing = [c for c in COMM_OVERLAPS if not switches.overlapped(c)]
-    if missing and framework in ("megatron", "primus"):
+    if missing and record_of_launch(framework).megatron_core:
         trials.append((f"overlapping {', '.join(missing)}", {"comm_overlap": COMM_OVERLAPS}))
     if not switches.cuda_graphs and cuda_graphs_allowed(framework, model, config):
         trials.append(("with CUDA graphs (--enable-cuda-graph)", {"cuda_graphs": True}))
