@@ -158,6 +158,11 @@ def _print_report(report: Any) -> None:
                       f"{row.mfu_gemm or row.mfu:.1%} ({row.gemm_precision or 'bf16'})", f"{row.mfu:.1%}",
                       f"{row.peak_memory_gib:.1f}", f"{row.headroom_fraction:.0%}", row.bottleneck, row.source)
     out.print(table)
+    if best.band_reasons:
+        from rich.markup import escape
+
+        out.print("[bold]Band[/]: the 80% interval of #1 is wide: " + escape("; ".join(best.band_reasons)),
+                  highlight=False)
     if report.decision:
         out.print(f"[bold]Decision[/]: {report.decision}")
     for line in plan_lines(report.plan):
