@@ -104,7 +104,10 @@ class Fold:
 
 def make_folds(runs: Sequence[FitRun], groupings: Sequence[str],
                only: Callable[[str, str], bool] | None = None) -> list[Fold]:
-    """Every fold of ``groupings`` (``only(grouping, group)`` keeps some), ordered by grouping then group."""
+    """Every fold of ``groupings`` (``only(grouping, group)`` keeps some), ordered by grouping then group.
+
+    A group that holds every fit-evidence run (the one framework of a small data set) has nothing to train
+    on and no fold."""
     folds = []
     for grouping in groupings:
         groups = sorted({group_of(r, grouping) for r in runs})
@@ -113,7 +116,8 @@ def make_folds(runs: Sequence[FitRun], groupings: Sequence[str],
                 continue
             test = tuple(r for r in runs if group_of(r, grouping) == group)
             train = tuple(fit_evidence([r for r in runs if group_of(r, grouping) != group])[0])
-            folds.append(Fold(grouping=grouping, group=group, test=test, train=train))
+            if train:
+                folds.append(Fold(grouping=grouping, group=group, test=test, train=train))
     return folds
 
 
