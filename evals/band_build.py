@@ -8,8 +8,9 @@ framework, by GPU family; each with its novelty reasons against that fold's evid
   source-weighted and shrunk toward the pooled band (:func:`projection.uncertainty.build_table`);
 - **novelty widenings** are solved here, not typed in: for each reason key, the smallest ``extra`` (ln units,
   added in quadrature to each side of the record's cell band) that puts ``coverage`` of the held-out records
-  flagged with that key inside their widened band, given the other keys' widenings (a few rounds of
-  coordinate descent, each a bisection).  A key flagged in few sources shrinks toward the widening all
+  flagged with that key inside their widened band under every grouping that flags at least
+  ``MIN_GROUPING_RECORDS`` of them, given the other keys' widenings (a few rounds of coordinate descent, each
+  a bisection).  A key flagged in few sources shrinks toward the widening all
   flagged records need together, with the weight of ``SHRINK_SOURCES`` sources.
 
 The percentile spread (``BAND_SPREADS``) is the narrowest whose nested leave-one-source-out coverage reaches
@@ -42,6 +43,8 @@ MAX_EXTRA = 3.0
 """Largest widening searched, ln units (a factor of 20 each side: beyond it a band says nothing)."""
 ROUNDS = 3
 """Coordinate-descent rounds over the reason keys."""
+MIN_GROUPING_RECORDS = 10
+"""Flagged records a grouping needs for its coverage to bind a widening."""
 
 
 def _residual(r: Record) -> Residual:
@@ -79,12 +82,25 @@ def _widened(band: tuple[float, float], added: float) -> tuple[float, float]:
 Flagged = Sequence[tuple[Record, tuple[float, float]]]
 
 
-def _coverage(items: Flagged, extras: dict[str, float]) -> float:
+def _inside_share(items: Flagged, extras: dict[str, float], uniform: float | None) -> float:
     inside = 0
     for record, band in items:
-        low, high = _widened(band, sum(extras[k] ** 2 for k in _keys(record)))
+        added = uniform * uniform if uniform is not None else sum(extras[k] ** 2 for k in _keys(record))
+        low, high = _widened(band, added)
         inside += low <= record.ratio <= high
     return inside / len(items) if items else 1.0
+
+
+def _coverage(items: Flagged, extras: dict[str, float], uniform: float | None = None) -> float:
+    """The lowest coverage, over the groupings that hold at least ``MIN_GROUPING_RECORDS`` of ``items``, of
+    their records inside their widened bands (``uniform``: one widening for every record instead of
+    ``extras`` per key).  A widening must serve every way of holding data out, not their pooled average."""
+    by_grouping: dict[str, list[tuple[Record, tuple[float, float]]]] = {}
+    for record, band in items:
+        by_grouping.setdefault(record.grouping, []).append((record, band))
+    shares = [_inside_share(group, extras, uniform) for group in by_grouping.values()
+              if len(group) >= MIN_GROUPING_RECORDS]
+    return min(shares) if shares else _inside_share(items, extras, uniform)
 
 
 def _smallest(covers: Callable[[float], float], target: float) -> float:
@@ -98,15 +114,6 @@ def _smallest(covers: Callable[[float], float], target: float) -> float:
     return hi
 
 
-def _uniform_coverage(items: Flagged, extra: float) -> float:
-    """Coverage when every record's band widens once by ``extra``, whatever its number of reasons."""
-    inside = 0
-    for record, band in items:
-        low, high = _widened(band, extra * extra)
-        inside += low <= record.ratio <= high
-    return inside / len(items) if items else 1.0
-
-
 def derive_widenings(records: Sequence[Record], table: BandTable, *, coverage: float = WIDENING_COVERAGE,
                      exclude: frozenset[RunId] = frozenset()) -> tuple[Widening, ...]:
     """Each reason key's widening, solved on the flagged records (less ``exclude``'s runs) against ``table``."""
@@ -115,7 +122,7 @@ def derive_widenings(records: Sequence[Record], table: BandTable, *, coverage: f
     if not flagged:
         return tuple(Widening(key=k, extra=0.0, runs=0, sources=0) for k in REASON_KEYS)
     # the one widening all flagged records need together (once per record): the value a thin key shrinks to
-    pooled = _smallest(lambda e: _uniform_coverage(flagged, e), coverage)
+    pooled = _smallest(lambda e: _coverage(flagged, {}, uniform=e), coverage)
     by_key = {k: [(r, b) for r, b in flagged if k in _keys(r)] for k in REASON_KEYS}
     extras = dict.fromkeys(REASON_KEYS, pooled)
     for _ in range(ROUNDS):

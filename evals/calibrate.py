@@ -10,7 +10,10 @@ weak prior towards the shipped values.
 - ``projtune calibrate --all PATH --out-dir DIR``: fit everything; write ``<group>.yaml`` per
   device group, a ``<family>.yaml`` fallback for each family (the group with most runs), and
   the fitted framework multipliers to ``<DIR>/../frameworks/<name>.yaml``.
-- ``projtune calibrate --cross-validate PATH``: leave-one-source-out; each sweep file is one
+- ``projtune calibrate --cross-validate PATH [--group-by source|source-family|framework|gpu-family]``: hold out
+  one group at a time (:mod:`evals.grouped_cv`; default leave-one-source-out, below), with MAPE per group and the
+  80% band's coverage and width, flagged novel vs inside the evidence (:mod:`evals.band_build`); ``--bands-out``
+  runs every grouping and writes the band table and the evidence summary.  Leave-one-source-out: each sweep file is one
   source, fitted on the others (the same procedure as ``--all``: the same runs-per-parameter
   budget, priors and bounds) and scored held out.  Each fold says what it fitted (device group:
   runs, sources, parameters; frameworks), and the summary adds ``mape_cv_described``: the pooled
@@ -25,18 +28,16 @@ fitted on, so a setting its record lacks is not absorbed into the parameters oth
 from __future__ import annotations
 
 import datetime
-import multiprocessing
-import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from evals.band_build import choose_spread, grouped_summary, record_band, table_for
 from evals.fit import (
     BOUNDS,
     FRAMEWORK_PARAMS,
@@ -53,6 +54,18 @@ from evals.fit import (
     pristine_profile,
     projected_value,
 )
+from evals.grouped_cv import (
+    FIT_EVALUATIONS,
+    GROUPINGS,
+    Fold,
+    Record,
+    check_groupings,
+    fit_folds,
+    fold_evidence,
+    make_folds,
+    run_id,
+    score_fold,
+)
 from evals.record_issues import DOCUMENTED_RECORD_ISSUES, checks_entry, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
 from evals.sweep_models import nearest
@@ -62,15 +75,11 @@ from projection.framework_profile import FrameworkProfile, framework_profile
 from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
 from projection.evidence import evidence_path_for, write_evidence
 from projection.uncertainty import band_table, write_table
-from evals.band_build import BAND_SPREADS, MIN_BAND_RUNS, TARGET_COVERAGE, choose_spread, grouped_summary, \
-    record_band, table_for
-from evals.grouped_cv import GROUPINGS, Fold, Record, check_groupings, fit_folds, fold_evidence, make_folds, \
-    run_id, score_fold
 
 MIN_FIT_RUNS = 3
 """Fewest complete scored runs a GPU or family needs to be fitted."""
-MAX_NFEV = 30
-"""least_squares function-evaluation budget of one joint fit."""
+MAX_NFEV = FIT_EVALUATIONS
+"""least_squares function-evaluation budget of one joint fit (every fit and fold shares it)."""
 
 Progress = Callable[[str], None]
 

@@ -134,8 +134,13 @@ def test_a_new_gpu_framework_and_sequence_widen_the_band_and_say_why() -> None:
     model, cluster, config = _new_job()
     p = project(model, cluster, config)
     cell = relative_band("cdna4", "llm-foundry", False)
-    width = p.tokens_per_sec_per_gpu_high / p.tokens_per_s_per_gpu - p.tokens_per_sec_per_gpu_low / p.tokens_per_s_per_gpu
-    assert width > (cell[1] - cell[0]) * 1.2
+    low, high = p.tokens_per_sec_per_gpu_low / p.tokens_per_s_per_gpu, p.tokens_per_sec_per_gpu_high / p.tokens_per_s_per_gpu
+    assert low < cell[0] and high > cell[1]               # wider on both sides than the cell inside the evidence
+    keys = {n.key for n in p.band_novelty}
+    assert {"gpu-family", "framework", "sequence"} <= keys
+    assert (low, high) == pytest.approx(widen(cell, keys, band_table()))
+    for key in keys:                                      # every reason adds width (its widening is above zero)
+        assert widen(cell, keys - {key}, band_table())[1] < high
     text = " | ".join(p.band_reasons)
     assert "MI350X" in text and "llm-foundry" in text and "sequence 64k" in text
     assert projection_dict(p)["band_reasons"] == list(p.band_reasons)
