@@ -24,7 +24,7 @@ MEDIAN_APE_MAX = 0.046      # measured 0.041
 KENDALL_TAU_MIN = 0.80      # measured 0.843
 TOP1_MIN = 0.88             # measured 0.917 (33 of 36 sweeps; one more miss still passes)
 MEMORY_MAPE_MAX = 0.05      # measured 0.009 on the runs that measured peak memory
-COVERAGE_RANGE = (0.80, 0.97)  # measured 0.877: share of measured values inside the projected 80% interval
+COVERAGE_RANGE = (0.80, 0.97)  # measured 0.840 (0.877 before the novelty band): share inside the projected 80% interval
 # (in-sample: the bands come from held-out residuals, so on the runs they were taken from they cover more than 80%)
 MIN_RUNS_SCORED = 270
 
