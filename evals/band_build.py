@@ -20,14 +20,13 @@ record of those runs (cells and widenings), so the figure is what a new source, 
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from evals.grouped_cv import GROUPINGS, Record, RunId
 from projection.evidence import REASON_KEYS
-from projection.uncertainty import SHRINK_SOURCES, BandTable, Residual, Widening, band_for, build_table, widen
+from projection.uncertainty import SHRINK_SOURCES, BandTable, Residual, Widening, band_for, build_table, widen, widen_by
 
 BAND_SPREADS = (0.80, 0.85, 0.90, 0.95)
 """Percentile spreads tried for the cells (0.9 = 5th to 95th percentile of held-out residuals)."""
@@ -71,14 +70,6 @@ def _keys(record: Record) -> frozenset[str]:
     return frozenset(n.key for n in record.reasons)
 
 
-def _widened(band: tuple[float, float], added: float) -> tuple[float, float]:
-    """``band`` with ``added`` (sum of squared extras, ln units) in quadrature on each side."""
-    if added <= 0:
-        return band
-    low, high = band
-    return (math.exp(-math.sqrt(math.log(1 / low) ** 2 + added)), math.exp(math.sqrt(math.log(high) ** 2 + added)))
-
-
 Flagged = Sequence[tuple[Record, tuple[float, float]]]
 
 
@@ -86,7 +77,7 @@ def _inside_share(items: Flagged, extras: dict[str, float], uniform: float | Non
     inside = 0
     for record, band in items:
         added = uniform * uniform if uniform is not None else sum(extras[k] ** 2 for k in _keys(record))
-        low, high = _widened(band, added)
+        low, high = widen_by(band, added)
         inside += low <= record.ratio <= high
     return inside / len(items) if items else 1.0
 

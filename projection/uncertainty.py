@@ -47,7 +47,7 @@ SHRINK_SOURCES = 2.0
 """Weight, in sources, of the pooled band in each cell's sides (a 2-source cell is half pooled)."""
 
 __all__ = ["ANY", "Band", "BandTable", "JobBand", "Residual", "Widening", "band_for", "band_table", "build_table",
-           "dump_table", "framework_key", "job_band", "relative_band", "widen", "write_table"]
+           "dump_table", "framework_key", "job_band", "relative_band", "widen", "widen_by", "write_table"]
 
 
 class Band(BaseModel):
@@ -227,15 +227,19 @@ def band_for(table: BandTable, family: str, framework: str | None, is_moe: bool)
     return table.default.low, table.default.high
 
 
+def widen_by(band: tuple[float, float], added: float) -> tuple[float, float]:
+    """``band`` with ``added`` (a sum of squared widenings, ln units) in quadrature on each side."""
+    if added <= 0:
+        return band
+    low, high = band
+    return (math.exp(-math.sqrt(math.log(1 / low) ** 2 + added)), math.exp(math.sqrt(math.log(high) ** 2 + added)))
+
+
 def widen(band: tuple[float, float], keys: Iterable[str], table: BandTable) -> tuple[float, float]:
     """``band`` widened for novelty reason ``keys`` (each distinct key once; quadrature in ln units)."""
     extras = {w.key: w.extra for w in table.novelty}
     fallback = max(extras.values(), default=0.0)   # a reason the table has no widening for: the widest one
-    added = sum((extras.get(k, fallback)) ** 2 for k in set(keys))
-    if added == 0:
-        return band
-    low, high = band
-    return (math.exp(-math.sqrt(math.log(1 / low) ** 2 + added)), math.exp(math.sqrt(math.log(high) ** 2 + added)))
+    return widen_by(band, sum((extras.get(k, fallback)) ** 2 for k in set(keys)))
 
 
 @dataclass(frozen=True, slots=True)
