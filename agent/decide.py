@@ -88,10 +88,24 @@ def benchmark_choice(best_first: list[dict[str, Any]], ties: list[dict[str, Any]
     return chosen + rest, line
 
 
+def band_note(best: dict[str, Any]) -> str:
+    """Why the best's 80% interval is wide ("" inside the evidence), and what would narrow it."""
+    reasons = best.get("band_reasons") or ()
+    if not reasons:
+        return ""
+    return ("; the 80% interval of #1 is wide: " + "; ".join(reasons) + " (a measured run of this job, even on a "
+            "few GPUs for a few steps, would narrow it: `projtune eval` or measured mode)")
+
+
 def decision_text(best_first: list[dict[str, Any]], ties: list[dict[str, Any]], benchmarked: str | None) -> str:
-    """One sentence on how sure the pick is (the near-tie, what separates it, what would settle it)."""
+    """One sentence on how sure the pick is (the near-tie, what separates it, what would settle it, and why the
+    interval is wide when the job lies outside the development evidence)."""
     if not best_first:
         return ""
+    return _decision(best_first, ties, benchmarked) + band_note(best_first[0])
+
+
+def _decision(best_first: list[dict[str, Any]], ties: list[dict[str, Any]], benchmarked: str | None) -> str:
     if benchmarked:
         return benchmarked
     if not ties:

@@ -86,7 +86,8 @@ def facts_text(facts: dict[str, Any]) -> str:
         lines.append(f"{i}. {t['layout']}: {t['tokens_per_sec_per_gpu']:,.0f} tok/s/GPU{band}, MFU {t['mfu']:.1%}, "
                      f"{t['peak_memory_gib']:.1f} GiB ({t['headroom_fraction']:.0%} headroom), "
                      f"bottleneck {t['bottleneck']}, step terms (s): "
-                     + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in (t.get("breakdown_s") or {}).items()))
+                     + ", ".join(f"{k.removesuffix('_s')} {v:.3f}" for k, v in (t.get("breakdown_s") or {}).items())
+                     + ("; interval wide: " + "; ".join(t["band_reasons"]) if t.get("band_reasons") else ""))
     lines += ["Explain-tool comparisons:", *facts.get("why", [])]
     if facts.get("decision"):
         lines.append(f"Decision: {facts['decision']}")

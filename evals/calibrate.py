@@ -10,7 +10,10 @@ weak prior towards the shipped values.
 - ``projtune calibrate --all PATH --out-dir DIR``: fit everything; write ``<group>.yaml`` per
   device group, a ``<family>.yaml`` fallback for each family (the group with most runs), and
   the fitted framework multipliers to ``<DIR>/../frameworks/<name>.yaml``.
-- ``projtune calibrate --cross-validate PATH``: leave-one-source-out; each sweep file is one
+- ``projtune calibrate --cross-validate PATH [--group-by source|source-family|framework|gpu-family]``: hold out
+  one group at a time (:mod:`evals.grouped_cv`; default leave-one-source-out, below), with MAPE per group and the
+  80% band's coverage and width, flagged novel vs inside the evidence (:mod:`evals.band_build`); ``--bands-out``
+  runs every grouping and writes the band table and the evidence summary.  Leave-one-source-out: each sweep file is one
   source, fitted on the others (the same procedure as ``--all``: the same runs-per-parameter
   budget, priors and bounds) and scored held out.  Each fold says what it fitted (device group:
   runs, sources, parameters; frameworks), and the summary adds ``mape_cv_described``: the pooled
@@ -25,18 +28,16 @@ fitted on, so a setting its record lacks is not absorbed into the parameters oth
 from __future__ import annotations
 
 import datetime
-import multiprocessing
-import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from evals.band_build import choose_spread, grouped_summary, record_band, table_for
 from evals.fit import (
     BOUNDS,
     FRAMEWORK_PARAMS,
@@ -53,6 +54,18 @@ from evals.fit import (
     pristine_profile,
     projected_value,
 )
+from evals.grouped_cv import (
+    FIT_EVALUATIONS,
+    GROUPINGS,
+    Fold,
+    Record,
+    check_groupings,
+    fit_folds,
+    fold_evidence,
+    make_folds,
+    run_id,
+    score_fold,
+)
 from evals.record_issues import DOCUMENTED_RECORD_ISSUES, checks_entry, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
 from evals.sweep_models import nearest
@@ -61,18 +74,13 @@ from projection.errors import ProjtuneError
 from projection.framework import framework_profile
 from projection.framework_profile import FrameworkProfile
 from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
-from projection.uncertainty import BandTable, band_for, build_table, write_table
+from projection.evidence import evidence_path_for, write_evidence
+from projection.uncertainty import band_table, write_table
 
 MIN_FIT_RUNS = 3
 """Fewest complete scored runs a GPU or family needs to be fitted."""
-BAND_SPREADS = (0.80, 0.85, 0.90, 0.95)
-"""Percentile spreads tried for the interval table (0.9 = 5th to 95th percentile of held-out residuals)."""
-TARGET_COVERAGE = 0.78
-"""Nested leave-one-source-out coverage the chosen spread must reach (aim: 80%)."""
-MIN_BAND_RUNS = 8
-"""Fewest held-out residuals an uncertainty cell needs (else its lookup falls back to a broader cell)."""
-MAX_NFEV = 30
-"""least_squares function-evaluation budget of one joint fit."""
+MAX_NFEV = FIT_EVALUATIONS
+"""least_squares function-evaluation budget of one joint fit (every fit and fold shares it)."""
 
 Progress = Callable[[str], None]
 
@@ -296,74 +304,6 @@ def held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> Device
                                     for name in TRANSFERRED})
 
 
-def fold_training_runs(runs: Sequence[FitRun], source: str) -> list[FitRun]:
-    """What the fold holding ``source`` out fits on: the other sources' runs, less documented record issues."""
-    return fit_evidence([r for r in runs if r.source != source])[0]
-
-
-def _fit_fold(runs: Sequence[FitRun], source: str) -> Any:
-    """The fold's fit.  With too few training runs a group fits no parameter (``evals.fit.fitted_parameters``)
-    and the held-out runs are projected with the priors: never with the shipped, all-source profiles."""
-    return fit_profiles(fold_training_runs(runs, source), max_evaluations=MAX_NFEV)
-
-
-def _fit_folds(runs: Sequence[FitRun], sources: Sequence[str], progress: Progress | None) -> dict[str, Any]:
-    """Fit every leave-one-out fold, on forked worker processes when there are several CPUs."""
-    workers = min(len(sources), os.cpu_count() or 1)
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return {source: _fit_fold(runs, source) for source in sources}
-    fits: dict[str, Any] = {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = {pool.submit(_fit_fold, runs, source): source for source in sources}
-        for future in as_completed(futures):
-            fits[futures[future]] = future.result()
-            if progress:
-                progress(f"fold {len(fits)}/{len(sources)} fitted (held out {Path(futures[future]).name})")
-    return fits
-
-
-def _throughput_ratio(item: FitRun, value: float) -> float:
-    """measured / projected throughput of a run (time metrics invert)."""
-    return value / item.measured if item.metric == "iteration_time_s" else item.measured / value
-
-
-def _nested_coverage(residuals: list[tuple[str, str, str, bool, float]], spread: float) -> float | None:
-    """Share of held-out residuals inside bands built from the other sources' residuals only."""
-    inside = []
-    for source in sorted({s for s, *_ in residuals}):
-        rest = [(f, w, m, r) for s, f, w, m, r in residuals if s != source]
-        if not rest:
-            continue
-        fold = build_table(rest, min_runs=MIN_BAND_RUNS, coverage=spread)
-        for s, f, w, m, r in residuals:
-            if s == source:
-                low, high = band_for(fold, f, w, m)
-                inside.append(low <= r <= high)
-    return statistics.fmean(inside) if inside else None
-
-
-def _interval_summary(residuals: list[tuple[str, str, str, bool, float]]) -> tuple[BandTable, dict[str, Any]]:
-    """The band table of all held-out residuals, and its coverage when each source's band is itself built
-    without that source (nested leave-one-source-out: the honest coverage of a new source).
-
-    A source's runs err together (one recipe, one cluster), so the 10th-90th percentiles of the pooled
-    residuals cover fewer than 80% of a new source's runs.  The percentile spread is therefore chosen
-    from ``BAND_SPREADS``: the narrowest whose nested coverage reaches ``TARGET_COVERAGE``.
-    """
-    coverage_by_spread = {spread: _nested_coverage(residuals, spread) for spread in BAND_SPREADS}
-    spread = next((s for s in BAND_SPREADS if (coverage_by_spread[s] or 0) >= TARGET_COVERAGE), BAND_SPREADS[-1])
-    table = build_table([(f, w, m, r) for _, f, w, m, r in residuals], min_runs=MIN_BAND_RUNS, coverage=spread,
-                        written=datetime.date.today().isoformat())
-    inside = [band_for(table, f, w, m)[0] <= r <= band_for(table, f, w, m)[1] for _, f, w, m, r in residuals]
-    return table, {
-        "interval_coverage_cv": coverage_by_spread[spread],
-        "interval_coverage_by_spread": {f"{s:.2f}": c for s, c in coverage_by_spread.items()},
-        "interval_spread": spread,
-        "interval_coverage_in_sample": statistics.fmean(inside) if inside else None,
-        "interval_band_default": [table.default.low, table.default.high],
-    }
-
-
 def held_out_sources(runs: Sequence[FitRun], hold_out: Sequence[str] | None) -> list[str]:
     """The sources (sweep files) to hold out: all, or those whose file name contains one of ``hold_out``.
 
@@ -381,90 +321,115 @@ def held_out_sources(runs: Sequence[FitRun], hold_out: Sequence[str] | None) -> 
     return [s for s, name in zip(sources, names, strict=True) if any(text in name for text in hold_out)]
 
 
-def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None, *,
-                   bands_out: Path | None = None, hold_out: Sequence[str] | None = None) -> dict[str, Any]:
-    """Return leave-one-source-out errors: {"sources": [SourceScore...], "overall": {...}}.
+def _source_row(fold: Fold, records: Sequence[Record]) -> tuple[SourceScore, list[tuple[str, float]]]:
+    """One source's leave-one-source-out row, and (vendor, error) of each of its scored runs."""
+    row = SourceScore(source=fold.test[0].source, runs=len(fold.test),
+                      families=sorted({r.specs.hardware.family for r in fold.test}), mape_default=None, mape_cv=None,
+                      fitted=dict(Counter(r.device_group for r in fold.train)),
+                      fitted_parameters=fold_parameters(fold.train))
+    default_err = []
+    for item in fold.test:
+        base = projected_value(item, default_profile(item.specs.hardware), framework_profile(item.framework))
+        if base is not None:
+            default_err.append(abs(base / item.measured - 1))
+    by_key = {run_id(i): i for i in fold.test}
+    cv = [(by_key[r.run_key], r.ape) for r in records]
+    described = [e for item, e in cv if documented_issue(item) is None]
+    row.documented_runs = len(cv) - len(described)
+    row.mape_default = statistics.fmean(default_err) if default_err else None
+    row.mape_cv = statistics.fmean(e for _, e in cv) if cv else None
+    row.mape_cv_described = statistics.fmean(described) if described else None
+    return row, [(item.specs.hardware.vendor, e) for item, e in cv]
 
-    ``overall`` also carries the 80%-interval coverage (``interval_coverage_cv``: each source's runs
-    against bands built from the other sources' held-out residuals); ``bands_out`` writes the band table
-    of all held-out residuals (what :mod:`projection.uncertainty` ships).  ``hold_out`` (substrings of file
-    names) runs only those sources' folds, each still fitted on every other source: a quick check of a few
-    sources, whose pooled figures cover those sources only (``overall.partial``; no interval table).
-    """
-    runs = collect_fit_runs(sweeps)
-    if hold_out and bands_out is not None:
-        raise ProjtuneError("--bands-out needs every source held out: drop --hold-out to write the band table")
-    sources = held_out_sources(runs, hold_out)
-    rows: list[SourceScore] = []
-    pooled_default: list[float] = []
-    pooled_cv: list[float] = []
-    pooled_described: list[float] = []
-    residuals: list[tuple[str, str, str, bool, float]] = []
-    residual_runs: list[tuple[str, int]] = []      # (sweep, run index) of each residual, for the JSON
-    left_out = fit_evidence(runs)[1]
-    if progress and left_out:
-        progress("every fold " + left_out_text(left_out))
-    fits = _fit_folds(runs, sources, progress)
-    by_vendor: dict[str, list[float]] = {}
-    for source in sources:
-        train = fold_training_runs(runs, source)
-        test = [r for r in runs if r.source == source]
-        fitted = fits[source]
-        row = SourceScore(source=source, runs=len(test), families=sorted({r.specs.hardware.family for r in test}),
-                          mape_default=None, mape_cv=None,
-                          fitted=dict(Counter(r.device_group for r in train)),
-                          fitted_parameters=fold_parameters(train))
-        if progress:
-            progress(f"held out {Path(source).name}: " + _fold_text(train, row.fitted_parameters))
-        default_err, cv_err, described_err = [], [], []
-        cv_vendor: list[str] = []
-        for item in test:
-            base = projected_value(item, default_profile(item.specs.hardware), framework_profile(item.framework))
-            if base is not None:
-                default_err.append(abs(base / item.measured - 1))
-            fw = fitted.framework_profiles.get(item.framework) or pristine_framework(item.framework)
-            value = projected_value(item, held_out_profile(item, fitted.device_profiles), fw)
-            if value is not None:
-                cv_err.append(abs(value / item.measured - 1))
-                cv_vendor.append(item.specs.hardware.vendor)
-                if documented_issue(item) is None:
-                    described_err.append(cv_err[-1])
-                else:
-                    row.documented_runs += 1
-                residuals.append((source, item.specs.hardware.family, item.framework, item.specs.model.is_moe,
-                                  _throughput_ratio(item, value)))
-                residual_runs.append((item.sweep.sweep.name, item.run.index))
-        row.mape_default = statistics.fmean(default_err) if default_err else None
-        row.mape_cv = statistics.fmean(cv_err) if cv_err else None
-        row.mape_cv_described = statistics.fmean(described_err) if described_err else None
-        pooled_default += default_err
-        pooled_cv += cv_err
-        for vendor, err in zip(cv_vendor, cv_err, strict=True):
-            by_vendor.setdefault(vendor, []).append(err)    # the errors pooled_cv holds, by vendor
-        pooled_described += described_err
-        rows.append(row)
+
+def _pooled(rows: Sequence[SourceScore], vendor_errors: Sequence[tuple[str, float]],
+            records: Sequence[Record], left_out: int, hold_out: bool) -> dict[str, Any]:
+    """The leave-one-source-out pooled figures (what ``overall`` reported before grouped folds)."""
+    cv = [e for _, e in vendor_errors]
+    described = [r.ape for r in records if (r.sweep, r.run) not in DOCUMENTED_RECORD_ISSUES]
+    default = [r.mape_default * r.runs for r in rows if r.mape_default is not None]
     per_source = [r.mape_cv for r in rows if r.mape_cv is not None]
-    overall = {
-        "sources": len(rows), "runs": len(pooled_cv),
-        "mape_default": statistics.fmean(pooled_default) if pooled_default else None,
-        "mape_cv": statistics.fmean(pooled_cv) if pooled_cv else None,
-        "median_ape_cv": statistics.median(pooled_cv) if pooled_cv else None,
+    by_vendor: dict[str, list[float]] = {}
+    for vendor, err in vendor_errors:
+        by_vendor.setdefault(vendor, []).append(err)
+    runs_default = sum(r.runs for r in rows if r.mape_default is not None)
+    return {
+        "sources": len(rows), "runs": len(cv),
+        "mape_default": sum(default) / runs_default if runs_default else None,
+        "mape_cv": statistics.fmean(cv) if cv else None,
+        "median_ape_cv": statistics.median(cv) if cv else None,
         "mape_cv_source_mean": statistics.fmean(per_source) if per_source else None,
-        "runs_described": len(pooled_described),
-        "mape_cv_described": statistics.fmean(pooled_described) if pooled_described else None,
+        "runs_described": len(described),
+        "mape_cv_described": statistics.fmean(described) if described else None,
         "by_vendor": {v: {"runs": len(e), "mape_cv": statistics.fmean(e)} for v, e in sorted(by_vendor.items())},
         "min_runs_per_gpu_profile": MIN_RUNS_PER_ID,
         "min_runs_per_parameter": MIN_RUNS_PER_PARAM,
-        "runs_left_out_of_fits": len(left_out),
-        "partial": bool(hold_out),
+        "runs_left_out_of_fits": left_out,
+        "partial": hold_out,
+        "residuals": [{"source": Path(r.source).name, "sweep": r.sweep, "run": r.run, "family": r.family,
+                       "framework": r.framework, "moe": r.moe, "measured_over_projected": r.ratio,
+                       "novelty": [n.text for n in r.reasons]} for r in records],
     }
-    overall["residuals"] = [{"source": Path(s).name, "sweep": sweep, "run": index, "family": f, "framework": w,
-                             "moe": m, "measured_over_projected": r}
-                            for (s, f, w, m, r), (sweep, index) in zip(residuals, residual_runs, strict=True)]
-    if residuals and not hold_out:
-        table, coverage = _interval_summary(residuals)
-        overall.update(coverage)
-        if bands_out is not None:
-            write_table(table, bands_out)
-            overall["bands_written"] = str(bands_out)
+
+
+def cross_validate(sweeps: Sequence[LoadedSweep], progress: Progress | None = None, *,
+                   bands_out: Path | None = None, hold_out: Sequence[str] | None = None,
+                   group_by: Sequence[str] = ("source",)) -> dict[str, Any]:
+    """Return held-out errors: {"sources": [SourceScore...], "overall": {...}}.
+
+    ``group_by`` names the groupings to hold out (:data:`evals.grouped_cv.GROUPINGS`: source, source-family,
+    framework, gpu-family); folds of different groupings that train on the same runs share one fit.
+    ``sources`` and the pooled keys of ``overall`` are leave-one-source-out's (when ``source`` is among them);
+    ``overall.grouped`` has, per grouping, the pooled and per-group MAPE and the 80% band's coverage and median
+    width, flagged novel vs inside the evidence (:func:`evals.band_build.grouped_summary`).  ``bands_out`` runs
+    every grouping and writes the band table (cells and novelty widenings, :mod:`evals.band_build`) and, beside
+    it, the evidence summary of every fitted run (:mod:`projection.evidence`).  ``hold_out`` (substrings of file
+    names) runs only those sources' folds, each still fitted on every other source: a quick check whose pooled
+    figures cover those sources only (``overall.partial``; no band table).
+    """
+    runs = collect_fit_runs(sweeps)
+    groupings = check_groupings(group_by or ("source",))
+    if bands_out is not None:
+        if hold_out:
+            raise ProjtuneError("--bands-out needs every source held out: drop --hold-out to write the band table")
+        groupings = list(GROUPINGS)
+    if hold_out and groupings != ["source"]:
+        raise ProjtuneError("--hold-out goes with --group-by source (it names sources to hold out)")
+    stems = {Path(s).stem for s in held_out_sources(runs, hold_out)}
+    folds = make_folds(runs, groupings, only=lambda grouping, group: grouping != "source" or group in stems)
+    left_out = fit_evidence(runs)[1]
+    if progress and left_out:
+        progress("every fold " + left_out_text(left_out))
+    fits = fit_folds(folds, progress)
+    rows: list[SourceScore] = []
+    vendor_errors: list[tuple[str, float]] = []
+    records: list[Record] = []
+    for fold in folds:
+        scored = score_fold(fold, fits[fold.key], held_out_profile)
+        records += scored
+        if fold.grouping == "source":
+            if progress:
+                progress(f"held out {fold.group}: " + _fold_text(fold.train, fold_parameters(fold.train)))
+            row, errors = _source_row(fold, scored)
+            rows.append(row)
+            vendor_errors += errors
+    loso = [r for r in records if r.grouping == "source"]
+    overall = _pooled(rows, vendor_errors, loso, len(left_out), bool(hold_out))
+    full = bool(loso) and not hold_out
+    spread, by_spread = choose_spread(records) if full else (None, {})
+    overall["grouped"] = grouped_summary(records, spread, band_table())
+    if full:
+        nested = overall["grouped"]["source"]["nested_band"]
+        overall.update({"interval_coverage_cv": nested["coverage"], "interval_spread": spread,
+                        "interval_coverage_by_spread": {f"{s:.2f}": c for s, c in by_spread.items()}})
+    if bands_out is not None and spread is not None:
+        table = table_for(records, spread, written=datetime.date.today().isoformat())
+        inside = [lo <= r.ratio <= hi for r in loso for lo, hi in [record_band(table, r)]]
+        overall.update({"interval_coverage_in_sample": statistics.fmean(inside) if inside else None,
+                        "interval_band_default": [table.default.low, table.default.high],
+                        "novelty_widenings": {w.key: w.extra for w in table.novelty}})
+        write_table(table, bands_out)
+        evidence = fold_evidence(fit_evidence(runs)[0])
+        write_evidence(evidence.model_copy(update={"written": table.written}), evidence_path_for(bands_out))
+        overall["bands_written"] = str(bands_out)
     return {"sources": rows, "overall": overall}

@@ -200,6 +200,8 @@ def score_run(sweep: LoadedSweep, run: LoadedRun, *, profiles: ProfileSource, fi
         score.skipped = f"projection error: {type(err).__name__}: {err}"
         return score
     _compare(score, run, measured, projection.memory.verdict, metrics, _band(projection))
+    score.band_reasons = list(projection.band_reasons)
+    score.novelty = [n.key for n in projection.band_novelty]
     return score
 
 

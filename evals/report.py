@@ -1,7 +1,8 @@
 """Write an eval report: `report.md` with the summary and tables, and PNG plots (matplotlib, Agg).
 
 Plots: `projected_vs_measured.png` (log-log per primary metric, coloured by GPU family,
-with y = x and a +-10% band), `error_histogram.png` (signed throughput error, positive =
+with y = x, a +-10% band and each run's projected 80% interval as a vertical bar, dotted where novelty
+widened it), `error_histogram.png` (signed throughput error, positive =
 projection optimistic) and `ranks/<sweep>.png` (measured vs projected throughput of each
 run of a rankable sweep).
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evals.eval_run import EvalResult
-from evals.scoring import RunScore, SweepScore, rank_runs, throughput
+from evals.scoring import RunScore, SweepScore, inside, rank_runs, throughput
 
 METRIC_LABELS = {
     "iteration_time_s": "iteration time (s)",
@@ -75,7 +76,7 @@ def render_markdown(result: EvalResult, rank_plots: Sequence[Path], out_dir: Pat
     summary = result.summary()
     data = result.to_dict()
     rows = [[k, _fmt(v, "signed" if k == "bias" else "pct" if k in _SUMMARY_PERCENT else "num")]
-            for k, v in summary.items() if k not in ("agent", "baselines")]
+            for k, v in summary.items() if k not in ("agent", "baselines", "interval_by_file", "interval_by_novelty")]
     parts = [
         "# projtune eval report", "",
         f"{datetime.date.today().isoformat()}: {summary['runs_scored']} of {summary['runs']} runs scored "
@@ -95,6 +96,7 @@ def render_markdown(result: EvalResult, rank_plots: Sequence[Path], out_dir: Pat
         parts += [f"## {title}", "", _table([key.removeprefix("by_"), "runs", "MAPE", "bias"], [
             [name, str(g["runs"]), _fmt(g["mape"], "pct"), _fmt(g["bias"], "signed")]
             for name, g in data[key].items()]), ""]
+    parts += _band_sections(summary, result.runs)
     parts += ["## Plots", "", "![projected vs measured](projected_vs_measured.png)", "",
               "![signed error histogram](error_histogram.png)", ""]
     parts += ["## Sweeps", "", _sweep_table(result.sweeps, rank_plots, out_dir), ""]
@@ -102,6 +104,24 @@ def render_markdown(result: EvalResult, rank_plots: Sequence[Path], out_dir: Pat
     if result.load_issues:
         parts += ["## Load issues", "", *[f"- {issue}" for issue in result.load_issues], ""]
     return "\n".join(parts)
+
+
+def _band_sections(summary: dict[str, Any], runs: Sequence[RunScore]) -> list[str]:
+    """The 80% band's coverage per file and per novelty reason, and each widened run with its reasons."""
+    parts: list[str] = []
+    for title, key, label in (("80% band by file", "interval_by_file", "file"),
+                              ("80% band by novelty reason", "interval_by_novelty", "novelty")):
+        groups = summary.get(key) or {}
+        if groups:
+            parts += [f"## {title}", "", _table([label, "runs", "coverage", "median width"], [
+                [Path(name).name if label == "file" else name, str(g["runs"]), _fmt(g["coverage"], "pct"),
+                 _fmt(g["median_width"], "pct")] for name, g in groups.items()]), ""]
+    widened = [r for r in runs if r.band_reasons and r.projected is not None]
+    if widened:
+        parts += ["## Widened bands", "", _table(["sweep", "run", "band (measured / projected)", "inside", "why"], [
+            [r.sweep, str(r.index), f"{r.projected_low:.3g}-{r.projected_high:.3g} ({r.measured:.3g} / "
+             f"{r.projected:.3g})", _fmt(inside(r)), "; ".join(r.band_reasons)] for r in widened]), ""]
+    return parts
 
 
 def _sweep_table(sweeps: Sequence[SweepScore], rank_plots: Sequence[Path], out_dir: Path) -> str:
@@ -155,6 +175,7 @@ def plot_projected_vs_measured(runs: Sequence[RunScore], path: Path) -> Path:
                     ax.scatter([r.measured for r in sel], [r.projected for r in sel], s=28, alpha=0.8,
                                facecolors="none" if filled else color, edgecolors=color,
                                label=f"{family or 'unknown'}{' (filled)' if filled else ''} ({len(sel)})")
+        _interval_bars(ax, points)
         _identity_band(ax, points)
         _log_axes(ax)
         ax.set_title(f"{METRIC_LABELS[metric]}: {len(points)} runs")
@@ -164,7 +185,7 @@ def plot_projected_vs_measured(runs: Sequence[RunScore], path: Path) -> Path:
         ax.legend(fontsize=8, loc="lower right")
     for ax in list(axes.flat)[len(metrics):]:
         ax.set_visible(False)
-    fig.suptitle("Projected vs measured (y = x, shaded: within +-10%)")
+    fig.suptitle("Projected vs measured (y = x, shaded: within +-10%; bars: 80% band, dotted where widened)")
     fig.tight_layout()
     return _save(fig, path)
 
@@ -183,6 +204,20 @@ def _log_axes(ax: Any) -> None:
         axis.set_minor_formatter(plain if narrow else NullFormatter())
         if narrow:  # 125 and 150 too, so a range like 40-170 has labels above 100
             axis.set_minor_locator(LogLocator(base=10, subs=(1.25, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)))
+
+
+def _interval_bars(ax: Any, points: Sequence[RunScore]) -> None:
+    """Each run's projected 80% interval as a vertical bar at its measured value: solid inside the evidence,
+    dotted where novelty widened it (``RunScore.band_reasons``)."""
+    for widened in (False, True):
+        sel = [r for r in points if r.projected_low is not None and r.projected_high is not None
+               and bool(r.band_reasons) == widened]
+        if not sel:
+            continue
+        ax.vlines([r.measured for r in sel], [r.projected_low for r in sel], [r.projected_high for r in sel],
+                  colors=[FAMILY_COLORS.get(r.family, FAMILY_COLORS[None]) for r in sel], alpha=0.45, lw=1,
+                  linestyles="dotted" if widened else "solid",
+                  label=f"80% band{', widened: novel' if widened else ''} ({len(sel)})")
 
 
 def _identity_band(ax: Any, points: Sequence[RunScore]) -> None:

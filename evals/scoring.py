@@ -75,6 +75,10 @@ class RunScore:
     """Low end of the projection's 80% interval on the primary metric (projection/uncertainty.py)."""
     projected_high: float | None = None
     """High end of the projection's 80% interval on the primary metric."""
+    band_reasons: list[str] = field(default_factory=list)
+    """Why the interval is wide: each way the run lies outside the development evidence (projection/evidence.py)."""
+    novelty: list[str] = field(default_factory=list)
+    """The novelty keys of ``band_reasons`` (projection.evidence.REASON_KEYS)."""
 
     @property
     def scored(self) -> bool:
@@ -246,6 +250,19 @@ def _agent_summary(sweeps: Sequence[SweepScore]) -> dict[str, Any] | None:
             "near_ties": sum(1 for a in asked if a.get("near_tie")), "sources": sources}
 
 
+def interval_groups(runs: Sequence[RunScore], keys: Any) -> dict[str, dict[str, Any]]:
+    """{group: {runs, coverage, median_width}} of runs with an interval; ``keys(run)`` lists a run's groups.
+    ``median_width`` is the interval's high minus low over the projected value."""
+    groups: dict[str, list[RunScore]] = {}
+    for run in runs:
+        if inside(run) is not None:
+            for key in keys(run):
+                groups.setdefault(key, []).append(run)
+    return {k: {"runs": len(v), "coverage": _mean(float(bool(inside(r))) for r in v),
+                "median_width": _median((r.projected_high - r.projected_low) / r.projected for r in v)}
+            for k, v in sorted(groups.items())}
+
+
 def summarize(*, files: int, runs: Sequence[RunScore], sweeps: Sequence[SweepScore]) -> dict[str, Any]:
     """Return the `summary` block of the JSON contract."""
     scored = [r for r in runs if r.scored]
@@ -265,6 +282,8 @@ def summarize(*, files: int, runs: Sequence[RunScore], sweeps: Sequence[SweepSco
         "median_ape": _median(r.ape for r in with_ape),  # type: ignore[misc]
         "bias": _mean(r.signed_error for r in with_ape),  # type: ignore[misc]
         "interval_coverage": _mean(float(c) for r in with_ape if (c := inside(r)) is not None),
+        "interval_by_file": interval_groups(with_ape, lambda r: [r.file]),
+        "interval_by_novelty": interval_groups(with_ape, lambda r: sorted(set(r.novelty)) or ["inside the evidence"]),
         "memory_runs": len(memory), "memory_mape": _mean(memory),
         "oom_runs": len(oom),
         "oom_recall": _mean(float(r.verdict in (OOM_VERDICT, RISK_VERDICT)) for r in oom),

@@ -47,7 +47,8 @@ from projection.params import layer_param_table
 from projection.pipeline import StageTimes, simulate_pipeline
 from projection.switches import FP32_GRAD_BYTES, TRITON_ATTENTION_SPEED, Switches, host_op_s, overlap_fraction, resolve_switches
 from projection.training_config import Cluster, TrainingConfig
-from projection.uncertainty import relative_band
+from projection.evidence import Novelty
+from projection.uncertainty import job_band
 from projection.workload import (CommGroups, LayerCost, embedding_cost, head_cost, layer_cost,
                                  selective_recompute_modules)
 
@@ -115,6 +116,14 @@ class Projection:
     """Upper end of the 80% interval on iteration time, seconds."""
     switches: Switches | None = None
     """The run-time switches in effect: the config's, else its framework's defaults (projection.switches)."""
+    band_novelty: tuple[Novelty, ...] = ()
+    """Why the 80% interval is wider than its cell's: how the job lies outside the development evidence
+    (:mod:`projection.evidence`); empty for a job inside it."""
+
+    @property
+    def band_reasons(self) -> tuple[str, ...]:
+        """The sentences of :attr:`band_novelty` ("no development run on MI350X", ...)."""
+        return tuple(n.text for n in self.band_novelty)
 
 
 def _comm_groups(dims: ParallelDims, net) -> CommGroups:
@@ -611,13 +620,15 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     flops = model_flops_per_step(model, config.seq_len, config.gbs, flops_formula)
     tflops_per_gpu = flops / iteration / cluster.num_gpus / 1e12
     tokens_per_gpu = tokens_per_step / iteration / cluster.num_gpus
-    low, high = relative_band(hardware.family, config.framework, model.is_moe)
+    band = job_band(model, cluster, config, hardware)
+    low, high = band.low, band.high
     return Projection(
         model=model.name, hardware=hardware.id, num_gpus=cluster.num_gpus, config=config, dims=dims,
         iteration_time_s=iteration,
         tokens_per_s_per_gpu=tokens_per_gpu,
         tokens_per_sec_per_gpu_low=tokens_per_gpu * low, tokens_per_sec_per_gpu_high=tokens_per_gpu * high,
         iteration_time_s_low=iteration / high, iteration_time_s_high=iteration / low,
+        band_novelty=band.reasons,
         model_tflops_per_gpu=tflops_per_gpu,
         mfu=tflops_per_gpu * 1e12 / rates.peak_16bit_flops_per_s,
         flops_formula=flops_formula,

@@ -60,6 +60,7 @@ def projection_dict(projection: Projection) -> dict[str, Any]:
         "tokens_per_sec_per_gpu_high": projection.tokens_per_sec_per_gpu_high,
         "iteration_time_s_low": projection.iteration_time_s_low,
         "iteration_time_s_high": projection.iteration_time_s_high,
+        "band_reasons": list(projection.band_reasons),
         "model_tflops_per_gpu": projection.model_tflops_per_gpu,
         "mfu": projection.mfu,
         "flops_formula": projection.flops_formula,

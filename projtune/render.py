@@ -69,6 +69,8 @@ def print_projection(data: dict[str, Any]) -> None:
     if "tokens_per_sec_per_gpu_low" in data:
         head.add_row("80% interval", f"{data['tokens_per_sec_per_gpu_low']:,.0f} - "
                                      f"{data['tokens_per_sec_per_gpu_high']:,.0f} tokens/s/GPU")
+        head.add_row("band", "wide: " + "; ".join(data["band_reasons"]) if data.get("band_reasons")
+                     else "inside the development evidence (projection/evidence.py)")
     head.add_row("model TFLOP/s/GPU", f"{data['model_tflops_per_gpu']:.1f}  (formula {data['flops_formula']})")
     head.add_row("MFU", f"{data['mfu']:.1%}")
     head.add_row("bottleneck", data["bottleneck"])

@@ -25,6 +25,10 @@ from projection.summary import config_dict
 from tools.formatting import layout_text
 
 
+BAND_REASONS_DOC = ("Why the 80% interval is wider than for a job inside the development evidence: each way this "
+                    "job lies outside it (projection/evidence.py); empty when inside.")
+
+
 class LayoutScore(BaseModel):
     """The engine's numbers for one layout: throughput with its 80% interval, MFU, step time and memory."""
 
@@ -35,6 +39,7 @@ class LayoutScore(BaseModel):
     tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end, tokens/s per GPU "
                                                           "(projection/uncertainty.py).")
     tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end, tokens/s per GPU.")
+    band_reasons: tuple[str, ...] = Field(default=(), description=BAND_REASONS_DOC)
     mfu: float = Field(description="Model FLOP utilisation against the BF16 peak, 0..1.")
     iteration_time_s: float = Field(description="Projected time of one optimizer step, seconds.")
     peak_memory_gib: float = Field(description="Peak per-GPU memory (the fullest pipeline stage), GiB.")
@@ -50,8 +55,8 @@ SCORE_FIELDS: tuple[str, ...] = tuple(LayoutScore.model_fields)
 
 def score_of(row: Any) -> LayoutScore:
     """The :class:`LayoutScore` of a mapping (a trial, a dumped row) or of any model with its fields."""
-    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
-    return LayoutScore.model_validate({k: get(k) for k in SCORE_FIELDS})
+    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k, None)
+    return LayoutScore.model_validate({k: v for k in SCORE_FIELDS if (v := get(k)) is not None})
 
 
 class ProjectedLayout(LayoutScore):
@@ -69,7 +74,8 @@ def projected_layout(p: Projection) -> dict[str, Any]:
     config = config_dict(p)
     return {"layout": layout_text(config), "config": config, "tokens_per_sec_per_gpu": p.tokens_per_s_per_gpu,
             "tokens_per_sec_per_gpu_low": p.tokens_per_sec_per_gpu_low,
-            "tokens_per_sec_per_gpu_high": p.tokens_per_sec_per_gpu_high, "mfu": p.mfu,
+            "tokens_per_sec_per_gpu_high": p.tokens_per_sec_per_gpu_high, "band_reasons": p.band_reasons,
+            "mfu": p.mfu,
             "iteration_time_s": p.iteration_time_s, "iteration_time_s_low": p.iteration_time_s_low,
             "iteration_time_s_high": p.iteration_time_s_high, "peak_memory_gib": p.memory.peak_bytes / GIB,
             "headroom_fraction": p.memory.headroom_fraction, "verdict": p.memory.verdict,

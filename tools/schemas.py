@@ -22,7 +22,7 @@ from projection.training_config import (HostOpSeconds, NicGbps, NicsPerNode, Nvl
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.anchoring import Anchoring
 from tools.launch_config import LaunchConfig
-from tools.layout_score import LayoutScore, ProjectedLayout
+from tools.layout_score import BAND_REASONS_DOC, LayoutScore, ProjectedLayout
 
 _FORBID = ConfigDict(extra="forbid")
 ModelRef = str | dict[str, Any]
@@ -227,6 +227,7 @@ class ProjectOutput(BaseModel):
     tokens_per_sec_per_gpu: float
     tokens_per_sec_per_gpu_low: float = Field(description="80% interval, low end (projection/uncertainty.py).")
     tokens_per_sec_per_gpu_high: float = Field(description="80% interval, high end.")
+    band_reasons: list[str] = Field(default_factory=list, description=BAND_REASONS_DOC)
     model_tflops_per_gpu: float
     mfu: float
     flops_formula: str
@@ -245,7 +246,8 @@ class ProjectOutput(BaseModel):
         """This projection as the one scored-layout shape (:class:`tools.layout_score.LayoutScore`)."""
         return LayoutScore(layout=self.layout, tokens_per_sec_per_gpu=self.tokens_per_sec_per_gpu,
                            tokens_per_sec_per_gpu_low=self.tokens_per_sec_per_gpu_low,
-                           tokens_per_sec_per_gpu_high=self.tokens_per_sec_per_gpu_high, mfu=self.mfu,
+                           tokens_per_sec_per_gpu_high=self.tokens_per_sec_per_gpu_high,
+                           band_reasons=tuple(self.band_reasons), mfu=self.mfu,
                            iteration_time_s=self.iteration_time_s, peak_memory_gib=self.memory.peak_gib,
                            headroom_fraction=self.memory.headroom_fraction, verdict=self.memory.verdict,
                            bottleneck=self.bottleneck)

@@ -185,8 +185,12 @@ def _print_eval(result: EvalResult) -> None:
         ("rankable sweeps", str(s["rankable_sweeps"])),
         ("Kendall tau / Spearman", f"{_num(s['kendall_tau_mean'])} / {_num(s['spearman_mean'])}"),
         ("top-1 rate / mean regret", f"{_pct(s['top1_rate'])} / {_pct(s['regret_mean'])}"),
+        ("80% band coverage", _pct(s["interval_coverage"])),
     ):
         head.add_row(label, value)
+    for name, g in (s.get("interval_by_novelty") or {}).items():
+        head.add_row(f"  band, {name}", f"{_pct(g['coverage'])} of {g['runs']} runs, median width "
+                                        f"{_pct(g['median_width'])}")
     if s["agent"]:
         head.add_row("agent top-1 / regret", f"{_pct(s['agent']['top1_rate'])} / {_pct(s['agent']['regret_mean'])}")
     for name, b in s["baselines"].items():
@@ -246,6 +250,10 @@ def calibrate_command(
     bands_out: Annotated[Path | None, typer.Option(
         "--bands-out", help="With --cross-validate: write the 80%-interval table "
         "(projection/catalog/uncertainty/bands.yaml) from the held-out residuals.")] = None,
+    group_by: Annotated[list[str] | None, typer.Option(
+        "--group-by", help="With --cross-validate: hold out one group at a time: source (default), source-family "
+        "(evals/source_families.yaml), framework or gpu-family (repeatable; folds training on the same runs share "
+        "a fit). --bands-out runs all four.")] = None,
     hold_out: Annotated[list[str] | None, typer.Option(
         "--hold-out", help="With --cross-validate: only hold out the sources whose file name contains this "
         "(repeatable); each fold still fits on every other source. A quick check; figures cover those "
@@ -273,9 +281,11 @@ def calibrate_command(
     note = None if as_json else (lambda text: err.print(text, highlight=False))
     if cross_validate:
         _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out,
-                                                         hold_out=hold_out),
+                                                         hold_out=hold_out, group_by=group_by or ["source"]),
                                 as_json)
         return
+    if group_by:
+        fail("--group-by goes with --cross-validate (the groups to hold out)")
     if hold_out:
         fail("--hold-out goes with --cross-validate (the sources to hold out)")
     if fit_all:
@@ -365,6 +375,27 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
     if o.get("interval_coverage_cv") is not None:
         typer.echo(f"80%-interval coverage of held-out runs (bands built without their source): "
                    f"{_pct(o['interval_coverage_cv'])}")
+    for grouping, entry in (o.get("grouped") or {}).items():
+        _print_grouping(grouping, entry)
+
+
+def _band_text(figures: dict[str, Any]) -> str:
+    if not figures.get("runs"):
+        return "no runs"
+    return f"{_pct(figures['coverage'])} covered, median width {_pct(figures['median_width'])} ({figures['runs']} runs)"
+
+
+def _print_grouping(grouping: str, entry: dict[str, Any]) -> None:
+    """One grouping's held-out MAPE and 80%-band figures (evals.band_build.grouped_summary)."""
+    groups = ", ".join(f"{g} {_pct(v['mape'])} ({v['runs']})" for g, v in entry["per_group"].items())
+    typer.echo(f"leave-one-{grouping}-out: MAPE {_pct(entry['mape'])} over {entry['runs']} runs; {groups}")
+    for name, label in (("nested_band", "band rebuilt without the group"), ("shipped_band", "shipped band")):
+        figures = entry.get(name)
+        if figures:
+            typer.echo(f"  80% {label}: all {_band_text(figures)}; flagged novel {_band_text(figures['flagged'])}; "
+                       f"inside the evidence {_band_text(figures['inside'])}")
+            for key, item in figures["by_reason"].items():
+                typer.echo(f"    novelty {key}: {_band_text(item)}")
 
 
 # ---- sweeps import / validate -------------------------------------------------------------------

@@ -156,6 +156,10 @@ def _print_search(result: Any, pareto: bool) -> None:
         console.print(_candidate_table("Best layouts", result.ranked))
         for c in result.ranked:
             console.print(f"  #{c.rank}: {c.reason}", soft_wrap=True, highlight=False)
+        for c in result.ranked:
+            if c.band_reasons and (c.rank == 1 or c.band_reasons != result.ranked[0].band_reasons):
+                console.print(f"  #{c.rank} 80% interval is wide: " + "; ".join(c.band_reasons), soft_wrap=True,
+                              highlight=False, markup=False)
     if pareto and result.pareto:
         console.print(_candidate_table("Pareto front (throughput vs memory headroom)", result.pareto))
     console.print(f"enumerated {result.enumerated}, screened out {result.screened_out} (memory), "

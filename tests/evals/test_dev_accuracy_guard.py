@@ -24,7 +24,7 @@ MEDIAN_APE_MAX = 0.046      # measured 0.041
 KENDALL_TAU_MIN = 0.80      # measured 0.843
 TOP1_MIN = 0.88             # measured 0.917 (33 of 36 sweeps; one more miss still passes)
 MEMORY_MAPE_MAX = 0.05      # measured 0.009 on the runs that measured peak memory
-COVERAGE_RANGE = (0.80, 0.97)  # measured 0.877: share of measured values inside the projected 80% interval
+COVERAGE_RANGE = (0.80, 0.97)  # measured 0.840 (0.877 before the novelty band): share inside the projected 80% interval
 # (in-sample: the bands come from held-out residuals, so on the runs they were taken from they cover more than 80%)
 MIN_RUNS_SCORED = 270
 
@@ -60,3 +60,13 @@ def test_every_scored_run_carries_its_interval(summary: dict) -> None:
         assert run["projected_low"] <= run["projected"] <= run["projected_high"]
     low, high = COVERAGE_RANGE
     assert low <= summary["interval_coverage"] <= high, summary["interval_coverage"]
+
+
+def test_the_eval_reports_band_reasons_and_coverage_per_file_and_novelty(summary: dict) -> None:
+    scored = [r for r in summary["_runs"] if r["ape"] is not None]
+    assert all(isinstance(r["band_reasons"], list) and len(r["band_reasons"]) == len(r["novelty"]) for r in scored)
+    by_novelty = summary["interval_by_novelty"]
+    assert "inside the evidence" in by_novelty and len(by_novelty) > 1      # the set has novel runs too (DeepSpeed)
+    assert sum(g["runs"] for g in summary["interval_by_file"].values()) == len(scored)
+    widened = [r for r in scored if r["novelty"]]
+    assert widened and all(r["projected_high"] - r["projected_low"] > 0 for r in widened)
