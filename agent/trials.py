@@ -44,6 +44,8 @@ class Trial(BaseModel):
     tokens_per_sec_per_gpu: float | None = None
     tokens_per_sec_per_gpu_low: float | None = None
     tokens_per_sec_per_gpu_high: float | None = None
+    band_reasons: tuple[str, ...] | None = Field(None, description="Why the 80% interval is wide (empty: inside "
+                                                                    "the development evidence).")
     mfu: float | None = None
     iteration_time_s: float | None = None
     peak_memory_gib: float | None = None

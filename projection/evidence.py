@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from projection.framework import framework_record
+from projection.framework import DEFAULT_FRAMEWORK, RECORDS
 from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
 from projection.params import total_params
@@ -123,7 +123,8 @@ class Evidence(BaseModel):
 
 def framework_key(framework: str | None) -> str:
     """The framework name evidence and bands are keyed by (Megatron-core stacks share ``megatron``)."""
-    return framework_record(framework).band_name
+    record = RECORDS.get(framework or DEFAULT_FRAMEWORK)   # type: ignore[call-overload]
+    return framework if record is None else record.band_name   # a name no record has: no cell, the pooled band
 
 
 def _switch_values(config: TrainingConfig) -> tuple[tuple[str, str], ...]:

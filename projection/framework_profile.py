@@ -101,6 +101,11 @@ class FrameworkProfile(BaseModel):
     default_comm_overlap: tuple[CommOverlap, ...] = Field(
         COMM_OVERLAPS, description="Communications the framework overlaps with compute when a run does not say "
         "(sweep key comm_overlap); the catalog file cites where each default comes from.")
+    megatron_core_ep_overlap_rules: bool = Field(
+        False, description="The framework's expert-parallel overlap is megatron-core's overlap_moe_expert_parallel_comm, "
+        "which TransformerConfig refuses without EP, with PP but no VPP, with full recompute, and with the allgather "
+        "dispatcher (megatron-core 0.16.1 transformer_config.py __post_init__): a default 'ep' overlap is dropped "
+        "where it cannot run (projection.switches.ep_overlap_blockers).")
     default_cuda_graphs: bool = Field(
         False, description="Whether the framework replays its steps from CUDA/HIP graphs by default (cuda_graphs).")
     default_compile: bool = Field(

@@ -48,9 +48,25 @@ class Switches:
         return comm in self.overlaps
 
 
+def ep_overlap_blockers(config: TrainingConfig) -> list[str]:
+    """Why megatron-core refuses ``overlap_moe_expert_parallel_comm`` for a layout (megatron-core 0.16.1
+    TransformerConfig.__post_init__; empty = allowed)."""
+    return [why for bad, why in ((config.ep == 1, "it needs expert parallelism"),
+                                 (config.pp > 1 and config.vpp == 1, "it needs VPP under PP"),
+                                 (config.recompute == "full", "it excludes full recompute"),
+                                 (config.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall or flex "
+                                  "dispatcher")) if bad]
+
+
 def resolve_switches(config: TrainingConfig, framework: FrameworkProfile) -> Switches:
-    """The config's switches, each unset one taken from the framework's record."""
-    overlaps = config.comm_overlap if config.comm_overlap is not None else framework.default_comm_overlap
+    """The config's switches, each unset one taken from the framework's record (a default EP overlap only where the
+    framework can run it: :func:`ep_overlap_blockers` under megatron-core's rules)."""
+    if config.comm_overlap is not None:
+        overlaps = config.comm_overlap
+    else:
+        overlaps = framework.default_comm_overlap
+        if framework.megatron_core_ep_overlap_rules and ep_overlap_blockers(config):
+            overlaps = tuple(c for c in overlaps if c != "ep")
     graphs = config.cuda_graphs if config.cuda_graphs is not None else framework.default_cuda_graphs
     compiled = config.compile if config.compile is not None else framework.default_compile
     backend = config.attention_backend or framework.default_attention_backend

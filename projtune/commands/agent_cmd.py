@@ -222,8 +222,6 @@ def _print_report(report: Any) -> None:
     if report.anchoring:
         out.print(f"[bold]Anchored[/]: {report.anchoring['summary']}", markup=True, highlight=False)
     if best.band_reasons:
-        from rich.markup import escape
-
         out.print("[bold]Band[/]: the 80% interval of #1 is wide: " + escape("; ".join(best.band_reasons)),
                   highlight=False)
     if report.decision:

@@ -247,13 +247,10 @@ def _sharding_dests(job: Job) -> dict[str, Any]:
 
 
 def moe_overlap_blockers(c: TrainingConfig) -> list[str]:
-    """Why megatron-core refuses ``overlap_moe_expert_parallel_comm`` for a layout (TransformerConfig.__post_init__;
-    empty = allowed)."""
-    return [why for bad, why in ((c.ep == 1, "it needs expert parallelism"),
-                                 (c.pp > 1 and c.vpp == 1, "it needs VPP under PP"),
-                                 (c.recompute == "full", "it excludes full recompute"),
-                                 (c.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall or flex "
-                                  "dispatcher")) if bad]
+    """Why megatron-core refuses ``overlap_moe_expert_parallel_comm`` for a layout (empty = allowed)."""
+    from projection.switches import ep_overlap_blockers
+
+    return ep_overlap_blockers(c)
 
 
 def device_connections(job: Job) -> dict[str, str]:
