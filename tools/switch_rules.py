@@ -11,7 +11,9 @@ the fastest setting the launch framework supports; each rule is cited:
   full recompute ("full recompute is only supported with full iteration CUDA graph") and with selective recompute
   when attention dropout is on ("attention dropout is not supported with graphed attention recomputation"), which
   it is in every Megatron launch here (Megatron-LM ``--attention-dropout`` defaults to 0.1 and the exports leave it);
-  torch FSDP2 (ZeRO-3 here) is left out: the graph's static buffers would pin the unsharded parameters.
+  torch FSDP2 (ZeRO-3 here) is left out: the graph's static buffers would pin the unsharded parameters; and
+  Megatron-LM core_v0.16.1 ``validate_args`` refuses local CUDA graphs with expert parallelism unless
+  ``--moe-pad-experts-for-cuda-graph-inference`` is set (an inference padding), so EP layouts are left out too.
 - torchtitan 0.3.0: no CUDA-graph option in its job config (torchtitan/config/job_config.py); async TP needs
   ``--compile`` (``enable_async_tensor_parallel`` asserts compile), so the search keeps torchtitan's defaults.
 - MaxText: XLA compiles the step; no switch the search varies.
@@ -28,7 +30,8 @@ from projection.framework import resolve_framework
 def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: TrainingConfig) -> bool:
     """Whether ``framework`` can replay this layout's layers from CUDA graphs (module docstring; ``model`` is kept
     for model-dependent rules)."""
-    return resolve_framework(framework or "megatron").megatron_core and config.zero != 3 and config.recompute == "none"
+    return (resolve_framework(framework or "megatron").megatron_core and config.zero != 3
+            and config.recompute == "none" and config.ep == 1)
 
 
 def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:

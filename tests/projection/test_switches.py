@@ -69,7 +69,11 @@ def test_every_framework_states_its_switch_defaults() -> None:
                             ).attention_backend == "unfused"
     mds = resolve_switches(TrainingConfig(framework="megatron-deepspeed"), framework_profile("megatron-deepspeed"))
     assert mds.overlaps == frozenset() and mds.attention_backend == "unfused" and mds.grad_reduce_bytes == 2
-    assert resolve_switches(TrainingConfig(), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS)
+    # megatron-core overlaps every communication by default; the expert exchange only where it can (EP, no full
+    # recompute, VPP under PP: projection.switches.ep_overlap_blockers)
+    assert resolve_switches(TrainingConfig(ep=2), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS)
+    assert resolve_switches(TrainingConfig(), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
+    assert "ep" not in resolve_switches(TrainingConfig(ep=2, recompute="full"), framework_profile(None)).overlaps
 
 
 def test_a_run_value_overrides_the_default() -> None:
