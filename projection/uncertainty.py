@@ -363,8 +363,11 @@ def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 
     by_class: dict[str, list[float]] = {}
     for cls, ratio in residuals:
         by_class.setdefault(cls, []).append(ratio)
-    cells = tuple(AnchoredBand(anchor_class=cls, low=min(1.0, _percentile(v, q_lo)),
-                               high=max(1.0, _percentile(v, q_hi)), runs=len(v))
+    def percentile(values: list[float], q: float) -> float:   # every residual weighs the same
+        return weighted_percentile(values, [1.0] * len(values), q)
+
+    cells = tuple(AnchoredBand(anchor_class=cls, low=min(1.0, percentile(v, q_lo)),
+                               high=max(1.0, percentile(v, q_hi)), runs=len(v))
                   for cls, v in sorted(by_class.items()) if len(v) >= min_runs)
     return AnchoredBandTable(method=method or f"anchored residuals (measured / anchored throughput) of "
                              f"`projtune eval --anchor-one`, {q_lo:.1%}-{q_hi:.1%} percentiles per anchor class",
