@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.policies.offline import OfflinePolicy
-from agent.request import TuneRequest
+from agent.text.request import TuneRequest
 from agent.run import tune
 
 NO_PICK = "no pick"

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from agent.decide import near_ties
 from agent.policies import Policy
 from agent.progress import emit
-from agent.request import Clarification, TuneRequest, size_when_planned
+from agent.text.request import Clarification, TuneRequest, size_when_planned
 from agent.search_step import measured_summary, request_search, search_top_k
 from agent.seeds import seed_proposals
 from agent.sizing import size_request

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.request import network_fields
+from agent.text.request import network_fields
 from agent.toolbox import Toolbox, ToolFailed
 from projection.errors import ProjtuneError
 from projection.memory_verdict import passes_screen

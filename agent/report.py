@@ -162,7 +162,7 @@ def _facts(state: State, best_first: list[dict[str, Any]], tools: Toolbox) -> di
 
 def network_text(request: dict[str, Any]) -> str:
     """The network the projection assumed: NICs x rate per node, the per-GPU share, the NVLink domain, and whence."""
-    from agent.request import network_fields
+    from agent.text.request import network_fields
     from projection.job import resolve_job
 
     given = network_fields(request)

@@ -7,7 +7,7 @@ from typing import Any
 
 from agent.policies import Policy
 from agent.report import TuneReport
-from agent.request import TuneRequest
+from agent.text.request import TuneRequest
 from agent.state import DEFAULT_BUDGET, RunOptions
 
 

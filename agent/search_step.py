@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.progress import emit
-from agent.request import network_fields
+from agent.text.request import network_fields
 from agent.toolbox import Toolbox, ToolFailed, ToolFailure, failure_of
 from agent.trials import trial_score
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.batch_default import default_gbs
-from agent.request import TuneRequest, network_fields
+from agent.text.request import TuneRequest, network_fields
 from agent.sizing_guess import DAY_S, GUESS_MFU, MAX_COUNTS, count_ladder, first_guess
 from projection.errors import ProjtuneError
 from projection.job import resolve_device

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.request import network_fields
+from agent.text.request import network_fields
 from projection.hardware import HardwareSpec
 from projection.job import Job, resolve_job
 from projection.legality import layout_violations

@@ -32,7 +32,7 @@ class InputState(TypedDict, total=False):
     text: str
     """The request in words ("tune Mixtral 8x7B for 64 MI300X"); parsed by the policy."""
     request: dict[str, Any]
-    """A :class:`agent.request.TuneRequest` as a dict; wins over ``text`` when given."""
+    """A :class:`agent.text.request.TuneRequest` as a dict; wins over ``text`` when given."""
     budget: dict[str, float]
     """Overrides of :data:`DEFAULT_BUDGET` keys."""
     candidates_ran: bool

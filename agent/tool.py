@@ -25,7 +25,7 @@ from typing import Any
 from agent.batch_default import default_gbs
 from agent.planning import parse_duration, parse_tokens
 from agent.policies.offline import OfflinePolicy
-from agent.request import NETWORK_KEYS, Clarification, TuneRequest, parse_request
+from agent.text.request import NETWORK_KEYS, Clarification, TuneRequest, parse_request
 from agent.run import tune as run_tune
 from agent.state import RunOptions
 from projection.errors import DeadlineExceeded

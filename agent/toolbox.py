@@ -99,7 +99,7 @@ class Toolbox:
     def for_request(cls, request: Any) -> Toolbox:
         """A toolbox for a TuneRequest-like object (or its dict)."""
         get = request.get if isinstance(request, dict) else lambda k: getattr(request, k)
-        from agent.request import network_fields
+        from agent.text.request import network_fields
 
         return cls(model=get("model"), gpu=get("gpu"), num_gpus=get("num_gpus"), gpus_per_node=get("gpus_per_node"),
                    profile_path=get("profile_path"), network=network_fields(request),

@@ -72,7 +72,7 @@ def _number_text(rng: random.Random) -> str:
 
 def gen_request(rng: random.Random) -> str:
     """Free text mixing catalog names, numbers, keywords and junk."""
-    from agent.names import gpu_index, model_index
+    from agent.text.names import gpu_index, model_index
 
     words = [*rng.sample(sorted(model_index()), 3), *rng.sample(sorted(gpu_index()), 3),
              "llama", "70b", "8x7b", "Mistral 7B", "qwen2", "gemma", "phi3", "gpt5", "tpu-v5", "./cfg/config.json",
@@ -252,7 +252,7 @@ def gen_cli(rng: random.Random) -> list[str]:
 
 
 def check_request(text: str) -> str | None:
-    from agent.request import Clarification, TuneRequest, parse_request
+    from agent.text.request import Clarification, TuneRequest, parse_request
 
     out = parse_request(text)
     if not isinstance(out, TuneRequest | Clarification):

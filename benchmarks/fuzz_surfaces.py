@@ -268,7 +268,7 @@ def gen_request_numbers(rng: random.Random) -> dict[str, Any]:
 
 
 def check_request_numbers(case: dict[str, Any]) -> str | None:
-    from agent.request import Clarification, TuneRequest, parse_request
+    from agent.text.request import Clarification, TuneRequest, parse_request
 
     parsed = parse_request(case["text"])
     if case["bad"]:

@@ -50,7 +50,7 @@ class _Counting:
 
 def _numbers(report: dict[str, Any]) -> tuple[int, int]:
     """(numbers kept, numbers removed) in a report's explanation."""
-    from agent.number_kinds import read_numbers
+    from agent.text.number_kinds import read_numbers
 
     text = report.get("explanation") or ""
     return len(read_numbers(text.replace("[?]", ""))), text.count("[?]")
@@ -79,7 +79,7 @@ def main() -> int:
 
     from agent.policies import make_policy
     from agent.run import tune
-    from agent.session import ChatSession
+    from agent.text.session import ChatSession
 
     policy = make_policy()
     if policy.name != "llm":

@@ -44,8 +44,8 @@ def tokenizer_of(path: str):  # noqa: ANN201 - tokenizers.Tokenizer, imported la
 
 def first_request(text: str) -> list[dict[str, str]]:
     """The system and user messages of the first proposal round (the search's picks stand-in: 5 rows)."""
-    from agent.prompts_text import history_table, job_text
-    from agent.request import parse_request
+    from agent.text.prompts_text import history_table, job_text
+    from agent.text.request import parse_request
     from agent.space import LayoutSpace
     from agent.toolbox import Toolbox
     from prompts.loader import render_prompt

@@ -11,7 +11,7 @@ from projection.settings import load_settings
 
 
 def test_each_reader_takes_its_variable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from agent.session import sessions_path
+    from agent.text.session import sessions_path
     from bench.measurement import cache_dir
     from tools.registry import profile_dirs, tool_deadline_s
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.request import Clarification, TuneRequest
+from agent.text.request import Clarification, TuneRequest
 
 _STEP = ConfigDict(extra="forbid", frozen=True)
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.grounding import ground_numbers
+from agent.text.grounding import ground_numbers
 from agent.llm_client import LLMClient, LLMConfig, LLMUnavailable
-from agent.plain_text import plain_text
+from agent.text.plain_text import plain_text
 from agent.policies.base import Explained, Parsed, PolicyStep
 from agent.policies.llm_tools import (
     PROPOSE,
@@ -38,8 +38,8 @@ from agent.policies.llm_tools import (
 from agent.policies.offline import OfflinePolicy, offline_explanation
 from agent.prompt_budget import REPLY_TOKENS, PromptTooLarge, fit_request
 from agent.search_step import measured_proposals, search_proposals
-from agent.prompts_text import history_table, job_text, parse_reply
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.prompts_text import history_table, job_text, parse_reply
+from agent.text.request import Clarification, TuneRequest, parse_request
 from agent.space import LayoutSpace
 from agent.toolbox import Toolbox, ToolFailed
 from prompts.loader import render_prompt
@@ -101,7 +101,7 @@ class LLMPolicy:
         offline = parse_request(text, base)
         if isinstance(offline, TuneRequest) or (state or {}).get("degraded") or not text.strip():
             return Parsed(result=offline)
-        from agent.names import gpu_index, model_catalog
+        from agent.text.names import gpu_index, model_catalog
 
         prompt = render_prompt("parse", text=text, models=", ".join(sorted(model_catalog())),
                                gpus=", ".join(sorted(set(gpu_index().values()))))
@@ -239,12 +239,12 @@ class LLMPolicy:
 
     def explain(self, state: dict[str, Any]) -> Explained:
         """The model's explanation of the winner (offline text when degraded or the endpoint fails now): plain,
-        bounded, without sentences addressed to the reader (:mod:`agent.plain_text`), and with every number no
-        tool result of the same kind contains replaced by '[?]' and named (:mod:`agent.grounding`)."""
+        bounded, without sentences addressed to the reader (:mod:`agent.text.plain_text`), and with every number no
+        tool result of the same kind contains replaced by '[?]' and named (:mod:`agent.text.grounding`)."""
         facts = state.get("facts") or {}
         if state.get("degraded") or not facts.get("best"):
             return Explained(text=offline_explanation(facts))
-        from agent.prompts_text import facts_text
+        from agent.text.prompts_text import facts_text
 
         try:
             prompt = render_prompt("explain", facts=facts_text(facts))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.policies.base import Explained, Parsed, PolicyStep
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.request import Clarification, TuneRequest, parse_request
 from agent.search_step import measured_proposals, search_proposals
 from agent.seeds import single_axis_moves
 from agent.space import LayoutSpace

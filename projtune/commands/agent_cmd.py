@@ -147,8 +147,8 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     """(the typed request with flags merged (the network, packed documents), or the Clarification to answer with;
     why the LLM's reading fell back, if it did).  ``plan`` = (--tokens, --deadline seconds): with both and no GPU
     count, the cluster is sized for them."""
-    from agent.constraints_text import merge_constraints
-    from agent.request import Clarification, size_when_planned
+    from agent.text.constraints_text import merge_constraints
+    from agent.text.request import Clarification, size_when_planned
     from agent.space import LayoutSpace
     from tools.constraints import Constraints
 
@@ -288,7 +288,7 @@ def tune_command(
     from agent.planning import parse_duration, parse_tokens
 
     from agent.report import TuneReport
-    from agent.request import Clarification
+    from agent.text.request import Clarification
     from agent.run import trial_log_rows, tune
     from agent.state import RunOptions
 
@@ -352,8 +352,8 @@ def chat_command(
     list_all: Annotated[bool, typer.Option("--list", help="List the saved sessions and exit.")] = False,
 ) -> None:
     """Talk to the tuner: a request, then follow-ups ('what if I only have 32?', 'why not TP 8?', 'export it')."""
-    from agent.followups import HELP
-    from agent.session import ChatSession, list_sessions
+    from agent.text.followups import HELP
+    from agent.text.session import ChatSession, list_sessions
     from agent.state import RunOptions
 
     if list_all:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.batch_default import default_gbs, largest_divisor_at_most
-from agent.request import TuneRequest, parse_request
+from agent.text.request import TuneRequest, parse_request
 from projection.model_spec import load_model
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from agent.followups import ChatTurns, _run_paths
+from agent.text.followups import ChatTurns, _run_paths
 from agent.policies.offline import OfflinePolicy
 from agent.state import RunOptions
 from projtune.commands.agent_cmd import _read_anchor_dicts

@@ -9,7 +9,7 @@ from agent_jobs import SMALL_8
 
 from agent.graph import build_graph, recursion_limit
 from agent.policies.offline import OfflinePolicy
-from agent.request import TuneRequest, parse_request
+from agent.text.request import TuneRequest, parse_request
 from agent.routing import after_parse, after_reflect
 from agent.run import trial_log_rows, tune
 from agent.space import LayoutSpace

@@ -100,8 +100,8 @@ def test_fitting_leaves_out_earlier_rounds_before_giving_up() -> None:
 def test_the_estimate_bounds_the_measured_first_request_of_issue_30() -> None:
     """Calibration: the request issue 30 measured at about 9,450 tokens (SmolLM2's tokenizer, llama.cpp's count) is
     estimated above that when rebuilt (old full tool schemas, Llama 3 8B on 8 H100)."""
-    from agent.prompts_text import history_table, job_text
-    from agent.request import parse_request
+    from agent.text.prompts_text import history_table, job_text
+    from agent.text.request import parse_request
     from agent.space import LayoutSpace
     from agent.toolbox import Toolbox
     from prompts.loader import render_prompt

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from agent_jobs import SMALL
 from fake_openai_server import FakeOpenAIServer, reply, tool_call
 
-from agent.grounding import ground_numbers, stated_constraints, stated_number
+from agent.text.grounding import ground_numbers, stated_constraints, stated_number
 from agent.llm_config import LLMConfig
 from agent.policies.llm import LLMPolicy
-from agent.request import TuneRequest
+from agent.text.request import TuneRequest
 from agent.run import tune
 
 
@@ -110,7 +110,7 @@ def test_the_tools_own_texts_ground_completely() -> None:
     """A test that can fail the other way: the offline explanation and the explain prompt's facts, written by the
     tools, must pass their own check untouched (no false alarms on layouts, ranks, gains, terms)."""
     from agent.policies.offline import offline_explanation
-    from agent.prompts_text import facts_text
+    from agent.text.prompts_text import facts_text
 
     facts = _facts_of_small()
     for text in (offline_explanation(facts), facts_text(facts)):

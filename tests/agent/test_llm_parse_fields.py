@@ -2,7 +2,7 @@
 
 Against the scripted OpenAI-compatible server on loopback (tests/agent/fake_openai_server.py): the
 offline parser asks back (the model is named loosely), the LLM answers the parse prompt with JSON, and
-:func:`agent.prompts_text.parse_reply` keeps what the text states (agent/grounding.py).
+:func:`agent.text.prompts_text.parse_reply` keeps what the text states (agent/text/grounding.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from fake_openai_server import FakeOpenAIServer, reply
 
 from agent.llm_config import LLMConfig
 from agent.policies.llm import LLMPolicy
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.request import Clarification, TuneRequest, parse_request
 
 FULL = {"model": "mixtral-8x22b", "gpu": "mi300x", "num_gpus": 64, "seq_len": 8192, "batch_tokens": 1048576,
         "finetune": "lora", "framework": "torchtitan", "nics_per_node": 8, "nic_gbps": 400, "nvlink_domain": 8,
@@ -99,8 +99,8 @@ def test_invalid_llm_field_values_are_named_not_lost() -> None:
     """A field the LLM filled with the wrong type or out of range is listed as ignored, not silently dropped."""
     import json
 
-    from agent.prompts_text import parse_reply
-    from agent.request import parse_request
+    from agent.text.prompts_text import parse_reply
+    from agent.text.request import parse_request
 
     text = "tune llama3 8b on 16 h100, 8x400G NICs per node"
     offline = parse_request(text)

@@ -13,7 +13,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agent.request import TuneRequest, network_fields, parse_request
+from agent.text.request import TuneRequest, network_fields, parse_request
 from agent.space import LayoutSpace
 from agent.tool import call_tool
 from projection.engine import project

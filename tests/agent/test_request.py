@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.constraints_text import extract_constraints, merge_constraints
-from agent.request import Clarification, TuneRequest, answer_clarification, parse_request
+from agent.text.constraints_text import extract_constraints, merge_constraints
+from agent.text.request import Clarification, TuneRequest, answer_clarification, parse_request
 
 
 @pytest.mark.parametrize(("text", "expected"), [

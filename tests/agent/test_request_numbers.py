@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.request import Clarification, TuneRequest, parse_request
 
 ASK = None
 BASE = "tune llama3 8b on {n} h100"

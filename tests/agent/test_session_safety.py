@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.policies.offline import OfflinePolicy
-from agent.session import ChatSession, SessionBusy, sessions_path
+from agent.text.session import ChatSession, SessionBusy, sessions_path
 from projtune.cli import app
 
 runner = CliRunner()
@@ -31,7 +31,7 @@ def test_a_second_writer_is_refused_clearly(tmp_path) -> None:
 
 def test_a_second_writer_waits_for_the_first(tmp_path) -> None:
     store = tmp_path / "sessions.sqlite"
-    code = ("import time, sys; from pathlib import Path; from agent.session import ChatSession; "
+    code = ("import time, sys; from pathlib import Path; from agent.text.session import ChatSession; "
             "from agent.policies.offline import OfflinePolicy; "
             f"s = ChatSession('w', OfflinePolicy(), path=Path({str(store)!r})); print('locked', flush=True); "
             "time.sleep(1.0); s.close()")

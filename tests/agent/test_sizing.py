@@ -3,7 +3,7 @@ count -> days -> GPU-hours with the band, and is tuned on the count chosen."""
 
 from __future__ import annotations
 
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.request import Clarification, TuneRequest, parse_request
 from agent.sizing import size_request, sizing_lines
 from agent.sizing_guess import count_ladder, first_guess
 from projection.hardware import load_hardware
@@ -65,7 +65,7 @@ def test_a_follow_up_with_a_count_is_not_sized() -> None:
 
 
 def test_tokens_and_deadline_flags_size_a_request_without_a_count() -> None:
-    from agent.request import size_when_planned
+    from agent.text.request import size_when_planned
 
     text = "Llama 3 8B on MI300X"
     asked = parse_request(text)

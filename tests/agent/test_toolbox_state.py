@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from agent.llm_config import LLMConfig
 from agent.policies.llm import LLMPolicy
-from agent.replies import report_text
+from agent.text.replies import report_text
 from agent.report import RankedLayout, TuneReport
 from agent.run import tune
 from agent.toolbox import Toolbox, ToolFailed, ToolFailure

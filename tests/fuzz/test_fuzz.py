@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from agent.names import gpu_index, model_index
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.names import gpu_index, model_index
+from agent.text.request import Clarification, TuneRequest, parse_request
 from evals.sweep_file import load_sweep_files
 from projection.engine import project
 from projection.errors import ProjtuneError

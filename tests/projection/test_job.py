@@ -197,7 +197,7 @@ HARDWARE_LOOKUPS = {
     ("bench/reduction.py", "reduce_layout"),                    # the local GPU of a reduction (target via hardware_of)
     ("tools/exports/checks.py", "_target_gpu"),                 # the vendor / compute capability of an export
     ("agent/decide.py", "mfu_labels"),                          # the peaks an MFU figure is quoted against
-    ("agent/request.py", "_gpu_spec"),                          # the precisions a parsed GPU name supports
+    ("agent/text/request.py", "_gpu_spec"),                          # the precisions a parsed GPU name supports
     ("evals/eval_run.py", "family_of"),                         # the family of a sweep's GPU
 }
 PROFILE_FILE_READS = {

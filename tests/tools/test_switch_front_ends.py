@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.constraints_text import extract_constraints
+from agent.text.constraints_text import extract_constraints
 from projection.engine import project
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig

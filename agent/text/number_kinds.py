@@ -1,7 +1,7 @@
 """Numbers in prose with what they measure: throughput, step time, a percentage gain, MFU, headroom, GiB, a
 parallel degree (inside layout names too: 'DP7', 'TP=999', '8-way tensor parallel'), a rank, a count.
 
-Used twice by :mod:`agent.grounding`: on the tools' own strings (explain lines, decision, reasons),
+Used twice by :mod:`agent.text.grounding`: on the tools' own strings (explain lines, decision, reasons),
 to learn the kind of every fact, and on the LLM's explanation, to check each number against facts
 of the same kind.  The text is normalised first (NFKC, so full-width or super-script digits read
 as digits; format characters such as zero-width spaces removed, so '6\u200b953' reads 6953).

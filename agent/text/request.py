@@ -35,11 +35,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent import names
+from agent.text import names
 from agent.batch_default import default_gbs
 from agent.sizing_guess import first_guess
-from agent.constraints_text import axis_of, extract_constraints, merge_constraints
-from agent.request_numbers import BAD_COUNT, canonical_numbers, count_problem
+from agent.text.constraints_text import axis_of, extract_constraints, merge_constraints
+from agent.text.request_numbers import BAD_COUNT, canonical_numbers, count_problem
 from projection.framework import framework_words
 from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
@@ -51,7 +51,7 @@ DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
 MAX_DIGITS = 9
 MAX_TOP_K = 50
-# A number of a request (after agent.request_numbers.canonical_numbers): never the tail of a name or of a longer
+# A number of a request (after agent.text.request_numbers.canonical_numbers): never the tail of a name or of a longer
 # number (H100, GB200, Qwen3-235B, 8,192), never followed by more word characters (8kk, 8.5.3).
 _NUM = (r"(?<![\w.,^*+\-−])([0-9]{1,9}(?:\.[0-9]{1,6})?)\s?(?:([kKmM])(?![A-Za-z0-9])|(thousand|million)\b)?"
         r"(?![\w]|\.[0-9])")
@@ -84,7 +84,7 @@ _NIC_RATE_AFTER = re.compile(r"\b(?:nics?|hcas?|infiniband|ib|roce(?:\s?v2)?|eth
                              rf"\s?(?:(?:of|at|@|with|is|=|:)\s?)?{_SPEED}", re.I)
 _NVL = re.compile(r"\bnvl\s?(\d{1,3})\b|\bnvlink[\s-]?domains?\s?(?:of|=|:|is)?\s?(\d{1,3})\b(?!\s?(?:nodes?|trays?))|"
                   r"(\d{1,3})[\s-]?gpus?\s?nvlink[\s-]?domains?\b", re.I)
-# Positive precision mentions not handled by agent.constraints_text (which reads "no fp8", "bf16 only", "use fp8").
+# Positive precision mentions not handled by agent.text.constraints_text (which reads "no fp8", "bf16 only", "use fp8").
 _PRECISION_WORDS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:nv[\s_-]?fp4|fp4|4[\s-]?bit)\b", re.I), "nvfp4"),
     (re.compile(r"\bmx[\s_-]?fp4\b", re.I), "mxfp4"),
@@ -420,7 +420,7 @@ def find_packed_documents(text: str) -> tuple[int | None, tuple[int, int] | None
 
 
 def find_precision(text: str) -> str | None:
-    """A precision the text asks for that agent.constraints_text does not read (fp4, mxfp8, blockwise, fp16)."""
+    """A precision the text asks for that agent.text.constraints_text does not read (fp4, mxfp8, blockwise, fp16)."""
     for pattern, precision in _PRECISION_WORDS:
         for m in pattern.finditer(text):
             if not _NEGATED.search(text[max(0, m.start() - 16):m.start()]):

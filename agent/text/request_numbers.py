@@ -5,7 +5,7 @@ one separator used throughout; a comma list after ``in`` such as ``pp in 64,128`
 ``1e3`` / ``8.192e3`` into ``1000`` / ``8192``, ``2^13`` / ``2**13`` into ``8192``, and number
 words for small counts (``eight``, ``sixty-four``, ``one hundred twenty-eight``; ``one`` only
 before a count noun such as ``one node``) into digits.  Suffixes (``8k``, ``1M``) are left for
-the request patterns, which read them with :data:`agent.request._MULTIPLIER`.
+the request patterns, which read them with :data:`agent.text.request._MULTIPLIER`.
 
 It also reports forms that must be asked back rather than read: hexadecimal (``0x40``), digits
 outside ASCII (``٣``, ``①``), and values that are not whole, positive and finite where a count

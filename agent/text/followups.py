@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent import names
-from agent.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
+from agent.text import names
+from agent.text.constraints_text import FP8_PRECISIONS, extract_constraints, merge_constraints
 from agent.decide import mfu_text
 from agent.policies import Policy
 from agent.search_step import run_request_search
-from agent.replies import memory_text, report_text
+from agent.text.replies import memory_text, report_text
 from agent.report import TuneReport
-from agent.request import Clarification, TuneRequest, answer_clarification, find_framework
+from agent.text.request import Clarification, TuneRequest, answer_clarification, find_framework
 from agent.run import tune
 from agent.state import RunOptions
 from agent.toolbox import Toolbox, ToolFailed

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from agent.number_kinds import normalise
+from agent.text.number_kinds import normalise
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")

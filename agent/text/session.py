@@ -1,4 +1,4 @@
-"""Chat sessions: a one-node LangGraph graph over :class:`agent.followups.ChatTurns`, persisted in SQLite.
+"""Chat sessions: a one-node LangGraph graph over :class:`agent.text.followups.ChatTurns`, persisted in SQLite.
 
 A session is a LangGraph thread (``thread_id`` = session name) checkpointed by
 ``langgraph.checkpoint.sqlite.SqliteSaver`` in ``$PROJTUNE_HOME/sessions.sqlite`` (default
@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from agent.followups import ChatTurns
+from agent.text.followups import ChatTurns
 from agent.policies import Policy
 from agent.state import RunOptions
 from projection.errors import ProjtuneError

@@ -2,7 +2,7 @@
 
 :func:`ground_numbers` checks what every number in an explanation means, not only that it appears:
 each is read with its kind (throughput, step time, percentage gain, MFU, headroom, GiB, a
-parallel degree of one axis, a rank, a count: :mod:`agent.number_kinds`) and must match, within
+parallel degree of one axis, a rank, a count: :mod:`agent.text.number_kinds`) and must match, within
 the rounding it is written with, a number of the same kind in the report's facts (the scored
 trials and their pairwise gains, explain-tool lines and terms, the decision, search counts, the
 request).  '8.33% faster' does not pass because a step of 8.335 s exists; 'DP7' does not pass
@@ -23,8 +23,8 @@ import math
 import re
 from typing import Any
 
-from agent.constraints_text import axis_of, extract_constraints
-from agent.number_kinds import PERCENT_KINDS, Number, normalise, read_numbers
+from agent.text.constraints_text import axis_of, extract_constraints
+from agent.text.number_kinds import PERCENT_KINDS, Number, normalise, read_numbers
 
 _NUMBER = re.compile(r"(?<![A-Za-z_#])[-+]?\d[\d,]*(?:\.\d+)?(?:\s*[kKmMbBtT](?![a-zA-Z]))?\s*%?")
 _SCALE = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
@@ -64,7 +64,7 @@ EXACT_KINDS = ("degree", "rank")
 
 
 class Known:
-    """The numbers the tools gave, by kind (see :mod:`agent.number_kinds`): what an explanation may quote."""
+    """The numbers the tools gave, by kind (see :mod:`agent.text.number_kinds`): what an explanation may quote."""
 
     def __init__(self) -> None:
         self.by_kind: dict[str, set[float]] = {}
@@ -194,7 +194,7 @@ def ground_numbers(text: str, facts: Any) -> tuple[str, list[str]]:
 
     A gain must be a gain the tools computed (not a step time that happens to read alike), a degree a
     degree of that axis in a scored layout, a small integer a count or value the tools gave; number
-    words and digits split by invisible characters are read too (:mod:`agent.number_kinds`).
+    words and digits split by invisible characters are read too (:mod:`agent.text.number_kinds`).
     """
     text = normalise(text)
     known = known_numbers(facts if isinstance(facts, dict) else {"values": facts})
@@ -253,7 +253,7 @@ def stated_count(value: Any, text: str) -> bool:
 
 def unstated_job(data: dict[str, Any], text: str) -> list[str]:
     """What of the job (model, GPU type, GPU count) the LLM read that the request's words do not state."""
-    from agent.names import gpu_index, model_catalog
+    from agent.text.names import gpu_index, model_catalog
 
     missing = []
     entry = model_catalog().get(str(data.get("model") or ""))

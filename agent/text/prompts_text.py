@@ -12,9 +12,9 @@ from typing import Any
 
 import json_repair
 
-from agent.grounding import stated_constraints, stated_number, unstated_job
-from agent.plain_text import plain_text
-from agent.request import Clarification, TuneRequest, parse_request
+from agent.text.grounding import stated_constraints, stated_number, unstated_job
+from agent.text.plain_text import plain_text
+from agent.text.request import Clarification, TuneRequest, parse_request
 from agent.space import LayoutSpace
 from projection.memory import GIB
 from projection.vocabulary import FINETUNES
@@ -109,10 +109,10 @@ def _extra_parts(data: dict[str, Any], text: str) -> tuple[list[str], list[str]]
     (else dropped).
 
     Stated means: the offline reader finds the same value in the text (LoRA/SFT, packed documents, the framework
-    name), or the number is written there ('1M tokens', '8x400G', 'NVL72'; :func:`agent.grounding.stated_digits`).
+    name), or the number is written there ('1M tokens', '8x400G', 'NVL72'; :func:`agent.text.grounding.stated_digits`).
     """
-    from agent.grounding import stated_digits
-    from agent.request import (
+    from agent.text.grounding import stated_digits
+    from agent.text.request import (
         FRAMEWORKS,
         find_budget,
         find_deadline,
@@ -181,7 +181,7 @@ def parse_reply(content: str, base: TuneRequest | dict[str, Any] | None,
     """Turn the LLM's JSON reply to the parse prompt into a request (re-read by the offline parser).
 
     With the user's ``text``, what the LLM read but the text does not say is dropped and noted
-    (:mod:`agent.grounding`): constraints on axes the text never names (headroom included), and gbs /
+    (:mod:`agent.text.grounding`): constraints on axes the text never names (headroom included), and gbs /
     seq_len / GPUs per node, batch-in-tokens, LoRA/SFT, framework, NIC, NVLink-domain, token-budget and
     deadline values the text does not contain (the defaults then apply and are stated).  Every
     TuneRequest field the offline parser reads is carried (:func:`_extra_parts`).
