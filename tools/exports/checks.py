@@ -247,19 +247,9 @@ def validate_megatron(d: dict[str, Any], world: int) -> list[str]:
 # ---------------------------------------------------------------------------------------------- torchtitan
 def titan_options_from_text(text: str) -> dict[str, Any]:
     """'section.key' -> value from the exported TOML."""
-    data = tomllib.loads(text)
-    out: dict[str, Any] = {}
+    from tools.exports.common import flatten_dotted
 
-    def walk(node: dict[str, Any], prefix: str) -> None:
-        for key, value in node.items():
-            path = f"{prefix}.{key}" if prefix else key
-            if isinstance(value, dict):
-                walk(value, path)
-            else:
-                out[path] = value
-
-    walk(data, "")
-    return out
+    return flatten_dotted(tomllib.loads(text))
 
 
 # GPU family -> (vendor, compute capability / gfx version) that torchtitan's quantisation converters query.

@@ -139,3 +139,19 @@ def torchrun_words(job: Job) -> str:
     """The torchrun launcher options of a job (one process per GPU of a node)."""
     return (f'torchrun --nproc-per-node {job.procs_per_node} --nnodes "$NNODES" --node-rank "$NODE_RANK" '
             '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT"')
+
+
+def flatten_dotted(data: dict[str, Any]) -> dict[str, Any]:
+    """A nested mapping (a TOML or YAML config) as 'section.key' -> value, leaves only."""
+    flat: dict[str, Any] = {}
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if isinstance(value, dict):
+                walk(value, path)
+            else:
+                flat[path] = value
+
+    walk(data, "")
+    return flat

@@ -180,17 +180,9 @@ def read_overrides(text: str) -> dict[str, Any]:
     except yaml.YAMLError:
         data = None
     if isinstance(data, dict) and any(k in _SECTIONS for k in data):
-        flat: dict[str, Any] = {}
+        from tools.exports.common import flatten_dotted
 
-        def walk(node: dict[str, Any], prefix: str) -> None:
-            for key, value in node.items():
-                path = f"{prefix}.{key}" if prefix else str(key)
-                if isinstance(value, dict):
-                    walk(value, path)
-                else:
-                    flat[path] = value
-        walk(data, "")
-        return flat
+        return flatten_dotted(data)
     body = " ".join(line.split("#", 1)[0] for line in text.splitlines()).replace("\\", " ")
     try:
         words = shlex.split(body)
