@@ -205,16 +205,13 @@ def fill_defaults(framework: str, keys: dict[str, Any], text: str, num_gpus: int
 
 
 # Megatron dests that change memory or speed but that no projection input carries: what the run does differently.
+# CUDA graphs and the gradient-reduction dtype are projected (tools.launch_import.megatron_switches).
 _UNMODELLED = {
-    "grad_reduce_in_bf16": "bf16 gradient buffers and reduction (the projection keeps the profile's fp32 gradient "
-                           "buffer: 2 bytes per parameter more than this run holds)",
     "use_precision_aware_optimizer": "precision-aware optimizer (main_grads_dtype / exp_avg_dtype / exp_avg_sq_dtype "
                                      "as set; the projection keeps fp32 moments and main weights)",
     "cpu_offloading": "activation CPU offloading (not projected)",
     "optimizer_cpu_offload": "optimizer CPU offload (not projected)",
     "moe_shared_expert_overlap": "shared-expert overlap (not projected)",
-    "cuda_graph_impl": "CUDA graphs (not projected)",
-    "enable_cuda_graph": "CUDA graphs (not projected)",
 }
 
 

@@ -168,7 +168,7 @@ def megatron_switches(args: dict[str, Any]) -> dict[str, Any]:
     ``--overlap-moe-expert-parallel-comm``, CP always (Transformer Engine's ring attention); CUDA graphs with
     ``--enable-cuda-graph`` / ``--external-cuda-graph`` / ``--cuda-graph-impl``; the attention backend from
     ``--attention-backend`` (unfused and local = unfused); fp32 gradient reduction with
-    ``--accumulate-allreduce-grads-in-fp32`` or bf16 (validate_args forces it)."""
+    ``--accumulate-allreduce-grads-in-fp32`` or bf16 without ``--grad-reduce-in-bf16`` (validate_args forces it)."""
     overlap = [c for c, on in (("dp", bool(args.get("overlap_grad_reduce") or args.get("use_torch_fsdp2"))),
                                ("tp", bool(args.get("tp_comm_overlap"))),
                                ("pp", args.get("overlap_p2p_comm", True) is not False),
@@ -180,7 +180,9 @@ def megatron_switches(args: dict[str, Any]) -> dict[str, Any]:
     backend = args.get("attention_backend")
     if backend is not None:
         switches["attention_backend"] = "unfused" if backend in ("unfused", "local") else "fused"
-    switches["grad_reduce_in_fp32"] = bool(args.get("accumulate_allreduce_grads_in_fp32") or args.get("bf16"))
+    # validate_args: bf16 accumulates and reduces in fp32 unless --grad-reduce-in-bf16
+    switches["grad_reduce_in_fp32"] = bool(args.get("accumulate_allreduce_grads_in_fp32")
+                                           or (args.get("bf16") and not args.get("grad_reduce_in_bf16")))
     dispatcher = args.get("moe_token_dispatcher_type")
     if dispatcher == "flex" and args.get("moe_flex_dispatcher_backend") == "hybridep":
         switches["moe_dispatcher"] = "hybridep"
