@@ -10,28 +10,56 @@ Two evaluations over the scored runs of the sweep files (``evals.eval_run`` proj
   framework); a series that spans two or more GPU counts is restored from its smallest-scale run(s):
   every larger run is projected with a smallest-scale run as its only anchor.
 
-Each anchored figure is reported next to the unanchored one on the same runs, per source file.
-The anchored 80% band of each pair is :func:`projection.uncertainty.anchored_band`; ``residuals``
-feeds :func:`projection.uncertainty.build_anchored_table` (leave-one-source-out, ``--bands-out``).
+Both are run in two settings (:data:`SETTINGS`):
+
+- **held-out** (the main figure): every run is projected with profiles fitted without its source
+  (leave-one-source-out, ``projtune calibrate --cross-validate``'s folds and fit, cached by
+  :mod:`evals.anchor_folds`): a job whose source is not in the fitting data, what a user with their own
+  cluster sees.  A source that is the only one given is projected with the priors (a fit on nothing).
+- **in-sample**: the shipped profiles (``--profile``), fitted on these very sweeps: the unanchored projection
+  has already absorbed each sweep's systematic error, so an anchor has little left to correct.
+
+Each anchored figure is reported next to the unanchored one on the same runs, per source file.  The factors
+are shrunk by the shared-error weight (:func:`shared_weights`, projection/anchor.py), estimated for each
+source from the other sources' pairs of the same setting only; the anchored 80% band of each pair is
+:func:`projection.uncertainty.anchored_band` of a table built on the other sources' anchored residuals.
+``--bands-out`` writes the held-out setting's weights and bands from every source
+(``catalog/uncertainty/anchored_bands.yaml``, what an anchored answer uses).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evals.eval_run import EvalOptions, ProfileSource, select_sweeps
-from evals.runner import project_run
+from evals.fit import FitRun, collect_fit_runs, pristine_framework, pristine_profile
+from evals.runner import project_run, projected_metrics
 from evals.scoring import throughput
 from evals.sweep_file import LoadedSweep, load_sweep_files
 from projection.anchor import Corrections, anchor_point, anchored_projection, solve_corrections
-from projection.engine import Projection
-from projection.memory import GIB
+from projection.device_profile import DeviceProfile
+from projection.engine import Projection, project
 from projection.errors import ProjtuneError
-from projection.uncertainty import AnchoredBandTable, anchor_class, anchored_band, build_anchored_table
+from projection.framework_profile import FrameworkProfile
+from projection.memory import GIB
+from projection.profile_priors import member_profile
+from projection.uncertainty import (
+    SCALE_GROUPS,
+    AnchoredBandTable,
+    SharedWeight,
+    anchor_class,
+    anchored_band,
+    build_anchored_table,
+    scale_group,
+)
+
+SETTINGS = ("held-out", "in-sample")
+"""held-out: leave-one-source-out profiles (the main figure); in-sample: the shipped profiles."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +109,13 @@ class Pair:
     anchored: float
     band: tuple[float, float]
     anchor_class: str
+    full_shift: float = 0.0
+    """log(anchored / unanchored step time) of the target with a fully trusted anchor (weight 1)."""
+
+    @property
+    def target_residual(self) -> float:
+        """log(measured / unanchored projected step time) of the target."""
+        return math.log(self.target.measured_time_s / self.target.projection.iteration_time_s)
 
     @property
     def ape(self) -> float:
@@ -104,35 +139,82 @@ class Pair:
 
 
 @dataclass(slots=True, kw_only=True)
-class AnchorEval:
-    """Pairs of both evaluations and the (sweep, anchor) top-1 outcomes."""
+class SettingEval:
+    """Pairs of both evaluations and the (sweep, anchor) top-1 outcomes under one setting's profiles."""
 
+    setting: str
     runs: list[ScoredRun] = field(default_factory=list)
     pairs: list[Pair] = field(default_factory=list)
     top1: list[tuple[str, bool, bool]] = field(default_factory=list)
     """(sweep, anchored top-1 hit, unanchored top-1 hit) per (sweep, anchor) choice."""
-    series: int = 0
-    scaling_series: int = 0
     band_spread: float | None = None
     """Percentile spread of the leave-one-source-out anchored bands (None: a given table was used)."""
+    weights: dict[str, SharedWeight] = field(default_factory=dict)
+    """The shared-error weights estimated from every source's pairs (what ``--bands-out`` ships)."""
+    weights_by_source: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per source file, the weights its own pairs were scored with (estimated without that source)."""
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of ``projtune eval --anchor-one --json``."""
+        """One setting's figures."""
         in_sweep = [p for p in self.pairs if p.kind == "in-sweep"]
         restore = [p for p in self.pairs if p.kind == "restore"]
         return {
-            "series": self.series, "scaling_series": self.scaling_series, "band_spread": self.band_spread,
-            "runs_scored": len(self.runs),
+            "setting": self.setting, "runs_scored": len(self.runs), "band_spread": self.band_spread,
+            "shared_weights": {g: {"weight": w.weight, "pairs": w.pairs} for g, w in self.weights.items()},
             "in_sweep": _summary(in_sweep) | _top1(self.top1),
             "restore_from_smallest": _summary(restore),
             "by_source": {"in_sweep": _by_source(in_sweep), "restore_from_smallest": _by_source(restore)},
             "by_anchor_class": {kind: _by_class(ps) for kind, ps in (("in_sweep", in_sweep), ("restore", restore))},
+            "shared_weights_by_source": {Path(f).name: w for f, w in sorted(self.weights_by_source.items())},
             "pairs": [_pair_row(p) for p in self.pairs],
         }
 
     def residuals(self) -> list[tuple[str, str, float]]:
         """(source file, anchor class, measured / anchored throughput) of every pair."""
         return [(p.target.file, p.anchor_class, p.ratio) for p in self.pairs]
+
+
+@dataclass(slots=True, kw_only=True)
+class AnchorEval:
+    """Both settings (:data:`SETTINGS`) and the series they share."""
+
+    settings: dict[str, SettingEval] = field(default_factory=dict)
+    series: int = 0
+    scaling_series: int = 0
+
+    @property
+    def main(self) -> SettingEval:
+        """The held-out setting (the main figure), else the only one run."""
+        return self.settings.get("held-out") or next(iter(self.settings.values()))
+
+    @property
+    def runs(self) -> list[ScoredRun]:
+        """The main setting's scored runs."""
+        return self.main.runs
+
+    @property
+    def pairs(self) -> list[Pair]:
+        """The main setting's pairs."""
+        return self.main.pairs
+
+    @property
+    def band_spread(self) -> float | None:
+        """The main setting's band spread."""
+        return self.main.band_spread
+
+    def residuals(self) -> list[tuple[str, str, float]]:
+        """The main setting's anchored residuals."""
+        return self.main.residuals()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``projtune eval --anchor-one --json``: the main (held-out) setting at the top, every
+        setting under ``settings``."""
+        main = self.main.to_dict()
+        others = {name: ev.to_dict() for name, ev in self.settings.items()}
+        for data in others.values():
+            data.pop("pairs", None)
+        return {"series": self.series, "scaling_series": self.scaling_series,
+                "main_setting": self.main.setting} | main | {"settings": others}
 
 
 def _mean(values: Iterable[float]) -> float | None:
@@ -160,6 +242,7 @@ def _summary(pairs: Sequence[Pair]) -> dict[str, Any]:
         "pairs": len(pairs), "targets": len(targets),
         "mape_anchored": _mean(p.ape for p in pairs),
         "mape_unanchored": _mean(p.ape_unanchored for p in targets.values()),
+        "mape_unanchored_pairs": _mean(p.ape_unanchored for p in pairs),
         "median_ape_anchored": statistics.median([p.ape for p in pairs]) if pairs else None,
         "coverage_anchored": _mean(float(p.inside) for p in pairs),
         "band_width_mean": _mean(p.band[1] - p.band[0] for p in pairs),
@@ -225,15 +308,92 @@ def scored_runs(sweeps: Sequence[LoadedSweep], profiles: ProfileSource) -> list[
     return out
 
 
-def _pair(kind: str, target: ScoredRun, anchor: ScoredRun) -> Pair:
-    """The target projected with ``anchor`` as its only anchor (band assigned later)."""
+def _held_out_projection(item: FitRun, profile: DeviceProfile, framework: FrameworkProfile) -> Projection:
+    """A development run projected with a fold's profiles (a silicon group's profile as the run's GPU runs it,
+    as :func:`evals.fit.projected_value` does)."""
+    if profile.hardware_id != item.specs.hardware.id and profile.hardware_id == item.device_group:
+        profile = member_profile(profile, item.specs.hardware.id)
+    s = item.specs
+    return project(s.model, s.cluster, s.config, hardware=s.hardware, profile=profile, framework=framework)
+
+
+def _scored(item: FitRun, projection: Projection) -> ScoredRun:
+    sweep, run = item.sweep, item.run
+    gpu = sweep.sweep.cluster.gpu
+    model = sweep.sweep.model if isinstance(sweep.sweep.model, str) else repr(sorted(sweep.sweep.model.items()))
+    job = tuple(str(run.config.get(k, d)) for k, d in (("framework", "megatron"), ("finetune", None)))
+    metrics = projected_metrics(sweep, item.specs, projection)
+    return ScoredRun(sweep=sweep.name, file=sweep.file, index=run.index, series=(series_source(sweep), model, gpu, *job),
+                     num_gpus=sweep.sweep.cluster.num_gpus, metric=item.metric, measured=item.measured,
+                     projection=projection, projected=metrics[item.metric],
+                     measured_peak_gib=run.run.measured.peak_memory_gib if run.run is not None else None,
+                     family=item.specs.hardware.family)
+
+
+def held_out_runs(fitting: Sequence[LoadedSweep], scored: Sequence[LoadedSweep],
+                  progress: Callable[[str], None] | None = None) -> list[ScoredRun]:
+    """The runs of ``scored`` projected with profiles fitted on ``fitting`` without their source
+    (leave-one-source-out folds, :func:`evals.anchor_folds.source_folds`); a source with no other source to
+    fit on is projected with the priors."""
+    from evals.anchor_folds import source_folds
+    from evals.calibrate import held_out_profile
+
+    keep = {(s.file, s.name) for s in scored}
+    folds = {Path(h.fold.test[0].source).stem: h for h in source_folds(collect_fit_runs(fitting), progress)}
+    out: list[ScoredRun] = []
+    for item in collect_fit_runs(scored):
+        if (item.source, item.sweep.name) not in keep:
+            continue
+        held = folds.get(Path(item.source).stem)
+        if held is not None:
+            profile, framework = held_out_profile(item, held.fit.device_profiles), held.framework(item)
+        else:
+            profile, framework = pristine_profile(item.device_group), pristine_framework(item.framework)
+        try:
+            out.append(_scored(item, _held_out_projection(item, profile, framework)))
+        except (ProjtuneError, ValueError, ArithmeticError):
+            continue
+    return out
+
+
+def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0) -> Pair:
+    """The target projected with ``anchor`` as its only anchor, the factors shrunk by ``weight`` (band assigned
+    later); ``full_shift`` is the fully trusted anchor's correction of the target (what the weight regresses on)."""
     point = anchor_point(anchor.label, anchor.projection, anchor.measured_time_s,
                          measured_peak_gib=anchor.measured_peak_gib)
-    corrections = solve_corrections([point])
+    full = solve_corrections([point])
+    full_time = anchored_projection(target.projection, full).iteration_time_s
+    corrections = full if weight == 1.0 else solve_corrections([point], weight)
     anchored = anchored_projection(target.projection, corrections)
     return Pair(kind=kind, target=target, anchor=anchor, corrections=corrections,
                 anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0),
-                anchor_class=anchor_class(target.num_gpus, corrections.anchor_gpus))
+                anchor_class=anchor_class(target.num_gpus, corrections.anchor_gpus),
+                full_shift=math.log(full_time / target.projection.iteration_time_s))
+
+
+def _reweighted(pair: Pair, weight: float) -> Pair:
+    """The pair re-solved with another shared-error weight."""
+    return _pair(pair.kind, pair.target, pair.anchor, weight)
+
+
+def estimate_weight(pairs: Sequence[Pair], group: str) -> SharedWeight:
+    """The shared-error weight of one scale group from (target, anchor) pairs: the least-squares slope of the
+    target's log error ``r`` on the log correction ``g`` a fully trusted anchor makes to it, through the origin,
+    ``w = sum(r g) / sum(g^2)`` clipped to 0..1.
+
+    With a series effect shared by its runs (variance tau^2) and each run's own error (sigma^2), ``g`` is about the
+    anchor's own log error, and the slope is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
+    of the shared part: the cross-validated residual covariance within series over the anchors' variance.  No
+    pair: weight 0 (nothing is known to be shared)."""
+    members = [p for p in pairs if scale_group(p.anchor_class) == group]
+    den = sum(p.full_shift ** 2 for p in members)
+    slope = sum(p.target_residual * p.full_shift for p in members) / den if den > 0 else 0.0
+    return SharedWeight(group=group, weight=min(1.0, max(0.0, slope)), pairs=len(members))
+
+
+def shared_weights(pairs: Sequence[Pair]) -> dict[str, SharedWeight]:
+    """:func:`estimate_weight` of every scale group."""
+    return {g: estimate_weight(pairs, g) for g in SCALE_GROUPS}
 
 
 def _unanchored_band(run: ScoredRun) -> tuple[float, float]:
@@ -272,9 +432,86 @@ def choose_spread(pairs: Sequence[Pair]) -> float:
     return BAND_SPREADS[-1]
 
 
+def _full_pairs(runs: Sequence[ScoredRun]) -> tuple[list[Pair], list[Pair]]:
+    """(in-sweep and restore pairs, scored; every smaller-scale anchor of a series for a larger target, the
+    scale-out weight's estimation pairs), all with fully trusted anchors."""
+    pairs: list[Pair] = []
+    by_sweep: dict[str, list[ScoredRun]] = {}
+    for run in runs:
+        by_sweep.setdefault(run.sweep, []).append(run)
+    for members in by_sweep.values():
+        for anchor in members:
+            pairs += [_pair("in-sweep", t, anchor) for t in members if t is not anchor and t.series == anchor.series]
+    estimation: list[Pair] = []
+    for members in series_of(runs).values():
+        scales = sorted({r.num_gpus for r in members})
+        if len(scales) < 2:
+            continue
+        smallest = [r for r in members if r.num_gpus == scales[0]]
+        for target in (r for r in members if r.num_gpus > scales[0]):
+            pairs += [_pair("restore", target, anchor) for anchor in smallest]
+            estimation += [_pair("scale-out", target, a) for a in members
+                           if scales[0] < a.num_gpus < target.num_gpus]
+    return pairs, estimation
+
+
+def series_of(runs: Sequence[ScoredRun]) -> dict[tuple[str, ...], list[ScoredRun]]:
+    """Runs grouped by series (one job at any layout and scale)."""
+    out: dict[tuple[str, ...], list[ScoredRun]] = {}
+    for run in runs:
+        out.setdefault(run.series, []).append(run)
+    return out
+
+
+def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool]]:
+    """(sweep, anchored hit, unanchored hit) of every (sweep, anchor) choice whose runs share one metric: the
+    anchored projections of the sweep's runs (the anchor's own measured value included) pick a best layout."""
+    groups: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        if p.kind == "in-sweep":
+            groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
+    out = []
+    for (sweep, _), members in groups.items():
+        anchor = members[0].anchor
+        same = [anchor, *(p.target for p in members)]
+        if len({r.metric for r in same}) != 1:
+            continue
+        values = {anchor.label: throughput(anchor.metric, anchor.measured)}
+        values |= {p.target.label: throughput(p.target.metric, p.anchored) for p in members}
+        best = max(throughput(r.metric, r.measured) for r in same)
+        pick = max(same, key=lambda r: values[r.label])
+        pick_un = max(same, key=lambda r: throughput(r.metric, r.projected))
+        out.append((sweep, throughput(pick.metric, pick.measured) == best,
+                    throughput(pick_un.metric, pick_un.measured) == best))
+    return out
+
+
+def evaluate_setting(setting: str, runs: list[ScoredRun], table: AnchoredBandTable | None = None) -> SettingEval:
+    """Both evaluations of one setting's runs: pairs with fully trusted anchors, the shared-error weights of each
+    source estimated on the other sources' pairs (leave-one-source-out), the pairs re-solved with them, then
+    bands (``table``, else leave-one-source-out tables of the anchored residuals) and top-1."""
+    full, estimation = _full_pairs(runs)
+    result = SettingEval(setting=setting, runs=runs)
+    result.weights = shared_weights(full + estimation)
+    pairs: list[Pair] = []
+    for file in sorted({p.target.file for p in full}):
+        weights = shared_weights([p for p in full + estimation if p.target.file != file])
+        result.weights_by_source[file] = {g: w.weight for g, w in weights.items()}
+        pairs += [_reweighted(p, weights[scale_group(p.anchor_class)].weight)
+                  for p in full if p.target.file == file]
+    result.pairs = pairs
+    result.top1 = top1_outcomes(pairs)
+    if table is None:
+        result.band_spread = choose_spread(pairs)
+    else:
+        assign_bands(pairs, table)
+    return result
+
+
 def evaluate_anchored(paths: Sequence[Path | str], options: EvalOptions | None = None,
-                      table: AnchoredBandTable | None = None) -> AnchorEval:
-    """Both anchored evaluations over the sweep files under ``paths``.
+                      table: AnchoredBandTable | None = None, settings: Sequence[str] = SETTINGS,
+                      progress: Callable[[str], None] | None = None) -> AnchorEval:
+    """Both anchored evaluations over the sweep files under ``paths``, in each of ``settings``.
 
     ``table``: the anchored band table to score coverage with; None: leave-one-source-out tables built
     from this evaluation's own pairs (each source's bands come from the other sources only).
@@ -282,42 +519,16 @@ def evaluate_anchored(paths: Sequence[Path | str], options: EvalOptions | None =
     options = options or EvalOptions()
     loaded = load_sweep_files(list(paths))
     sweeps = select_sweeps(loaded.sweeps, options)
-    runs = scored_runs(sweeps, ProfileSource(options.profile))
-    result = AnchorEval(runs=runs)
-    by_sweep: dict[str, list[ScoredRun]] = {}
-    for run in runs:
-        by_sweep.setdefault(run.sweep, []).append(run)
-    for sweep, members in by_sweep.items():
-        for anchor in members:
-            partners = [t for t in members if t is not anchor and t.series == anchor.series]
-            if not partners:
-                continue
-            values = {anchor.label: throughput(anchor.metric, anchor.measured)}
-            for target in partners:
-                pair = _pair("in-sweep", target, anchor)
-                result.pairs.append(pair)
-                values[target.label] = throughput(target.metric, pair.anchored)
-            same = [anchor, *partners]
-            if len({r.metric for r in same}) == 1:
-                best_measured = max(throughput(r.metric, r.measured) for r in same)
-                pick = max(same, key=lambda r: values[r.label])
-                pick_un = max(same, key=lambda r: throughput(r.metric, r.projected))
-                result.top1.append((sweep, throughput(pick.metric, pick.measured) == best_measured,
-                                    throughput(pick_un.metric, pick_un.measured) == best_measured))
-    by_series: dict[tuple[str, ...], list[ScoredRun]] = {}
-    for run in runs:
-        by_series.setdefault(run.series, []).append(run)
-    result.series = len(by_series)
-    for members in by_series.values():
-        scales = sorted({r.num_gpus for r in members})
-        if len(scales) < 2:
-            continue
-        result.scaling_series += 1
-        smallest = [r for r in members if r.num_gpus == scales[0]]
-        for target in (r for r in members if r.num_gpus > scales[0]):
-            result.pairs += [_pair("restore", target, anchor) for anchor in smallest]
-    if table is None:
-        result.band_spread = choose_spread(result.pairs)
-    else:
-        assign_bands(result.pairs, table)
+    result = AnchorEval()
+    for setting in settings:
+        if setting == "held-out":
+            runs = held_out_runs(loaded.sweeps, sweeps, progress)
+        elif setting == "in-sample":
+            runs = scored_runs(sweeps, ProfileSource(options.profile))
+        else:
+            raise ProjtuneError(f"unknown anchored-evaluation setting '{setting}' (use {', '.join(SETTINGS)})")
+        result.settings[setting] = evaluate_setting(setting, runs, table)
+    series = series_of(result.main.runs)
+    result.series = len(series)
+    result.scaling_series = sum(1 for m in series.values() if len({r.num_gpus for r in m}) >= 2)
     return result

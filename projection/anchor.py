@@ -14,6 +14,13 @@ factors with physical meaning, and the memory gap by one offset:
 - ``memory_offset_gib``: measured - projected peak memory per GPU, the mean over anchors that logged a
   peak (allocator pools, framework buffers the memory model does not hold).
 
+Both factors are then shrunk towards 1 by how much of an anchor's error the job's other layouts share
+(:func:`shrink`): with a weight ``w`` (0..1) estimated from cross-validated residual covariance within
+series (``evals/anchor_eval.py``, shipped in ``catalog/uncertainty/anchored_bands.yaml``),
+``log c = w_n log c_raw`` where ``w_n = n w / (1 + (n - 1) w)`` for ``n`` anchors (the empirical-Bayes
+posterior weight of a shared series effect seen through ``n`` noisy runs).  ``w = 1`` trusts the anchor
+fully (its own step is reproduced); ``w = 0`` is the unanchored projection.
+
 The optimizer step and the fixed step overhead are not scaled (neither is the job's kernels or links).
 A projected step ``t = C + K + F`` (:func:`step_parts`) becomes ``c C + k K + F``.  The factors are
 bounded by the priors :data:`COMPUTE_FACTOR_BOUNDS` and :data:`COMM_FACTOR_BOUNDS`; an anchor the
@@ -131,6 +138,11 @@ class Corrections(BaseModel):
     anchors: tuple[str, ...] = Field((), description="Labels of the anchors the corrections come from.")
     anchor_gpus: tuple[int, ...] = Field((), description="GPU count of each anchor.")
     residuals: tuple[float, ...] = Field((), description="Per anchor, corrected projected / measured step time - 1.")
+    shared_weight: float = Field(1.0, ge=0.0, le=1.0, description="Weight w_n the raw factors were shrunk by "
+                                 "(log factor = w_n log raw factor): how much of the anchors' error the job's other "
+                                 "layouts share (1: none shrunk).")
+    raw_compute_factor: float = Field(1.0, description="Compute factor before shrinking (after the prior bounds).")
+    raw_comm_factor: float = Field(1.0, description="Communication factor before shrinking (after the prior bounds).")
     notes: tuple[str, ...] = Field((), description="Bounds hit, anchors left out of a factor, and why.")
 
     @property
@@ -170,13 +182,27 @@ def _solve_both(points: Sequence[AnchorPoint]) -> tuple[float, float]:
     return (sa1 * sbb - sab * sb1) / det, (saa * sb1 - sab * sa1) / det
 
 
-def solve_corrections(points: Sequence[AnchorPoint]) -> Corrections:
+def pooled_weight(weight: float, anchors: int) -> float:
+    """Spearman-Brown: the weight of the mean of ``anchors`` runs that each share ``weight`` of their error with
+    the target (``n w / (1 + (n - 1) w)``; 1 anchor: ``weight``)."""
+    if anchors <= 1 or weight <= 0.0:
+        return max(0.0, min(1.0, weight))
+    return min(1.0, anchors * weight / (1.0 + (anchors - 1) * weight))
+
+
+def shrink(factor: float, weight: float) -> float:
+    """``factor ** weight``: a factor pulled towards 1 in log space."""
+    return factor ** weight if factor > 0 else factor
+
+
+def solve_corrections(points: Sequence[AnchorPoint], shared_weight: float = 1.0) -> Corrections:
     """Corrections of a job from its anchors (none: the identity).
 
     One anchor, or anchors alike in communication share: the compute factor alone (comm at its prior).
     Anchors that differ in communication share by :data:`COMM_SHARE_SPREAD` or more: both factors, by least
     squares on relative step-time errors.  Each factor is then clipped to its prior bounds (the compute factor
-    is re-solved with the clipped comm factor).
+    is re-solved with the clipped comm factor), and both are shrunk towards 1 by
+    :func:`pooled_weight` of ``shared_weight`` (the share of one anchor's error a target of the job shares).
     """
     if not points:
         return Corrections()
@@ -205,10 +231,28 @@ def solve_corrections(points: Sequence[AnchorPoint]) -> Corrections:
         offset = _clip(raw, (-MEMORY_OFFSET_BOUND_GIB, MEMORY_OFFSET_BOUND_GIB))
         if offset != raw:
             notes.append(f"memory offset {raw:+.1f} GiB clipped to {offset:+.1f} GiB")
-    residuals = tuple(corrected_time(p.parts, c, k) / p.measured_time_s - 1.0 for p in points)
-    return Corrections(compute_factor=c, comm_factor=k, comm_solved=comm_solved, memory_offset_gib=offset,
-                       anchors=tuple(p.label for p in points), anchor_gpus=tuple(p.num_gpus for p in points),
-                       residuals=residuals, notes=tuple(notes))
+    raw = Corrections(compute_factor=c, comm_factor=k, comm_solved=comm_solved, memory_offset_gib=offset,
+                      anchors=tuple(p.label for p in points), anchor_gpus=tuple(p.num_gpus for p in points),
+                      raw_compute_factor=c, raw_comm_factor=k, notes=tuple(notes))
+    return with_shared_weight(raw, shared_weight, points)
+
+
+def with_shared_weight(corrections: Corrections, shared_weight: float,
+                       points: Sequence[AnchorPoint] = ()) -> Corrections:
+    """The corrections with their raw factors shrunk by :func:`pooled_weight` of ``shared_weight`` over their anchors
+    (``points``, when given, get their residuals re-taken)."""
+    weight = pooled_weight(shared_weight, len(corrections.anchors))
+    c, k = shrink(corrections.raw_compute_factor, weight), shrink(corrections.raw_comm_factor, weight)
+    notes = tuple(n for n in corrections.notes if not n.startswith("factors shrunk"))
+    if weight < 1.0:
+        notes += (f"factors shrunk towards 1 with weight {weight:.2f} (compute x{corrections.raw_compute_factor:.3f} "
+                  f"-> x{c:.3f}): the share of an anchor's error the job's other layouts share (cross-validated)",)
+    if points:
+        residuals = tuple(corrected_time(p.parts, c, k) / p.measured_time_s - 1.0 for p in points)
+    else:    # residuals of other factors would be stale: kept only when the weight is unchanged
+        residuals = corrections.residuals if weight == corrections.shared_weight else ()
+    return corrections.model_copy(update={"compute_factor": c, "comm_factor": k, "shared_weight": weight,
+                                          "residuals": residuals, "notes": notes})
 
 
 def offset_memory(memory: MemoryResult, offset_gib: float) -> MemoryResult:

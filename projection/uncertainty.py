@@ -137,6 +137,7 @@ def dump_table(table: BandTable, header: str = "") -> str:
     """YAML text of a table (what ``band_table`` reads)."""
     data: dict[str, Any] = table.model_dump(mode="json")
     data["cells"] = [dict(c) for c in data["cells"]]
+    data["weights"] = [dict(w) for w in data["weights"]]
     data["novelty"] = [dict(w) for w in data["novelty"]]
     return header + yaml.safe_dump(data, sort_keys=False, width=120)
 
@@ -318,6 +319,26 @@ class AnchoredBand(BaseModel):
     runs: int = Field(ge=0, description="Held-out (target, anchor) pairs the percentiles were taken over.")
 
 
+SCALE_GROUPS = ("same-scale", "scale-out")
+"""What a shared-error weight is estimated per: targets at their anchors' scale, and targets beyond it."""
+
+
+def scale_group(cls: str) -> str:
+    """The shared-error weight's group of an anchor class (both scale-out classes share one)."""
+    return SCALE_GROUPS[0] if cls == ANCHOR_CLASSES[0] else SCALE_GROUPS[1]
+
+
+class SharedWeight(BaseModel):
+    """How much of an anchor's error the job's other layouts share (the factors' shrinkage, projection/anchor.py)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    group: str = Field(description="same-scale or scale-out (:data:`SCALE_GROUPS`).")
+    weight: float = Field(ge=0, le=1, description="Regression weight of the target's held-out log error on the "
+                                                  "correction a full-trust anchor implies, clipped to 0..1.")
+    pairs: int = Field(ge=0, description="(target, anchor) pairs it was estimated from.")
+
+
 class AnchoredBandTable(BaseModel):
     """Intervals of anchored projections by anchor class; a class without a cell keeps the unanchored band."""
 
@@ -326,7 +347,16 @@ class AnchoredBandTable(BaseModel):
     method: str
     min_runs: int = Field(ge=1)
     cells: tuple[AnchoredBand, ...] = ()
+    weights: tuple[SharedWeight, ...] = ()
     written: str = ""
+
+
+def shared_weight(cls: str, table: AnchoredBandTable | None = None) -> float:
+    """The shared-error weight for a target of anchor class ``cls`` (1 when the table has none: full trust)."""
+    table = table if table is not None else anchored_band_table()
+    group = scale_group(cls)
+    found = next((w for w in table.weights if w.group == group), None)
+    return found.weight if found is not None else 1.0
 
 
 def _anchored_table_path() -> Path:
@@ -355,7 +385,8 @@ def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBand
 
 
 def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 8, coverage: float = 0.8,
-                         method: str = "", written: str = "") -> AnchoredBandTable:
+                         method: str = "", written: str = "",
+                         weights: tuple[SharedWeight, ...] = ()) -> AnchoredBandTable:
     """An anchored-band table from held-out residuals ``(anchor class, measured / anchored throughput)``:
     per class with at least ``min_runs`` residuals, the ``(1 - coverage) / 2`` and ``(1 + coverage) / 2``
     percentiles widened to include 1."""
@@ -371,7 +402,7 @@ def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 
                   for cls, v in sorted(by_class.items()) if len(v) >= min_runs)
     return AnchoredBandTable(method=method or f"anchored residuals (measured / anchored throughput) of "
                              f"`projtune eval --anchor-one`, {q_lo:.1%}-{q_hi:.1%} percentiles per anchor class",
-                             min_runs=min_runs, cells=cells, written=written)
+                             min_runs=min_runs, cells=cells, weights=weights, written=written)
 
 
 def write_anchored_table(table: AnchoredBandTable, path: Path) -> Path:
@@ -380,6 +411,7 @@ def write_anchored_table(table: AnchoredBandTable, path: Path) -> Path:
               "# Written by `projtune eval evals/data --anchor-one --bands-out <this file>` (do not edit by hand).\n")
     data: dict[str, Any] = table.model_dump(mode="json")
     data["cells"] = [dict(c) for c in data["cells"]]
+    data["weights"] = [dict(w) for w in data["weights"]]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(header + yaml.safe_dump(data, sort_keys=False, width=120), encoding="utf-8")
     return path

@@ -13,13 +13,20 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from projection.anchor import AnchorRun, Corrections, anchor_point, anchored_projection, solve_corrections
+from projection.anchor import (
+    AnchorRun,
+    Corrections,
+    anchor_point,
+    anchored_projection,
+    solve_corrections,
+    with_shared_weight,
+)
 from projection.engine import Projection, project
 from projection.errors import IllegalLayoutError, ProjtuneError
 from projection.job import Job, job_on, resolve_device
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
-from projection.uncertainty import anchor_class, anchored_band
+from projection.uncertainty import anchor_class, anchored_band, shared_weight
 
 _PROXY_FREE = frozenset({"name", "num_layers", "moe_layers", "attention_windows", "source", "published_params"})
 """ModelSpec fields a reduced-layer proxy may change: its name and how many layers (and which are MoE/windowed)."""
@@ -97,8 +104,9 @@ def anchoring_for(job: Job, anchors: Sequence[AnchorRun]) -> Anchoring:
     if not anchors:
         raise ProjtuneError("no anchor given: an anchored projection needs at least one measured run")
     projected = [(a, *_anchor_projection(job, a)) for a in anchors]
+    weight = shared_weight(anchor_class(job.cluster.num_gpus, [a.num_gpus for a in anchors]))
     corrections = solve_corrections([anchor_point(a.label, p, a.iteration_time_s, measured_peak_gib=a.peak_memory_gib)
-                                     for a, p, _ in projected])
+                                     for a, p, _ in projected], weight)
     rows = []
     for anchor, p, model in projected:
         parts = anchored_projection(p, corrections).iteration_time_s
@@ -124,16 +132,20 @@ def unanchored_band(p: Projection) -> tuple[float, float]:
 
 
 def anchored(p: Projection, corrections: Corrections) -> Projection:
-    """The projection corrected, with the anchored band of its anchor class (its GPU count against the anchors')."""
-    if corrections.identity:
+    """The projection corrected, with the shared-error weight and the anchored band of its anchor class (its GPU
+    count against the anchors')."""
+    if corrections.identity and corrections.raw_compute_factor == 1.0 and corrections.raw_comm_factor == 1.0:
         return p
-    band = anchored_band(anchor_class(p.num_gpus, corrections.anchor_gpus), unanchored_band(p))
-    return anchored_projection(p, corrections, band)
+    cls = anchor_class(p.num_gpus, corrections.anchor_gpus)
+    weighted = with_shared_weight(corrections, shared_weight(cls))
+    return anchored_projection(p, weighted, anchored_band(cls, unanchored_band(p)))
 
 
 def slowest_factor(corrections: Corrections) -> float:
     """The smallest multiplier the corrections apply to any part of a step (<= 1): an anchored step is at least
-    this times the unanchored one, so throughput bounds divide by it."""
-    return min(1.0, corrections.compute_factor, corrections.comm_factor)
+    this times the unanchored one, so throughput bounds divide by it (the raw factors bound the shrunk ones of every
+    anchor class)."""
+    return min(1.0, corrections.compute_factor, corrections.comm_factor, corrections.raw_compute_factor,
+               corrections.raw_comm_factor)
 
 

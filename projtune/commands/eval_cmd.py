@@ -86,19 +86,22 @@ def eval_command(
 
 
 def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path | None) -> None:
-    """`projtune eval --anchor-one`: anchored vs unanchored, in-sweep and restore from the smallest scale."""
+    """`projtune eval --anchor-one`: anchored vs unanchored, in-sweep and restore from the smallest scale, with
+    leave-one-source-out profiles (held-out, the main figure) and with the shipped ones (in-sample)."""
     from evals.anchor_eval import evaluate_anchored
 
-    result = evaluate_anchored(paths, options)
+    result = evaluate_anchored(paths, options, progress=None if as_json else _stderr_console().print)
     if not result.runs:
         fail("no scored run to anchor: give sweep files with complete runs that measured a throughput")
     data = result.to_dict()
     if bands_out is not None:
         from projection.uncertainty import build_anchored_table, write_anchored_table
 
-        table = build_anchored_table([(cls, ratio) for _, cls, ratio in result.residuals()],
-                                     coverage=result.band_spread or 0.8,
-                                     written=f"projtune eval {' '.join(map(str, paths))} --anchor-one")
+        main = result.main
+        table = build_anchored_table([(cls, ratio) for _, cls, ratio in main.residuals()],
+                                     coverage=main.band_spread or 0.8, weights=tuple(main.weights.values()),
+                                     written=f"projtune eval {' '.join(map(str, paths))} --anchor-one "
+                                             f"({main.setting} profiles)")
         _stderr_console().print(f"anchored bands: {write_anchored_table(table, bands_out)}")
     if as_json:
         typer.echo(json_text(data))
@@ -106,24 +109,30 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Anchored projections ({data['series']} series, {data['scaling_series']} span 2+ scales)")
-    for col in ("evaluation", "pairs", "targets", "MAPE anchored", "MAPE unanchored", "coverage", "top-1 anchored",
-                "top-1 unanchored"):
-        table.add_column(col)
-    for label, key in (("in-sweep (one other run)", "in_sweep"),
-                       ("restore from smallest scale", "restore_from_smallest")):
-        row = data[key]
-        table.add_row(label, str(row["pairs"]), str(row["targets"]), _pct(row["mape_anchored"]),
-                      _pct(row["mape_unanchored"]), _pct(row["coverage_anchored"]),
-                      _pct(row.get("top1_anchored")), _pct(row.get("top1_unanchored")))
     console = Console()
-    console.print(table)
+    for name, setting in data["settings"].items():
+        label = ("leave-one-source-out profiles: the job's source not fitted (main)" if name == "held-out"
+                 else "shipped profiles, fitted on these sweeps (in-sample)")
+        weights = ", ".join(f"{g} {w['weight']:.2f} ({w['pairs']} pairs)" for g, w in setting["shared_weights"].items())
+        table = Table(title=f"Anchored projections, {label}: {data['series']} series, {data['scaling_series']} span "
+                            f"2+ scales; shared-error weights {weights}")
+        for col in ("evaluation", "pairs", "targets", "MAPE anchored", "MAPE unanchored (same pairs)", "coverage",
+                    "top-1 anchored", "top-1 unanchored"):
+            table.add_column(col)
+        for row_label, key in (("in-sweep (one other run)", "in_sweep"),
+                               ("restore from smallest scale", "restore_from_smallest")):
+            row = setting[key]
+            table.add_row(row_label, str(row["pairs"]), str(row["targets"]), _pct(row["mape_anchored"]),
+                          f"{_pct(row['mape_unanchored'])} ({_pct(row['mape_unanchored_pairs'])})",
+                          _pct(row["coverage_anchored"]), _pct(row.get("top1_anchored")),
+                          _pct(row.get("top1_unanchored")))
+        console.print(table)
     for key in ("in_sweep", "restore_from_smallest"):
-        per = Table(title=f"{key} by source")
+        per = Table(title=f"{key} by source ({data['main_setting']})")
         for col in ("source", "pairs", "MAPE anchored", "MAPE unanchored", "coverage"):
             per.add_column(col)
         for name, row in data["by_source"][key].items():
-            per.add_row(name, str(row["pairs"]), _pct(row["mape_anchored"]), _pct(row["mape_unanchored"]),
+            per.add_row(name, str(row["pairs"]), _pct(row["mape_anchored"]), _pct(row["mape_unanchored_pairs"]),
                         _pct(row["coverage_anchored"]))
         console.print(per)
 
