@@ -41,7 +41,14 @@ from evals.fit import FitRun, collect_fit_runs, pristine_framework, pristine_pro
 from evals.runner import project_run, projected_metrics
 from evals.scoring import throughput
 from evals.sweep_file import LoadedSweep, load_sweep_files
-from projection.anchor import Corrections, anchor_point, anchored_projection, solve_corrections
+from projection.anchor import (
+    Corrections,
+    anchor_point,
+    anchored_projection,
+    band_uninformed,
+    solve_corrections,
+    step_parts,
+)
 from projection.device_profile import DeviceProfile
 from projection.engine import Projection, project
 from projection.errors import ProjtuneError
@@ -111,6 +118,8 @@ class Pair:
     anchor_class: str
     full_shift: float = 0.0
     """log(anchored / unanchored step time) of the target with a fully trusted anchor (weight 1)."""
+    uninformed: float = 0.0
+    """Share of the target's step the anchor never exercised (scale-out targets only, projection.anchor)."""
 
     @property
     def target_residual(self) -> float:
@@ -365,10 +374,11 @@ def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0) 
     full_time = anchored_projection(target.projection, full).iteration_time_s
     corrections = full if weight == 1.0 else solve_corrections([point], weight)
     anchored = anchored_projection(target.projection, corrections)
+    cls = anchor_class(target.num_gpus, corrections.anchor_gpus)
     return Pair(kind=kind, target=target, anchor=anchor, corrections=corrections,
-                anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0),
-                anchor_class=anchor_class(target.num_gpus, corrections.anchor_gpus),
-                full_shift=math.log(full_time / target.projection.iteration_time_s))
+                anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0), anchor_class=cls,
+                full_shift=math.log(full_time / target.projection.iteration_time_s),
+                uninformed=band_uninformed(cls, step_parts(target.projection.breakdown), corrections))
 
 
 def _reweighted(pair: Pair, weight: float) -> Pair:
@@ -419,7 +429,7 @@ def assign_bands(pairs: Sequence[Pair], table: AnchoredBandTable | None, spread:
                 tables[file] = build_anchored_table([(q.anchor_class, q.ratio) for q in pairs if q.target.file != file],
                                                     coverage=spread)
             use = tables[file]
-        p.band = anchored_band(p.anchor_class, _unanchored_band(p.target), use)
+        p.band = anchored_band(p.anchor_class, _unanchored_band(p.target), use, p.uninformed)
 
 
 def choose_spread(pairs: Sequence[Pair]) -> float:

@@ -143,6 +143,8 @@ class Corrections(BaseModel):
                                  "layouts share (1: none shrunk).")
     raw_compute_factor: float = Field(1.0, description="Compute factor before shrinking (after the prior bounds).")
     raw_comm_factor: float = Field(1.0, description="Communication factor before shrinking (after the prior bounds).")
+    anchor_comm_shares: tuple[float, ...] = Field((), description="Projected communication share of each anchor's "
+                                                                  "step (what the anchors exercised).")
     notes: tuple[str, ...] = Field((), description="Bounds hit, anchors left out of a factor, and why.")
 
     @property
@@ -233,7 +235,8 @@ def solve_corrections(points: Sequence[AnchorPoint], shared_weight: float = 1.0)
             notes.append(f"memory offset {raw:+.1f} GiB clipped to {offset:+.1f} GiB")
     raw = Corrections(compute_factor=c, comm_factor=k, comm_solved=comm_solved, memory_offset_gib=offset,
                       anchors=tuple(p.label for p in points), anchor_gpus=tuple(p.num_gpus for p in points),
-                      raw_compute_factor=c, raw_comm_factor=k, notes=tuple(notes))
+                      raw_compute_factor=c, raw_comm_factor=k, notes=tuple(notes),
+                      anchor_comm_shares=tuple(p.parts.comm_share for p in points))
     return with_shared_weight(raw, shared_weight, points)
 
 
@@ -253,6 +256,25 @@ def with_shared_weight(corrections: Corrections, shared_weight: float,
         residuals = corrections.residuals if weight == corrections.shared_weight else ()
     return corrections.model_copy(update={"compute_factor": c, "comm_factor": k, "shared_weight": weight,
                                           "residuals": residuals, "notes": notes})
+
+
+def uninformed_share(target: StepParts, corrections: Corrections) -> float:
+    """Share of a target's projected step its anchors cannot inform (0..1): its communication share beyond the
+    largest the anchors exercised.  A one-node anchor measures its kernels and its scale-up links; a target on
+    1,024 GPUs adds scale-out (NIC) collectives and pipeline sends the anchor never ran, whose error the anchor
+    says nothing about.  0 with no anchors recorded."""
+    if not corrections.anchor_comm_shares:
+        return 0.0
+    return max(0.0, target.comm_share - max(corrections.anchor_comm_shares))
+
+
+def band_uninformed(cls: str, target: StepParts, corrections: Corrections) -> float:
+    """The uninformed share an anchored band widens for (:func:`projection.uncertainty.anchored_band`):
+    :func:`uninformed_share` for a target beyond its anchors' scale; 0 at it (the same links at the same scale:
+    the anchors measured that kind of communication)."""
+    from projection.uncertainty import ANCHOR_CLASSES
+
+    return 0.0 if cls == ANCHOR_CLASSES[0] else uninformed_share(target, corrections)
 
 
 def offset_memory(memory: MemoryResult, offset_gib: float) -> MemoryResult:

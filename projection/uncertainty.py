@@ -372,16 +372,26 @@ def anchored_band_table() -> AnchoredBandTable:
     return AnchoredBandTable.model_validate(yaml.safe_load(path.read_text()))
 
 
-def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBandTable | None = None
-                  ) -> tuple[float, float]:
-    """(low, high) of an anchored projection of anchor class ``cls``: the table's cell, else ``unanchored``.
+def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBandTable | None = None,
+                  uninformed: float = 0.0) -> tuple[float, float]:
+    """(low, high) of an anchored projection of anchor class ``cls``.
 
-    A cell is what held-out anchored residuals of that class spread over, so it is narrow where anchoring
-    really helps (same scale) and as wide as the evidence says where it does not (far scale-out).
+    What the anchors inform is as good as an anchored projection at their own scale: the same-scale cell
+    (held-out anchored residuals).  ``uninformed`` (0..1, :func:`projection.anchor.uninformed_share`) is the share
+    of the target's step the anchors never exercised (scale-out communication of a target far beyond a one-node
+    anchor): it keeps the unanchored band's uncertainty, scaled by that share and added in quadrature in log space
+    (independent errors).  A table without a same-scale cell: the class's own cell, else ``unanchored``.
     """
     table = table if table is not None else anchored_band_table()
-    cell = next((c for c in table.cells if c.anchor_class == cls), None)
-    return (cell.low, cell.high) if cell is not None else unanchored
+    same = next((c for c in table.cells if c.anchor_class == ANCHOR_CLASSES[0]), None)
+    cell = same or next((c for c in table.cells if c.anchor_class == cls), None)
+    if cell is None:
+        return unanchored
+    if uninformed <= 0.0:
+        return cell.low, cell.high
+    lo = math.sqrt(math.log(cell.low) ** 2 + (uninformed * math.log(unanchored[0])) ** 2)
+    hi = math.sqrt(math.log(cell.high) ** 2 + (uninformed * math.log(unanchored[1])) ** 2)
+    return math.exp(-lo), math.exp(hi)
 
 
 def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 8, coverage: float = 0.8,

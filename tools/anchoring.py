@@ -10,6 +10,7 @@ the corrections.  Anchored bands come from :func:`projection.uncertainty.anchore
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,9 +19,12 @@ from projection.anchor import (
     Corrections,
     anchor_point,
     anchored_projection,
+    band_uninformed,
     solve_corrections,
+    step_parts,
     with_shared_weight,
 )
+from projection.evidence import Novelty
 from projection.engine import Projection, project
 from projection.errors import IllegalLayoutError, ProjtuneError
 from projection.job import Job, job_on, resolve_device
@@ -138,7 +142,23 @@ def anchored(p: Projection, corrections: Corrections) -> Projection:
         return p
     cls = anchor_class(p.num_gpus, corrections.anchor_gpus)
     weighted = with_shared_weight(corrections, shared_weight(cls))
-    return anchored_projection(p, weighted, anchored_band(cls, unanchored_band(p)))
+    uninformed = band_uninformed(cls, step_parts(p.breakdown), corrections)
+    out = anchored_projection(p, weighted, anchored_band(cls, unanchored_band(p), uninformed=uninformed))
+    if uninformed >= UNINFORMED_NOTE_SHARE:
+        reason = Novelty(key="scale", text=uninformed_text(uninformed, p.num_gpus, corrections.anchor_gpus))
+        out = replace(out, band_novelty=(*out.band_novelty, reason))
+    return out
+
+
+UNINFORMED_NOTE_SHARE = 0.01
+"""Smallest uninformed share of a step (1%) an anchored answer names among its band's reasons."""
+
+
+def uninformed_text(share: float, target_gpus: int, anchor_gpus: Sequence[int]) -> str:
+    """The band reason of a target its anchors cannot fully inform."""
+    return (f"the anchors ({', '.join(map(str, sorted(set(anchor_gpus))))} GPUs) did not exercise {share:.0%} of this "
+            f"step: communication at {target_gpus} GPUs beyond theirs (scale-out); the band keeps the unanchored "
+            "uncertainty for that share")
 
 
 def slowest_factor(corrections: Corrections) -> float:

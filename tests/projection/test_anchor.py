@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from projection.anchor import (
@@ -99,7 +101,13 @@ def test_anchored_band_by_anchor_class() -> None:
     table = AnchoredBandTable(method="test", min_runs=1,
                               cells=(AnchoredBand(anchor_class="same-scale", low=0.95, high=1.05, runs=10),))
     assert anchored_band("same-scale", (0.8, 1.2), table) == (0.95, 1.05)
-    assert anchored_band("scale-out-far", (0.8, 1.2), table) == (0.8, 1.2)    # no evidence: the unanchored band
+    # beyond the anchors: what they inform at the same-scale width, what they never ran at the unanchored one
+    assert anchored_band("scale-out-far", (0.8, 1.2), table) == (0.95, 1.05)
+    low, high = anchored_band("scale-out-far", (0.8, 1.2), table, uninformed=1.0)
+    assert low == pytest.approx(math.exp(-math.hypot(math.log(0.95), math.log(0.8))))
+    assert high == pytest.approx(math.exp(math.hypot(math.log(1.05), math.log(1.2))))
+    empty = AnchoredBandTable(method="test", min_runs=1)
+    assert anchored_band("scale-out-far", (0.8, 1.2), empty) == (0.8, 1.2)    # no evidence: the unanchored band
 
 
 def test_the_shipped_table_is_narrower_at_the_same_scale_than_far_out() -> None:
@@ -109,3 +117,37 @@ def test_the_shipped_table_is_narrower_at_the_same_scale_than_far_out() -> None:
     assert "same-scale" in cells
     if "scale-out-far" in cells:
         assert cells["scale-out-far"].low < cells["same-scale"].low
+
+
+def test_a_shared_weight_shrinks_the_factors_in_log_space(projection) -> None:
+    from projection.anchor import pooled_weight, with_shared_weight
+
+    measured = projection.iteration_time_s * 1.2
+    full = solve_corrections([anchor_point("run", projection, measured)])
+    half = solve_corrections([anchor_point("run", projection, measured)], 0.5)
+    assert half.compute_factor == pytest.approx(full.compute_factor ** 0.5, rel=1e-12)
+    assert half.raw_compute_factor == full.compute_factor and half.shared_weight == 0.5
+    assert 1.0 < half.compute_factor < full.compute_factor
+    none = solve_corrections([anchor_point("run", projection, measured)], 0.0)
+    assert none.compute_factor == 1.0 and none.comm_factor == 1.0
+    assert anchored_projection(projection, none).iteration_time_s == pytest.approx(projection.iteration_time_s)
+    # n anchors that each share w of their error: Spearman-Brown n w / (1 + (n - 1) w)
+    assert pooled_weight(0.5, 1) == 0.5 and pooled_weight(0.5, 3) == pytest.approx(0.75)
+    assert pooled_weight(1.0, 4) == 1.0 and pooled_weight(0.0, 4) == 0.0
+    again = with_shared_weight(half, 1.0)
+    assert again.compute_factor == pytest.approx(full.compute_factor, rel=1e-12)
+
+
+def test_what_a_one_node_anchor_cannot_inform_widens_the_band() -> None:
+    from projection.anchor import band_uninformed, uninformed_share
+
+    anchor = _point("node", 8.0, 1.0, 1.0, 1.0, 1.0)                 # 10% communication
+    corrections = solve_corrections([anchor])
+    target = StepParts(8.0, 4.0, 1.0)                                 # 4/13 ~ 31% communication
+    assert uninformed_share(target, corrections) == pytest.approx(4 / 13 - 0.1)
+    assert band_uninformed("same-scale", target, corrections) == 0.0
+    table = AnchoredBandTable(method="test", min_runs=1,
+                              cells=(AnchoredBand(anchor_class="same-scale", low=0.95, high=1.05, runs=10),))
+    low, high = anchored_band("scale-out-far", (0.7, 1.3), table, uninformed=0.5)
+    assert low < 0.95 and high > 1.05                                  # wider than what the anchor informs
+    assert low > 0.7 and high < 1.3                                    # narrower than knowing nothing
