@@ -43,6 +43,7 @@ from evals.scoring import throughput
 from evals.sweep_file import LoadedSweep, load_sweep_files
 from projection.anchor import (
     Corrections,
+    alike_in_communication,
     anchor_point,
     anchored_projection,
     band_uninformed,
@@ -56,6 +57,7 @@ from projection.framework_profile import FrameworkProfile
 from projection.memory import GIB
 from projection.profile_priors import member_profile
 from projection.uncertainty import (
+    MIN_WEIGHT_PAIRS,
     SCALE_GROUPS,
     AnchoredBandTable,
     SharedWeight,
@@ -120,6 +122,8 @@ class Pair:
     """log(anchored / unanchored step time) of the target with a fully trusted anchor (weight 1)."""
     uninformed: float = 0.0
     """Share of the target's step the anchor never exercised (scale-out targets only, projection.anchor)."""
+    alike: bool = True
+    """Target and anchor within COMM_SHARE_SPREAD in communication share (the weight's cell)."""
 
     @property
     def target_residual(self) -> float:
@@ -154,10 +158,11 @@ class SettingEval:
     setting: str
     runs: list[ScoredRun] = field(default_factory=list)
     pairs: list[Pair] = field(default_factory=list)
-    top1: list[tuple[str, bool, bool]] = field(default_factory=list)
-    """(sweep, anchored top-1 hit, unanchored top-1 hit) per (sweep, anchor) choice."""
-    band_spread: float | None = None
-    """Percentile spread of the leave-one-source-out anchored bands (None: a given table was used)."""
+    top1: list[tuple[str, bool, bool, float, float]] = field(default_factory=list)
+    """(sweep, anchored top-1 hit, unanchored top-1 hit, anchored regret, unanchored regret) per (sweep, anchor)
+    choice; regret: 1 - measured throughput of the pick / the best measured."""
+    band_spreads: dict[str, float] = field(default_factory=dict)
+    """Percentile spread of the leave-one-source-out anchored bands per scale group (empty: a given table)."""
     weights: dict[str, SharedWeight] = field(default_factory=dict)
     """The shared-error weights estimated from every source's pairs (what ``--bands-out`` ships)."""
     weights_by_source: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -168,7 +173,7 @@ class SettingEval:
         in_sweep = [p for p in self.pairs if p.kind == "in-sweep"]
         restore = [p for p in self.pairs if p.kind == "restore"]
         return {
-            "setting": self.setting, "runs_scored": len(self.runs), "band_spread": self.band_spread,
+            "setting": self.setting, "runs_scored": len(self.runs), "band_spreads": self.band_spreads,
             "shared_weights": {g: {"weight": w.weight, "pairs": w.pairs} for g, w in self.weights.items()},
             "in_sweep": _summary(in_sweep) | _top1(self.top1),
             "restore_from_smallest": _summary(restore),
@@ -207,9 +212,9 @@ class AnchorEval:
         return self.main.pairs
 
     @property
-    def band_spread(self) -> float | None:
-        """The main setting's band spread."""
-        return self.main.band_spread
+    def band_spreads(self) -> dict[str, float]:
+        """The main setting's band spreads."""
+        return self.main.band_spreads
 
     def residuals(self) -> list[tuple[str, str, float]]:
         """The main setting's anchored residuals."""
@@ -260,13 +265,15 @@ def _summary(pairs: Sequence[Pair]) -> dict[str, Any]:
     }
 
 
-def _top1(outcomes: Sequence[tuple[str, bool, bool]]) -> dict[str, Any]:
-    sweeps = sorted({s for s, _, _ in outcomes})
-    per_sweep = {s: [(a, u) for name, a, u in outcomes if name == s] for s in sweeps}
+def _top1(outcomes: Sequence[tuple[str, bool, bool, float, float]]) -> dict[str, Any]:
+    sweeps = sorted({o[0] for o in outcomes})
+    per_sweep = {s: [o[1:] for o in outcomes if o[0] == s] for s in sweeps}
     return {
         "rankable_sweeps": len(sweeps),
-        "top1_anchored": _mean(_mean(float(a) for a, _ in v) for v in per_sweep.values()),   # type: ignore[misc]
+        "top1_anchored": _mean(_mean(float(o[0]) for o in v) for v in per_sweep.values()),   # type: ignore[misc]
         "top1_unanchored": _mean(float(v[0][1]) for v in per_sweep.values()),
+        "top1_regret_anchored": _mean(_mean(o[2] for o in v) for v in per_sweep.values()),  # type: ignore[misc]
+        "top1_regret_unanchored": _mean(v[0][3] for v in per_sweep.values()),
     }
 
 
@@ -374,11 +381,12 @@ def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0) 
     full_time = anchored_projection(target.projection, full).iteration_time_s
     corrections = full if weight == 1.0 else solve_corrections([point], weight)
     anchored = anchored_projection(target.projection, corrections)
+    parts = step_parts(target.projection.breakdown)
     cls = anchor_class(target.num_gpus, corrections.anchor_gpus)
     return Pair(kind=kind, target=target, anchor=anchor, corrections=corrections,
                 anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0), anchor_class=cls,
                 full_shift=math.log(full_time / target.projection.iteration_time_s),
-                uninformed=band_uninformed(cls, step_parts(target.projection.breakdown), corrections))
+                uninformed=band_uninformed(cls, parts, corrections), alike=alike_in_communication(parts, corrections))
 
 
 def _reweighted(pair: Pair, weight: float) -> Pair:
@@ -386,24 +394,41 @@ def _reweighted(pair: Pair, weight: float) -> Pair:
     return _pair(pair.kind, pair.target, pair.anchor, weight)
 
 
-def estimate_weight(pairs: Sequence[Pair], group: str) -> SharedWeight:
-    """The shared-error weight of one scale group from (target, anchor) pairs: the least-squares slope of the
-    target's log error ``r`` on the log correction ``g`` a fully trusted anchor makes to it, through the origin,
-    ``w = sum(r g) / sum(g^2)`` clipped to 0..1.
+def estimate_weight(pairs: Sequence[Pair], group: str, alike: bool | None = True) -> SharedWeight:
+    """The shared-error weight of one scale group, for targets alike or not in communication share to their anchor
+    (:func:`projection.anchor.alike_in_communication`; None: both), from (target, anchor) pairs: the
+    least-squares slope of the target's log error ``r`` on the log correction ``g`` a fully trusted anchor makes to
+    it, through the origin, ``w = sum(r g) / sum(g^2)`` clipped to 0..1.
 
     With a series effect shared by its runs (variance tau^2) and each run's own error (sigma^2), ``g`` is about the
     anchor's own log error, and the slope is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
-    of the shared part: the cross-validated residual covariance within series over the anchors' variance.  No
-    pair: weight 0 (nothing is known to be shared)."""
-    members = [p for p in pairs if scale_group(p.anchor_class) == group]
+    of the shared part: the cross-validated residual covariance within series over the anchors' variance.  Fewer
+    than :data:`projection.uncertainty.MIN_WEIGHT_PAIRS` pairs: weight 0 (nothing is known to be shared)."""
+    members = [p for p in pairs if scale_group(p.anchor_class) == group and alike in (None, p.alike)]
     den = sum(p.full_shift ** 2 for p in members)
-    slope = sum(p.target_residual * p.full_shift for p in members) / den if den > 0 else 0.0
-    return SharedWeight(group=group, weight=min(1.0, max(0.0, slope)), pairs=len(members))
+    slope = (sum(p.target_residual * p.full_shift for p in members) / den
+             if den > 0 and len(members) >= MIN_WEIGHT_PAIRS else 0.0)
+    return SharedWeight(group=group, alike=alike is not False, weight=min(1.0, max(0.0, slope)), pairs=len(members))
+
+
+def weight_key(group: str, alike: bool) -> str:
+    """``same-scale``, ``same-scale, comm differs``, ...: a weight cell's name."""
+    return group + ("" if alike else ", comm differs")
 
 
 def shared_weights(pairs: Sequence[Pair]) -> dict[str, SharedWeight]:
-    """:func:`estimate_weight` of every scale group."""
-    return {g: estimate_weight(pairs, g) for g in SCALE_GROUPS}
+    """:func:`estimate_weight` of the same-scale group for targets alike and not alike in communication share, and of
+    the scale-out group as one cell (beyond the anchors' scale the communication differs by construction: its extra
+    share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`)."""
+    out = {weight_key(SCALE_GROUPS[0], a): estimate_weight(pairs, SCALE_GROUPS[0], a) for a in (True, False)}
+    out[SCALE_GROUPS[1]] = estimate_weight(pairs, SCALE_GROUPS[1], None)
+    return out
+
+
+def weight_for(weights: dict[str, SharedWeight], pair: Pair) -> float:
+    """The weight of a pair's cell."""
+    group = scale_group(pair.anchor_class)
+    return weights[weight_key(group, pair.alike or group != SCALE_GROUPS[0])].weight
 
 
 def _unanchored_band(run: ScoredRun) -> tuple[float, float]:
@@ -417,29 +442,37 @@ TARGET_COVERAGE = 0.78
 """Leave-one-source-out coverage the narrowest chosen spread must reach."""
 
 
-def assign_bands(pairs: Sequence[Pair], table: AnchoredBandTable | None, spread: float = 0.8) -> None:
-    """Give every pair its anchored band: from ``table``, or (None) from a table of ``spread`` built on the other
-    sources' pairs only (leave-one-source-out, what the coverage figure reports)."""
+def assign_bands(pairs: Sequence[Pair], table: AnchoredBandTable | None,
+                 spreads: dict[str, float] | None = None) -> None:
+    """Give every pair its anchored band: from ``table``, or (None) from a table built on the other sources' pairs
+    only with ``spreads`` (scale group -> percentile spread; leave-one-source-out, what the coverage reports)."""
+    spreads = spreads or {}
     tables: dict[str, AnchoredBandTable] = {}
     for p in pairs:
         use = table
         if use is None:
             file = p.target.file
             if file not in tables:
-                tables[file] = build_anchored_table([(q.anchor_class, q.ratio) for q in pairs if q.target.file != file],
-                                                    coverage=spread)
+                tables[file] = build_anchored_table(
+                    [(q.anchor_class, q.ratio) for q in pairs if q.target.file != file],
+                    coverage=spreads.get(SCALE_GROUPS[0], 0.8), scale_out_coverage=spreads.get(SCALE_GROUPS[1]))
             use = tables[file]
         p.band = anchored_band(p.anchor_class, _unanchored_band(p.target), use, p.uninformed)
 
 
-def choose_spread(pairs: Sequence[Pair]) -> float:
-    """The narrowest of :data:`BAND_SPREADS` whose leave-one-source-out coverage reaches :data:`TARGET_COVERAGE`
-    (the widest when none does); leaves every pair with the bands of that spread."""
-    for spread in BAND_SPREADS:
-        assign_bands(pairs, None, spread)
-        if pairs and statistics.fmean(float(p.inside) for p in pairs) >= TARGET_COVERAGE:
-            return spread
-    return BAND_SPREADS[-1]
+def choose_spreads(pairs: Sequence[Pair]) -> dict[str, float]:
+    """Per scale group, the narrowest of :data:`BAND_SPREADS` whose leave-one-source-out coverage of that group's
+    pairs reaches :data:`TARGET_COVERAGE` (the widest when none does); leaves every pair with those bands."""
+    spreads = {g: BAND_SPREADS[-1] for g in SCALE_GROUPS}
+    for group in SCALE_GROUPS:
+        members = [p for p in pairs if scale_group(p.anchor_class) == group]
+        for spread in BAND_SPREADS:
+            spreads[group] = spread
+            assign_bands(pairs, None, spreads)
+            if members and statistics.fmean(float(p.inside) for p in members) >= TARGET_COVERAGE:
+                break
+    assign_bands(pairs, None, spreads)
+    return spreads
 
 
 def _full_pairs(runs: Sequence[ScoredRun]) -> tuple[list[Pair], list[Pair]]:
@@ -473,9 +506,10 @@ def series_of(runs: Sequence[ScoredRun]) -> dict[tuple[str, ...], list[ScoredRun
     return out
 
 
-def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool]]:
-    """(sweep, anchored hit, unanchored hit) of every (sweep, anchor) choice whose runs share one metric: the
-    anchored projections of the sweep's runs (the anchor's own measured value included) pick a best layout."""
+def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, float]]:
+    """(sweep, anchored hit, unanchored hit, anchored regret, unanchored regret) of every (sweep, anchor) choice whose
+    runs share one metric: the anchored projections of the sweep's runs (the anchor's own measured value included)
+    pick a best layout; regret is the throughput the pick loses against the measured best (0: the best)."""
     groups: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         if p.kind == "in-sweep":
@@ -491,8 +525,8 @@ def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool]]:
         best = max(throughput(r.metric, r.measured) for r in same)
         pick = max(same, key=lambda r: values[r.label])
         pick_un = max(same, key=lambda r: throughput(r.metric, r.projected))
-        out.append((sweep, throughput(pick.metric, pick.measured) == best,
-                    throughput(pick_un.metric, pick_un.measured) == best))
+        got, got_un = throughput(pick.metric, pick.measured), throughput(pick_un.metric, pick_un.measured)
+        out.append((sweep, got == best, got_un == best, 1 - got / best, 1 - got_un / best))
     return out
 
 
@@ -507,12 +541,11 @@ def evaluate_setting(setting: str, runs: list[ScoredRun], table: AnchoredBandTab
     for file in sorted({p.target.file for p in full}):
         weights = shared_weights([p for p in full + estimation if p.target.file != file])
         result.weights_by_source[file] = {g: w.weight for g, w in weights.items()}
-        pairs += [_reweighted(p, weights[scale_group(p.anchor_class)].weight)
-                  for p in full if p.target.file == file]
+        pairs += [_reweighted(p, weight_for(weights, p)) for p in full if p.target.file == file]
     result.pairs = pairs
     result.top1 = top1_outcomes(pairs)
     if table is None:
-        result.band_spread = choose_spread(pairs)
+        result.band_spreads = choose_spreads(pairs)
     else:
         assign_bands(pairs, table)
     return result

@@ -268,6 +268,15 @@ def uninformed_share(target: StepParts, corrections: Corrections) -> float:
     return max(0.0, target.comm_share - max(corrections.anchor_comm_shares))
 
 
+def alike_in_communication(target: StepParts, corrections: Corrections) -> bool:
+    """Whether a target's communication share of the step is within :data:`COMM_SHARE_SPREAD` of its nearest
+    anchor's: then an anchor's error is mostly of the kinds the target has, and transfers as the shared-error weight
+    of such pairs says (no anchors recorded: alike)."""
+    if not corrections.anchor_comm_shares:
+        return True
+    return min(abs(target.comm_share - s) for s in corrections.anchor_comm_shares) < COMM_SHARE_SPREAD
+
+
 def band_uninformed(cls: str, target: StepParts, corrections: Corrections) -> float:
     """The uninformed share an anchored band widens for (:func:`projection.uncertainty.anchored_band`):
     :func:`uninformed_share` for a target beyond its anchors' scale; 0 at it (the same links at the same scale:

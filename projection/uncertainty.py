@@ -334,6 +334,10 @@ class SharedWeight(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     group: str = Field(description="same-scale or scale-out (:data:`SCALE_GROUPS`).")
+    alike: bool = Field(True, description="Estimated on targets whose communication share of the step is within "
+                                          "projection.anchor.COMM_SHARE_SPREAD of their nearest anchor's (the "
+                                          "anchor's error is then mostly of the kind the target has), or on "
+                                          "targets that differ more.")
     weight: float = Field(ge=0, le=1, description="Regression weight of the target's held-out log error on the "
                                                   "correction a full-trust anchor implies, clipped to 0..1.")
     pairs: int = Field(ge=0, description="(target, anchor) pairs it was estimated from.")
@@ -351,12 +355,22 @@ class AnchoredBandTable(BaseModel):
     written: str = ""
 
 
-def shared_weight(cls: str, table: AnchoredBandTable | None = None) -> float:
-    """The shared-error weight for a target of anchor class ``cls`` (1 when the table has none: full trust)."""
+MIN_WEIGHT_PAIRS = 8
+"""Fewest (target, anchor) pairs a shared-error weight is estimated from; with fewer there is no evidence that a
+job's layouts share their errors, and the weight is 0 (the anchor does not move the projection)."""
+
+
+def shared_weight(cls: str, alike: bool = True, table: AnchoredBandTable | None = None) -> float:
+    """The shared-error weight for a target of anchor class ``cls`` alike or not in communication share to its
+    nearest anchor: the table's, 0 when the table has weights but none for that cell (no evidence), 1 when it has no
+    weights at all (full trust)."""
     table = table if table is not None else anchored_band_table()
+    if not table.weights:
+        return 1.0
     group = scale_group(cls)
-    found = next((w for w in table.weights if w.group == group), None)
-    return found.weight if found is not None else 1.0
+    alike = alike or group != SCALE_GROUPS[0]         # beyond the anchors' scale: one cell (the band keeps the rest)
+    found = next((w for w in table.weights if w.group == group and w.alike == alike), None)
+    return found.weight if found is not None else 0.0
 
 
 def _anchored_table_path() -> Path:
@@ -376,15 +390,15 @@ def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBand
                   uninformed: float = 0.0) -> tuple[float, float]:
     """(low, high) of an anchored projection of anchor class ``cls``.
 
-    What the anchors inform is as good as an anchored projection at their own scale: the same-scale cell
-    (held-out anchored residuals).  ``uninformed`` (0..1, :func:`projection.anchor.uninformed_share`) is the share
+    What the anchors inform is as good as an anchored projection at their own scale: the class's cell (built from
+    the held-out same-scale anchored residuals, :func:`build_anchored_table`), else the same-scale cell.  ``uninformed`` (0..1, :func:`projection.anchor.uninformed_share`) is the share
     of the target's step the anchors never exercised (scale-out communication of a target far beyond a one-node
     anchor): it keeps the unanchored band's uncertainty, scaled by that share and added in quadrature in log space
     (independent errors).  A table without a same-scale cell: the class's own cell, else ``unanchored``.
     """
     table = table if table is not None else anchored_band_table()
-    same = next((c for c in table.cells if c.anchor_class == ANCHOR_CLASSES[0]), None)
-    cell = same or next((c for c in table.cells if c.anchor_class == cls), None)
+    cell = (next((c for c in table.cells if c.anchor_class == cls), None)
+            or next((c for c in table.cells if c.anchor_class == ANCHOR_CLASSES[0]), None))
     if cell is None:
         return unanchored
     if uninformed <= 0.0:
@@ -395,24 +409,31 @@ def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBand
 
 
 def build_anchored_table(residuals: list[tuple[str, float]], *, min_runs: int = 8, coverage: float = 0.8,
-                         method: str = "", written: str = "",
+                         scale_out_coverage: float | None = None, method: str = "", written: str = "",
                          weights: tuple[SharedWeight, ...] = ()) -> AnchoredBandTable:
-    """An anchored-band table from held-out residuals ``(anchor class, measured / anchored throughput)``:
-    per class with at least ``min_runs`` residuals, the ``(1 - coverage) / 2`` and ``(1 + coverage) / 2``
-    percentiles widened to include 1."""
-    q_lo, q_hi = (1 - coverage) / 2, (1 + coverage) / 2
-    by_class: dict[str, list[float]] = {}
-    for cls, ratio in residuals:
-        by_class.setdefault(cls, []).append(ratio)
+    """An anchored-band table from held-out residuals ``(anchor class, measured / anchored throughput)``.
+
+    The same-scale cell (at least ``min_runs`` same-scale residuals): their ``(1 - coverage) / 2`` and
+    ``(1 + coverage) / 2`` percentiles widened to include 1 - how far off an anchored projection is where the
+    anchors informed every part of the step.  The scale-out cells are that part of a scale-out target's band: the
+    same residuals' percentiles at ``scale_out_coverage`` (default ``coverage``; the eval chooses it so that
+    scale-out targets are covered once :func:`anchored_band` adds what their anchors never exercised)."""
+    same = [ratio for cls, ratio in residuals if cls == ANCHOR_CLASSES[0]]
+
     def percentile(values: list[float], q: float) -> float:   # every residual weighs the same
         return weighted_percentile(values, [1.0] * len(values), q)
 
-    cells = tuple(AnchoredBand(anchor_class=cls, low=min(1.0, percentile(v, q_lo)),
-                               high=max(1.0, percentile(v, q_hi)), runs=len(v))
-                  for cls, v in sorted(by_class.items()) if len(v) >= min_runs)
-    return AnchoredBandTable(method=method or f"anchored residuals (measured / anchored throughput) of "
-                             f"`projtune eval --anchor-one`, {q_lo:.1%}-{q_hi:.1%} percentiles per anchor class",
-                             min_runs=min_runs, cells=cells, weights=weights, written=written)
+    def cell(cls: str, cover: float) -> AnchoredBand:
+        return AnchoredBand(anchor_class=cls, low=min(1.0, percentile(same, (1 - cover) / 2)),
+                            high=max(1.0, percentile(same, (1 + cover) / 2)), runs=len(same))
+
+    out_cover = scale_out_coverage if scale_out_coverage is not None else coverage
+    cells = ((cell(ANCHOR_CLASSES[0], coverage), *(cell(c, out_cover) for c in ANCHOR_CLASSES[1:]))
+             if len(same) >= min_runs else ())
+    return AnchoredBandTable(method=method or "same-scale anchored residuals (measured / anchored throughput) of "
+                             f"`projtune eval --anchor-one`: {coverage:.0%} spread at the anchors' scale, "
+                             f"{out_cover:.0%} beyond it (plus the share the anchors never exercised at the "
+                             "unanchored width)", min_runs=min_runs, cells=cells, weights=weights, written=written)
 
 
 def write_anchored_table(table: AnchoredBandTable, path: Path) -> Path:

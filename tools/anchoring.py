@@ -18,6 +18,7 @@ from projection.anchor import (
     AnchorRun,
     Corrections,
     anchor_point,
+    alike_in_communication,
     anchored_projection,
     band_uninformed,
     solve_corrections,
@@ -141,8 +142,9 @@ def anchored(p: Projection, corrections: Corrections) -> Projection:
     if corrections.identity and corrections.raw_compute_factor == 1.0 and corrections.raw_comm_factor == 1.0:
         return p
     cls = anchor_class(p.num_gpus, corrections.anchor_gpus)
-    weighted = with_shared_weight(corrections, shared_weight(cls))
-    uninformed = band_uninformed(cls, step_parts(p.breakdown), corrections)
+    parts = step_parts(p.breakdown)
+    weighted = with_shared_weight(corrections, shared_weight(cls, alike_in_communication(parts, corrections)))
+    uninformed = band_uninformed(cls, parts, corrections)
     out = anchored_projection(p, weighted, anchored_band(cls, unanchored_band(p), uninformed=uninformed))
     if uninformed >= UNINFORMED_NOTE_SHARE:
         reason = Novelty(key="scale", text=uninformed_text(uninformed, p.num_gpus, corrections.anchor_gpus))

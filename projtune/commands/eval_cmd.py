@@ -99,7 +99,9 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
 
         main = result.main
         table = build_anchored_table([(cls, ratio) for _, cls, ratio in main.residuals()],
-                                     coverage=main.band_spread or 0.8, weights=tuple(main.weights.values()),
+                                     coverage=main.band_spreads.get("same-scale", 0.8),
+                                     scale_out_coverage=main.band_spreads.get("scale-out"),
+                                     weights=tuple(main.weights.values()),
                                      written=f"projtune eval {' '.join(map(str, paths))} --anchor-one "
                                              f"({main.setting} profiles)")
         _stderr_console().print(f"anchored bands: {write_anchored_table(table, bands_out)}")

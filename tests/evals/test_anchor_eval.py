@@ -55,3 +55,45 @@ def test_json_reports_both_figures_and_the_series() -> None:
 def test_bands_out_needs_anchor_one(tmp_path) -> None:
     out = CliRunner().invoke(app, ["eval", FILE, "--bands-out", str(tmp_path / "b.yaml")])
     assert out.exit_code == 2 and "--anchor-one" in out.output
+
+
+def test_the_held_out_setting_is_the_main_figure_and_in_sample_is_beside_it(result) -> None:
+    data = result.to_dict()
+    assert data["main_setting"] == "held-out" and set(data["settings"]) == {"held-out", "in-sample"}
+    assert "top1_regret_anchored" in data["in_sweep"] and "mape_unanchored_pairs" in data["in_sweep"]
+    held, inside = data["settings"]["held-out"], data["settings"]["in-sample"]
+    assert data["in_sweep"]["pairs"] == held["in_sweep"]["pairs"] > 0
+    # one file: nothing else to fit on, so held out means the priors, not the shipped (fitted) profiles
+    assert held["in_sweep"]["mape_unanchored"] != inside["in_sweep"]["mape_unanchored"]
+
+
+def test_the_shared_error_weight_is_the_regression_of_target_errors_on_the_anchor_correction() -> None:
+    from types import SimpleNamespace
+
+    from evals.anchor_eval import estimate_weight, shared_weights
+    from projection.uncertainty import MIN_WEIGHT_PAIRS
+
+    def pair(r, g, cls="same-scale", alike=True):
+        return SimpleNamespace(anchor_class=cls, target_residual=r, full_shift=g, alike=alike)
+
+    half = [pair(0.05, 0.10), pair(-0.02, -0.04), pair(0.03, 0.06), pair(0.01, 0.02)] * 2    # r = g / 2
+    assert len(half) == MIN_WEIGHT_PAIRS
+    assert estimate_weight(half, "same-scale").weight == pytest.approx(0.5)
+    assert estimate_weight(half[:-1], "same-scale").weight == 0.0                # too few pairs: no evidence
+    assert estimate_weight([pair(-0.1, 0.1)] * 8, "same-scale").weight == 0.0   # anti-correlated: no trust
+    assert estimate_weight([pair(0.2, 0.1, "scale-out-8x")] * 8, "scale-out").weight == 1.0   # clipped
+    # targets that differ from their anchor in communication share have their own cell; scale-out has one
+    differ = [pair(0.0, 0.1, alike=False)] * 8
+    weights = shared_weights(half + differ + [pair(0.1, 0.1, "scale-out-far", alike=False)] * 8)
+    assert weights["same-scale"].weight == pytest.approx(0.5)
+    assert weights["same-scale, comm differs"].weight == 0.0
+    assert weights["scale-out"].weight == 1.0 and weights["scale-out"].pairs == 8
+
+
+def test_each_source_is_scored_with_weights_estimated_without_it() -> None:
+    from evals.anchor_eval import evaluate_anchored
+
+    data = evaluate_anchored([FILE, "evals/data/megatron-bridge-25.09.yaml"], settings=("in-sample",)).to_dict()
+    by_source = data["shared_weights_by_source"]
+    assert set(by_source) == {"megatron-bridge-26.02.yaml", "megatron-bridge-25.09.yaml"}
+    assert by_source["megatron-bridge-26.02.yaml"] != by_source["megatron-bridge-25.09.yaml"]
