@@ -3,8 +3,9 @@
 Scripted case (issue 27): Llama 3 8B on 64 H100, two candidate layouts a near-tie apart.  A is ahead
 unanchored; B spends less of its step in compute and more in communication.  The 1-node log measures
 its layout 1.4x slower in compute than projected (``T = 1.4 C + R`` of its own projection), so the
-compute factor is 1.4 and every layout's compute grows by it: B, with less compute, overtakes A.  The
-expected step times are computed here by hand from each projection's breakdown:
+raw compute factor is 1.4, shrunk by the shipped shared-error weight ``w`` of a target 8x beyond its anchor
+(``c = 1.4 ** w``, projection/anchor.py), and every layout's compute grows by it: B, with less compute, overtakes
+A.  The expected step times are computed here by hand from each projection's breakdown:
 ``t = c * (compute + bubble * compute / (compute + tp + cp + ep)) + (the rest)``.
 """
 
@@ -17,6 +18,7 @@ import pytest
 from projection.engine import Projection, project
 from projection.job import resolve_job
 from projection.training_config import TrainingConfig
+from projection.uncertainty import anchor_class, shared_weight
 from tools.search import SearchRequest, run_search
 
 GBS, SEQ = 256, 8192
@@ -64,13 +66,15 @@ def case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     step_ms = round((COMPUTE_FACTOR * compute + rest) * 1000, 1)      # what the log prints, 0.1 ms
     log = _megatron_log(tmp_path_factory.mktemp("runs") / "llama3-8b-1node.log", step_ms)
     factor = (step_ms / 1000 - rest) / compute                           # the factor the logged time implies
+    weight = shared_weight(anchor_class(64, (8,)))                        # shipped, cross-validated
+    applied = factor ** weight
     expected = {}
     for name, values in (("A", A), ("B", B)):
         p = project(target.model, target.cluster, TrainingConfig(**values, gbs=GBS, seq_len=SEQ),
                     hardware=target.hardware, profile=target.profile)
         c, r = _split(p)
-        expected[name] = (p.tokens_per_s_per_gpu, GBS * SEQ / (factor * c + r) / 64)
-    return {"log": log, "factor": factor, "expected": expected}
+        expected[name] = (p.tokens_per_s_per_gpu, GBS * SEQ / (applied * c + r) / 64)
+    return {"log": log, "factor": factor, "applied": applied, "expected": expected}
 
 
 def _ranked(anchors: list) -> list:
@@ -96,13 +100,16 @@ def test_a_megatron_log_anchor_changes_the_64_gpu_ranking(case: dict) -> None:
     first, second = result.ranked
     assert first.layout.startswith("TP4") and second.layout.startswith("TP1"), "the anchor must flip the ranking"
     corrections = result.anchoring.corrections
-    assert corrections.compute_factor == pytest.approx(case["factor"], rel=1e-9)
+    assert corrections.raw_compute_factor == pytest.approx(case["factor"], rel=1e-9)
+    assert corrections.compute_factor == pytest.approx(case["applied"], rel=1e-9)
     assert corrections.comm_factor == 1.0 and not corrections.comm_solved
     expected = case["expected"]
     assert first.tokens_per_sec_per_gpu == pytest.approx(expected["B"][1], rel=1e-9)
     assert second.tokens_per_sec_per_gpu == pytest.approx(expected["A"][1], rel=1e-9)
     assert first.unanchored_tokens_per_sec_per_gpu == pytest.approx(expected["B"][0], rel=1e-9)
-    assert result.anchoring.anchors[0].anchored_s == pytest.approx(result.anchoring.anchors[0].measured_s, rel=1e-9)
+    if case["applied"] == case["factor"]:                     # a fully trusted anchor reproduces its own step
+        assert result.anchoring.anchors[0].anchored_s == pytest.approx(result.anchoring.anchors[0].measured_s,
+                                                                       rel=1e-9)
 
 
 def test_the_cli_search_with_anchor_shows_both_numbers(case: dict) -> None:
@@ -117,5 +124,7 @@ def test_the_cli_search_with_anchor_shows_both_numbers(case: dict) -> None:
     import json
 
     data = json.loads(out.stdout)
-    assert data["anchoring"]["corrections"]["compute_factor"] == pytest.approx(case["factor"], rel=1e-9)
+    corrections = data["anchoring"]["corrections"]
+    assert corrections["raw_compute_factor"] == pytest.approx(case["factor"], rel=1e-9)
+    assert corrections["compute_factor"] == pytest.approx(case["factor"] ** shared_weight("same-scale"), rel=1e-9)
     assert all(c["unanchored_tokens_per_sec_per_gpu"] > c["tokens_per_sec_per_gpu"] for c in data["ranked"])
