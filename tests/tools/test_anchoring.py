@@ -144,3 +144,21 @@ def test_anchored_throughput_bounds_hold() -> None:
         indices = list(range(len(configs)))
         for index, bound in zip(indices, evaluator.throughput_bounds(indices), strict=True):
             assert evaluator.project(index, Tally()).tokens_per_s_per_gpu <= bound * (1 + 1e-9)
+
+
+def test_a_one_node_anchor_says_what_it_cannot_inform_at_scale() -> None:
+    """1,024 GPUs from one 8-GPU node: the band names the communication share the anchor never ran and is wider than
+    the same-scale anchored band; a same-scale target gets no such reason."""
+    from projection.uncertainty import anchored_band_table
+
+    far = call_tool("project", {**JOB, "num_gpus": 1024, "layout": {**LAYOUT, "gbs": 1024},
+                                "anchors": [_anchor()]})["result"]
+    reasons = " ".join(far["band_reasons"])
+    assert "did not exercise" in reasons and "1024 GPUs" in reasons
+    same = next(c for c in anchored_band_table().cells if c.anchor_class == "same-scale")
+    low = far["tokens_per_sec_per_gpu_low"] / far["tokens_per_sec_per_gpu"]
+    high = far["tokens_per_sec_per_gpu_high"] / far["tokens_per_sec_per_gpu"]
+    assert high - low > same.high - same.low
+    near = call_tool("project", {**JOB, "num_gpus": 8, "layout": {**LAYOUT, "gbs": 32},
+                                 "anchors": [_anchor()]})["result"]
+    assert not any("did not exercise" in r for r in near["band_reasons"])
