@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +28,18 @@ Progress = Callable[[str], None]
 _ROOT = Path(__file__).resolve().parent.parent
 _FINGERPRINTED = (("projection", "*.py"), ("projection/catalog", "*.yaml"), ("evals", "*.py"))
 _NOT_FIT_INPUTS = ("catalog/profiles", "catalog/uncertainty", "projection/anchor.py", "projection/uncertainty.py",
-                   "anchor_eval.py", "anchor_folds.py", "anchor_read.py")
+                   "projection/settings.py", "anchor_eval.py", "anchor_folds.py", "anchor_read.py")
 """Files no fitted parameter depends on (the shipped fitted profiles; bands and anchored corrections, which never
-enter a projected step time; this evaluation): left out of the fingerprint so changing them does not refit."""
+enter a projected step time; environment settings: endpoints, folders; this evaluation): left out of the
+fingerprint so changing them does not refit."""
 
 
 def cache_dir() -> Path:
-    """``$PROJTUNE_CACHE_DIR/anchor-folds``, else ``$XDG_CACHE_HOME/projtune/anchor-folds`` (``~/.cache``)."""
-    base = os.environ.get("PROJTUNE_CACHE_DIR")
-    root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "projtune"
-    return root / "anchor-folds"
+    """``$PROJTUNE_CACHE/anchor-folds`` when set (projection/settings.py), else ``~/.cache/projtune/anchor-folds``."""
+    from projection.settings import load_settings
+
+    root = load_settings().cache
+    return (root.expanduser() if root else Path.home() / ".cache" / "projtune") / "anchor-folds"
 
 
 def code_fingerprint() -> str:

@@ -49,7 +49,8 @@ class ProjtuneSettings(BaseSettings):
                                       description="Seconds a second `projtune chat` on the same session waits for "
                                                   "the first to close.")
     cache: Path | None = Field(default=None, description="Folder of the measured-mode cache "
-                                                          "(default ~/.cache/projtune; measurements under bench/).")
+                                                          "(default ~/.cache/projtune; measurements under bench/, "
+                                                          "the anchored eval's fold fits under anchor-folds/).")
     profile_dir: Path | None = Field(default=None, description="Extra folder MCP/tool callers may name device "
                                                                "profiles in (beside the shipped ones).")
     mcp_token: SecretStr | None = Field(default=None, description="Bearer token `projtune mcp --http` requires on a "
