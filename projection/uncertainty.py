@@ -137,7 +137,6 @@ def dump_table(table: BandTable, header: str = "") -> str:
     """YAML text of a table (what ``band_table`` reads)."""
     data: dict[str, Any] = table.model_dump(mode="json")
     data["cells"] = [dict(c) for c in data["cells"]]
-    data["weights"] = [dict(w) for w in data["weights"]]
     data["novelty"] = [dict(w) for w in data["novelty"]]
     return header + yaml.safe_dump(data, sort_keys=False, width=120)
 
