@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_to_all_s,
-                                   reduce_scatter_s)
+                                   p2p_s, reduce_scatter_s)
 from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
@@ -822,10 +822,13 @@ def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, ne
         gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
                    + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
         tp_comm = gathers + 2.0 * reduce_scatter_s(ACT_BYTES * tokens * h, groups.tp, net)
+    # CP: the ring passes K/V to the next rank cp - 1 times, one send/recv per step.  Inside a domain each
+    # step is a point-to-point transfer (p2p_s: the achieved NVSwitch bandwidth, or one xGMI link of an AMD
+    # mesh, not the sum of its 7 links: a ring neighbour is one peer); across domains an all-gather.
     cp_comm = 0.0
     if dims.cp > 1:
         kv_bytes = ACT_BYTES * tokens * 2 * kv_heads * model.head_dim
-        cp_comm = (dims.cp - 1) * kv_bytes / net.scale_up_bytes_per_s if groups.cp.num_domains == 1 else (
+        cp_comm = (dims.cp - 1) * p2p_s(kv_bytes, cross_domain=False, net=net) if groups.cp.num_domains == 1 else (
             all_gather_s(kv_bytes * dims.cp, groups.cp, net))
     return tp_comm, cp_comm
 

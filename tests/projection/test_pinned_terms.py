@@ -2,7 +2,7 @@
 
 - TP must divide the K/V heads (GQA: each TP rank holds whole K/V heads);
 - the embedding's share of the DP gradient reduction under pipeline parallelism;
-- the context-parallel K/V exchange inside one NVLink domain;
+- the context-parallel K/V exchange inside one NVLink domain and on an xGMI mesh (one link per ring step);
 - :func:`projection.engine.iteration_time_lower_bound`, the bound the search's pruning relies on, never exceeds the
   projected iteration time.
 """
@@ -76,21 +76,41 @@ def test_the_embedding_share_of_the_dp_reduction_under_pipelining(pp: int, share
 # ---- the context-parallel exchange inside one NVLink domain ---------------------------------------------------
 
 
-def test_cp_exchange_inside_one_nvlink_domain_is_the_kv_ring_over_nvlink() -> None:
-    # Llama 3 8B (8 K/V heads x 128), CP 4 in one H100 node, seq 16384: each rank holds 4096 tokens and passes
-    # its K and V (bf16) around the ring in cp - 1 = 3 steps over NVLink at the achieved scale-up bandwidth.
+def _cp_ring_cost(gpu: str):
+    # Llama 3 8B (8 K/V heads x 128), CP 4 in one node, seq 16384: each rank holds 4096 tokens and passes its
+    # K and V (bf16) to its ring neighbour in cp - 1 = 3 point-to-point steps.
     model = load_model("llama3-8b")
-    cluster = Cluster(gpu="h100-sxm", num_gpus=8)
-    profile = DeviceProfile(hardware_id="h100-sxm")
+    cluster = Cluster(gpu=gpu, num_gpus=8)
+    profile = DeviceProfile(hardware_id=gpu)
     config = TrainingConfig(framework="megatron", cp=4, seq_len=16384, mbs=1, gbs=2, zero=1)
-    net = network_for(H100, cluster, profile)
+    hardware = load_hardware(gpu)
+    net = network_for(hardware, cluster, profile)
     dims = parallel_dims(config, cluster)
     groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(4, 1, net), ep=place_group(1, 1, net))
     assert groups.cp.num_domains == 1
-    cost = layer_cost(model, 0, config, dims, device_rates(H100, profile, "bf16"), net, groups)
-    kv_bytes_per_step = 2 * 4096 * 2 * 8 * 128                 # bf16 x tokens x (K, V) x heads x head dim
-    assert cost.cp_comm_s == pytest.approx(3 * kv_bytes_per_step / net.scale_up_bytes_per_s, rel=1e-12)
+    return layer_cost(model, 0, config, dims, device_rates(hardware, profile, "bf16"), net, groups), net
+
+
+KV_BYTES_PER_STEP = 2 * 4096 * 2 * 8 * 128                  # bf16 x tokens x (K, V) x heads x head dim
+
+
+def test_cp_exchange_inside_one_nvlink_domain_is_the_kv_ring_over_nvlink() -> None:
+    # NVSwitch: each step runs at the achieved per-GPU NVLink bandwidth (line rate x scale-up efficiency).
+    cost, net = _cp_ring_cost("h100-sxm")
+    step_s = net.scale_up_latency_s + KV_BYTES_PER_STEP / (net.scale_up_bytes_per_s * net.scale_up_efficiency)
+    assert cost.cp_comm_s == pytest.approx(3 * step_s, rel=1e-12)
     assert cost.cp_comm_s > 0
+
+
+def test_cp_exchange_on_an_xgmi_mesh_uses_one_link_per_ring_step() -> None:
+    # MI300X: 7 xGMI links x 64 GB/s per direction (catalog); a ring neighbour is one peer, so each step moves
+    # the K/V over one link (64 GB/s x efficiency), not the 448 GB/s sum of the seven.
+    cost, net = _cp_ring_cost("mi300x")
+    one_link = net.scale_up_bytes_per_s / net.scale_up_num_links
+    assert one_link == pytest.approx(64e9)
+    step_s = net.scale_up_latency_s + KV_BYTES_PER_STEP / (one_link * net.scale_up_efficiency)
+    assert cost.cp_comm_s == pytest.approx(3 * step_s, rel=1e-12)
+    assert cost.cp_comm_s > 3 * KV_BYTES_PER_STEP / (net.scale_up_bytes_per_s * net.scale_up_efficiency)
 
 
 # ---- the search's lower bound -----------------------------------------------------------------------------------
