@@ -1,9 +1,9 @@
 """Diagnose an existing launch config or training log: project it, say where time and memory go, compare with the best.
 
 Input: a Megatron-LM command line (a file, a launch script or a string), a Primus experiment
-YAML or a torchtitan TOML (read by :mod:`tools.launch_import`), or a Megatron / Primus /
-torchtitan training log (:func:`evals.log_import.parse_log`).  MaxText and Megatron-Bridge files
-are written by the exporters but not read back yet.  The model, GPU and
+YAML, Megatron-Bridge overrides or a torchtitan TOML (read by :mod:`tools.launch_import`), a MaxText
+YAML or ``python3 -m MaxText.train`` launch (:mod:`tools.maxtext_import`), or a Megatron / Primus /
+torchtitan training log (:func:`evals.log_import.parse_log`).  The model, GPU and
 GPU count come from the arguments, else from a projtune export header (``# MODEL on N x GPU:``),
 else (Megatron arguments) from the catalog model with the same shape.  The best layout is the
 top of a search of the same job restricted to what the same framework can launch
@@ -28,6 +28,7 @@ from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.job import job_on
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import COMM_OVERLAPS
+from tools.maxtext_import import TEXT_HINT as MAXTEXT_COMMAND, is_maxtext_yaml
 
 _HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>[0-9]{1,7}) x (?P<gpu>[\w.-]+):", re.MULTILINE)
 _BRIDGE_WORDS = re.compile(r"^(?:model|train|ddp|dist)\.\w+=", re.MULTILINE)  # Megatron-Bridge overrides
@@ -68,7 +69,7 @@ class Diagnosis(BaseModel):
 
     source: str
     kind: str = Field(description="megatron-args | primus-yaml | torchtitan-toml | bridge-overrides | bridge-yaml | "
-                      "training-log")
+                      "maxtext-yaml | maxtext-command | training-log")
     framework: str
     model: str
     gpu: str
@@ -108,6 +109,8 @@ def read_source(source: str) -> tuple[str, str, str]:
         if size > min(MAX_BYTES, MAX_SOURCE_BYTES):
             raise ProjtuneError(f"{clip(path.name)}: {size} bytes; diagnose reads files up to {MAX_SOURCE_BYTES} bytes")
         text = path.read_bytes().decode("utf-8", errors="replace")
+    elif MAXTEXT_COMMAND.search(source):
+        return "maxtext-command", "maxtext", source
     elif "pretrain_gpt" in source or "\n" in source:
         return "megatron-args", "megatron", source
     elif path.suffix or "/" in source:
@@ -126,14 +129,15 @@ def read_source(source: str) -> tuple[str, str, str]:
         if isinstance(data, dict) and {"model", "train"} & set(data) and not any(str(k).startswith("ici_")
                                                                                   for k in data):
             return "bridge-yaml", "megatron-bridge", text
-        if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
-            raise ProjtuneError(f"{clip(source)}: MaxText YAML is not read back yet (diagnose reads Megatron "
-                                "arguments, "
-                                "Primus YAML, torchtitan TOML and training logs)")
-        raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
-                            "arguments, Primus YAML, torchtitan TOML and training logs")
+        if is_maxtext_yaml(data):
+            return "maxtext-yaml", "maxtext", text
+        raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus), Megatron-Bridge or MaxText "
+                            "keys; diagnose reads Megatron arguments, Primus YAML, Megatron-Bridge overrides, "
+                            "torchtitan TOML, MaxText YAML or command lines and training logs")
     if _LOG_HINT.search(text):
         return "training-log", "", text
+    if MAXTEXT_COMMAND.search(text):
+        return "maxtext-command", "maxtext", text
     return "megatron-args", "megatron", text
 
 
@@ -245,6 +249,12 @@ def _named_model(kind: str, text: str, source: str = "") -> str | None:
                       f"{section.get('name', '')}{section.get('flavor', '')}"]
         elif kind.startswith("bridge-"):
             hints.append(Path(source).name.split("_pretrain")[0].split("_finetune")[0])
+        elif kind.startswith("maxtext-"):
+            from tools.framework_rules import MAXTEXT_MODELS
+            from tools.maxtext_import import launch_keys
+
+            named = str(launch_keys(text, Path(source).parent if _is_file(source) else None)[0].get("model_name", ""))
+            hints += [m for m, name in MAXTEXT_MODELS.items() if name == named] or [named]
     except (yaml.YAMLError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
         return None
     for hint in (_norm(h) for h in hints if h):
@@ -322,6 +332,10 @@ def _options_of(kind: str, text: str) -> dict[str, Any]:
         from tools.exports.megatron_bridge import read_overrides
 
         return read_overrides(text)
+    if kind.startswith("maxtext-"):
+        from tools.maxtext_import import launch_keys
+
+        return launch_keys(text)[0]
     return {}
 
 
@@ -400,8 +414,10 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
                 raise ProjtuneError(f"{name}: cannot parse TOML: {err}") from err
         if model is None and not header:
             guessed = guessed or _named_model(kind, text, source)
-        model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
-        keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers)
+        model_id, _, count = _job(header, model, gpu, num_gpus, guessed, name)
+        keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers, num_gpus=count,
+                                        gpus_per_node=gpus_per_node, model_name=load_model(model_id).name,
+                                        source_dir=Path(source).parent if _is_file(source) else None)
         if model is None and not header.get("model") and guessed:
             notes.insert(0, f"model {guessed}: named by the file")
     model_id, gpu_id, count = _job(header, model, gpu, num_gpus, guessed, name)

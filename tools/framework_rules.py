@@ -33,7 +33,8 @@ there, nor returned by ``projtune search --framework NAME``.  Sources (read for 
   "not compatible with gradient accumulation"; pipeline micro-batches divisible by the stage
   count and stages x repeats x layers per stage = the decoder layers; remat policies are
   full/minimal/save_* (no per-layer count); data parallelism is ``data`` (replicated) or
-  ``fsdp`` (sharded): no ZeRO-1/2.
+  ``fsdp`` (sharded): no ZeRO-1/2; the non-expert weights are sharded over the expert axis too
+  (``base.yml`` ``logical_axis_rules`` ``embed``), so EP layouts are ZeRO-3.
 """
 
 from __future__ import annotations
@@ -237,6 +238,9 @@ def _maxtext(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list
                        + (f" on {c.recompute_num_layers} layers" if c.recompute_num_layers is not None else "")
                        + f": MaxText remat policies are per-layer patterns (full, minimal, save_*), not a module "
                          f"list or a layer count ({MAXTEXT} RematPolicy)")
+    if c.ep > 1 and c.zero == 0:
+        reasons.append(f"zero=0 with ep={c.ep}: MaxText shards the non-expert weights over the expert axis "
+                       f"(base.yml logical_axis_rules 'embed'), so an EP layout is ZeRO-3 (zero=3)")
     if c.ep > 1 and dp % c.ep:
         reasons.append(f"ep={c.ep} does not divide dp={dp}: MaxText's expert axis also shards the batch, so it "
                        f"comes out of the data-parallel ranks, not TP ({MAXTEXT} logical_axis_rules)")

@@ -353,17 +353,24 @@ def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[
     return {"recompute": "full", "recompute_num_layers": stage_layers // every}
 
 
-def import_launch_config(text: str, framework: str, *, num_layers: int | None = None) -> dict[str, Any]:
-    """Parse a Megatron argument list, a Primus YAML overlay or a torchtitan TOML into sweep-format config keys.
+def import_launch_config(text: str, framework: str, *, num_layers: int | None = None, **job: Any) -> dict[str, Any]:
+    """Parse a Megatron argument list, a Primus YAML overlay, a torchtitan TOML or a MaxText YAML / command into
+    sweep-format config keys (``job``: what :func:`import_with_notes` needs for MaxText).
 
     Raises:
         LaunchConfigError: unknown framework, unparsable text, or a per-stage layer count without ``num_layers``.
     """
-    return import_with_notes(text, framework, num_layers=num_layers)[0]
+    return import_with_notes(text, framework, num_layers=num_layers, **job)[0]
 
 
-def import_with_notes(text: str, framework: str, *, num_layers: int | None = None) -> tuple[dict[str, Any], list[str]]:
-    """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell)."""
+def import_with_notes(text: str, framework: str, *, num_layers: int | None = None, num_gpus: int | None = None,
+                      gpus_per_node: int = 8, model_name: str = "", source_dir: Any = None
+                      ) -> tuple[dict[str, Any], list[str]]:
+    """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell).
+
+    MaxText (:mod:`tools.maxtext_import`) resolves its mesh against the GPUs: it needs ``num_gpus``,
+    ``gpus_per_node`` and ``num_layers``; ``source_dir`` is where a config file the launch names is looked for.
+    """
     from tools.launch_defaults import LayoutError, primus_switches, primus_with_defaults, switch_notes
     from tools.launch_shell import ShellScriptError, command_words
 
@@ -396,4 +403,16 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
         return config, switch_notes(dests, config)
     if framework == "torchtitan":
         return _from_torchtitan(text, num_layers), []
+    if framework == "maxtext":
+        from tools.maxtext_import import MaxTextError, launch_keys, layout_of
+
+        if num_gpus is None or num_layers is None:
+            raise LaunchConfigError("a MaxText launch needs the GPU count and the model's layer count to read its mesh")
+        try:
+            keys, variables, notes = launch_keys(text, source_dir)
+            config, more = layout_of(keys, variables, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                                     num_layers=num_layers, model_name=model_name)
+        except MaxTextError as err:
+            raise LaunchConfigError(str(err)) from err
+        return config, notes + more
     raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")

@@ -1,6 +1,6 @@
 """Exports run as projected: launchers are valid bash that start the command diagnose reads; Megatron-LM's own
 argument parser and validate_args accept the full command; export -> diagnose gives back the layout and the same
-projection for every framework diagnose reads, over a generated set of legal layouts."""
+projection for every framework (MaxText: its YAML and its launcher both), over a generated set of legal layouts."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "precisio
 # (model, gpu, gpus): the jobs the generated layouts are drawn for
 JOBS = [("llama3-8b", "h100-sxm", 64), ("llama3.1-405b", "h100-sxm", 1024), ("mixtral-8x7b", "mi300x", 64),
         ("deepseek-v3", "h100-sxm", 1024), ("gpt-oss-120b", "b200", 64), ("qwen3-30b-a3b", "mi355x", 32)]
-ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan")
+ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan", "maxtext")
+ZERO_CHOICES = {"torchtitan": [0, 1, 3], "maxtext": [0, 3]}   # the others: the distributed optimizer mostly
 
 
 def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str, str, int, TrainingConfig]]:
@@ -48,7 +49,7 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
         values: dict[str, Any] = dict(
             tp=tp, pp=pp, vpp=vpp, cp=rng.choice([1, 1, 2]), ep=ep, mbs=rng.choice([1, 2]),
             seq_len=rng.choice([4096, 8192]), precision=rng.choice(["bf16", "fp8"]), recompute=recompute,
-            sequence_parallel=tp > 1, zero=rng.choice([0, 1, 3] if framework == "torchtitan" else [1, 1, 0]),
+            sequence_parallel=tp > 1, zero=rng.choice(ZERO_CHOICES.get(framework, [1, 1, 0])),
             pp_schedule="interleaved" if vpp > 1 else None)
         if recompute == "full" and rng.random() < 0.5:
             values["recompute_num_layers"] = rng.choice([1, 2, 4]) * vpp
@@ -78,7 +79,8 @@ def _layout_id(case: tuple[str, str, int, TrainingConfig]) -> str:
            f"{c.recompute_num_layers or ''}-z{c.zero}"
 
 
-CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, 8)]
+COUNTS = {"maxtext": 12}   # MaxText's rules leave fewer PP layouts: 12 draws reach PP with repeats (vpp 2)
+CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))]
 
 
 @pytest.mark.parametrize(("framework", "case"), CASES, ids=[f"{f}-{_layout_id(c)}" for f, c in CASES])
@@ -86,23 +88,30 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
     model_id, gpu, n, config = case
     spec, cluster = load_model(model_id), Cluster(gpu=gpu, num_gpus=n)
     exported = export_launch_config(spec, cluster, config, framework)
-    path = write_export(exported, tmp_path / exported.filename)[0]
-    result = diagnose(str(path), search=False)
-    back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
-    assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
+    written = write_export(exported, tmp_path / exported.filename)
+    # MaxText: the YAML and the launcher's `python3 -m MaxText.train base.yml key=value ...` line are both read back
+    sources = written[:2] if framework == "maxtext" else written[:1]
+    assert framework != "maxtext" or [p.suffix for p in sources] == [".yml", ".sh"]
     # diagnose prices the file with its framework's record (issue 24): the expectation is priced the same way
     expected = project(spec, cluster, config.model_copy(update={"framework": record_of_launch(framework).name}))
-    assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
-    assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
+    for path in sources:
+        result = diagnose(str(path), search=False)
+        back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
+        assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
+        assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
+        assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
 
 
 def test_the_generated_set_covers_the_switches() -> None:
     """The round trips must reach what the issue named: VPP with a per-chunk recompute count, FP8, EP, CP."""
     configs = [c for _, (_, _, _, c) in CASES]
-    assert len(CASES) == 8 * len(ROUND_TRIP_FRAMEWORKS)
+    assert len(CASES) == sum(COUNTS.get(f, 8) for f in ROUND_TRIP_FRAMEWORKS)
     assert any(c.vpp > 1 and c.recompute_num_layers for c in configs)
     assert any(c.precision == "fp8" for c in configs) and any(c.ep > 1 for c in configs)
     assert any(c.cp > 1 for c in configs) and any(c.zero == 3 for c in configs)
+    maxtext = [c for f, (_, _, _, c) in CASES if f == "maxtext"]   # MaxText's mesh: PP with repeats, EP, TP, CP
+    assert any(c.pp > 1 and c.vpp > 1 for c in maxtext) and any(c.ep > 1 for c in maxtext)
+    assert any(c.tp > 1 for c in maxtext) and any(c.cp > 1 for c in maxtext) and any(c.zero == 0 for c in maxtext)
 
 
 # ------------------------------------------------------------------------------------------------- launchers
