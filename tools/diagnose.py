@@ -79,7 +79,8 @@ class Diagnosis(BaseModel):
                                           description="Rules of the framework the given layout breaks.")
     measured: dict[str, float] = Field(default_factory=dict, description="What a training log measured.")
     best: Projected | None = None
-    gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU.")
+    gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU (negative where yours does not fit and "
+                        "the best that does is slower).")
     change_flags: list[str] = Field(default_factory=list, description="The framework's options to change.")
     searched: int = 0
     notes: list[str] = Field(default_factory=list, description="What reading the file assumed: framework defaults "
@@ -448,19 +449,22 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
 
     from tools.constraints import Constraints
 
-    # Same job at the same numerics: the comparison keeps the given precision recipe (a change of
-    # precision is the user's call, not a layout change).
+    # Same job at the same numerics: the comparison keeps the given precision recipe and attention kernel (a
+    # change of either is the user's call, not a layout change).
+    kept = [f"precision={config.precision}"] + ([f"attention_backend={config.attention_backend}"]
+                                                if config.attention_backend is not None else [])
     request = SearchRequest(model=spec.name, gpu=cluster.gpu, num_gpus=cluster.num_gpus,
                             gpus_per_node=cluster.gpus_per_node, gbs=config.gbs, seq_len=config.seq_len, top_k=1,
-                            framework=result.framework,
-                            constraints=Constraints.parse([f"precision={config.precision}"]))
+                            framework=result.framework, constraints=Constraints.parse(kept))
     found = run_search(request, workers=1)
     result.searched = found.enumerated
     if not found.ranked:
         return
     best_config = TrainingConfig(**{k: v for k, v in found.ranked[0].config.items() if v is not None})
     best = projected(spec, cluster, best_config)
-    if best.tokens_per_sec_per_gpu <= result.yours.tokens_per_sec_per_gpu * (1 + 1e-9):
+    # a layout that does not fit is compared with the best that does, even when that one is slower
+    if best.tokens_per_sec_per_gpu <= result.yours.tokens_per_sec_per_gpu * (1 + 1e-9) and \
+            (result.yours.verdict != "out of memory" or best.verdict == "out of memory"):
         return
     result.best = best
     result.gain = best.tokens_per_sec_per_gpu / result.yours.tokens_per_sec_per_gpu - 1
@@ -519,4 +523,4 @@ def summary_line(d: Diagnosis) -> str:
         return head + f"; best found: this layout is the fastest {d.framework} can launch of {d.searched} searched"
     flags = ", ".join(d.change_flags) if d.change_flags else "(none: same options)"
     return (head + f"; best found: {d.best.layout}, {d.best.tokens_per_sec_per_gpu:,.0f} tokens/s/GPU, "
-            f"+{d.gain:.0%}, change these flags: {flags}")
+            f"{d.gain:+.0%}{' (yours does not fit)' if d.gain < 0 else ''}, change these flags: {flags}")

@@ -119,9 +119,9 @@ def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: i
     if options.get("quantization") in ("fp8", "nanoo_fp8", "fp8_gpu") and \
             int(options.get("gradient_accumulation_steps", 1)) > 1:
         problems.append("FP8 quantization is not compatible with gradient accumulation.")
-    if options.get("remat_policy") not in ("full", "minimal", "minimal_with_context", "save_dot_with_context_except_mlp",
-                                            "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
-                                            "qkv_proj_offloaded", "custom", "minimal_offloaded", "save_out_proj"):
+    if options.get("remat_policy") not in ("full", "minimal", "minimal_with_context", "save_dot_except_mlpwi",
+                                           "save_dot_with_context_except_mlp", "save_dot_except_mlp", "save_qkv_proj",
+                                           "qkv_proj_offloaded", "custom", "minimal_offloaded", "save_out_proj"):
         problems.append(f"remat_policy {options.get('remat_policy')!r} is not a MaxText RematPolicy")
     if options.get("model_name") not in MAXTEXT_MODELS.values():
         problems.append(f"model_name {options.get('model_name')!r} has no src/MaxText/configs/models file")
