@@ -16,6 +16,7 @@ import pytest
 from projection.framework import record_of_launch
 from projection.engine import project
 from projection.legality import even_split, layout_violations
+from projection.pipeline_split import stage_counts, uneven_split
 from projection.model_spec import load_model
 from projection.hardware import load_hardware
 from projection.training_config import Cluster, TrainingConfig
@@ -35,8 +36,10 @@ ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan", 
 ZERO_CHOICES = {"torchtitan": [0, 1, 3], "maxtext": [0, 3]}   # the others: the distributed optimizer mostly
 
 
-def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str, str, int, TrainingConfig]]:
-    """``count`` layouts (fixed seed) that the projection and ``framework`` both accept, spread over JOBS."""
+def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = False
+                  ) -> list[tuple[str, str, int, TrainingConfig]]:
+    """``count`` layouts (fixed seed) that the projection and ``framework`` both accept, spread over JOBS
+    (``uneven``: only pipelines whose stages cannot be equal, with the split the search offers)."""
     rng = random.Random(f"{seed}-{framework}")
     found: list[tuple[str, str, int, TrainingConfig]] = []
     for _ in range(4000):
@@ -53,6 +56,13 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
             pp_schedule="interleaved" if vpp > 1 else None)
         if recompute == "full" and rng.random() < 0.5:
             values["recompute_num_layers"] = rng.choice([1, 2, 4]) * vpp
+        if uneven and even_split(model.num_layers, pp * vpp):
+            continue
+        if not even_split(model.num_layers, pp * vpp):   # uneven: the split the search offers (issue 28 item 1)
+            split = uneven_split(model.num_layers, pp, vpp)
+            if split is None:
+                continue
+            values.update(pp_first_stage_layers=split.first, pp_last_stage_layers=split.last, pp_layout=split.layout)
         dp = n // (tp * pp * values["cp"]) if n % (tp * pp * values["cp"]) == 0 else 0
         if not dp:
             continue
@@ -65,8 +75,6 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
         if layout_violations(model, load_hardware(gpu), cluster, config) or \
                 framework_violations(framework, model, cluster, config):
             continue
-        if not even_split(model.num_layers, pp * vpp):  # uneven first/last stages: exported with their own flags
-            continue                                     # (issue 28 item 1), checked where those are written
         found.append((model_id, gpu, n, config))
         if len(found) == count:
             break
@@ -80,7 +88,9 @@ def _layout_id(case: tuple[str, str, int, TrainingConfig]) -> str:
 
 
 COUNTS = {"maxtext": 12}   # MaxText's rules leave fewer PP layouts: 12 draws reach PP with repeats (vpp 2)
-CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))]
+UNEVEN = 3   # per framework that can state a split (MaxText's stages must be equal): first/last layers or a layout
+CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))] + \
+    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext" for case in legal_layouts(f, UNEVEN, 30, uneven=True)]
 
 
 @pytest.mark.parametrize(("framework", "case"), CASES, ids=[f"{f}-{_layout_id(c)}" for f, c in CASES])
@@ -98,6 +108,8 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
         result = diagnose(str(path), search=False)
         back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
         assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
+        assert stage_counts(spec.num_layers, back.pp, back.vpp, back.pipeline_split) == \
+            stage_counts(spec.num_layers, config.pp, config.vpp, config.pipeline_split)   # the same split
         assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
         assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
 
@@ -105,10 +117,13 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
 def test_the_generated_set_covers_the_switches() -> None:
     """The round trips must reach what the issue named: VPP with a per-chunk recompute count, FP8, EP, CP."""
     configs = [c for _, (_, _, _, c) in CASES]
-    assert len(CASES) == sum(COUNTS.get(f, 8) for f in ROUND_TRIP_FRAMEWORKS)
+    assert len(CASES) == sum(COUNTS.get(f, 8) + UNEVEN * (f != "maxtext") for f in ROUND_TRIP_FRAMEWORKS)
     assert any(c.vpp > 1 and c.recompute_num_layers for c in configs)
     assert any(c.precision == "fp8" for c in configs) and any(c.ep > 1 for c in configs)
     assert any(c.cp > 1 for c in configs) and any(c.zero == 3 for c in configs)
+    uneven = {f for f, (_, _, _, c) in CASES if not c.pipeline_split.is_default}   # stated first/last or layout
+    assert uneven >= {"megatron", "megatron-bridge", "primus", "torchtitan"}
+    assert any(c.pp_layout for c in configs) and any(c.pp_first_stage_layers for c in configs)
     maxtext = [c for f, (_, _, _, c) in CASES if f == "maxtext"]   # MaxText's mesh: PP with repeats, EP, TP, CP
     assert any(c.pp > 1 and c.vpp > 1 for c in maxtext) and any(c.ep > 1 for c in maxtext)
     assert any(c.tp > 1 for c in maxtext) and any(c.cp > 1 for c in maxtext) and any(c.zero == 0 for c in maxtext)
