@@ -34,12 +34,14 @@ JOBS = [("llama3-8b", "h100-sxm", 64), ("llama3.1-405b", "h100-sxm", 1024), ("mi
         ("deepseek-v3", "h100-sxm", 1024), ("gpt-oss-120b", "b200", 64), ("qwen3-30b-a3b", "mi355x", 32)]
 ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan", "maxtext")
 ZERO_CHOICES = {"torchtitan": [0, 1, 3], "maxtext": [0, 3]}   # the others: the distributed optimizer mostly
+HSDP_FRAMEWORKS = ("torchtitan", "maxtext")   # a ZeRO-3 shard group smaller than the data-parallel ranks
 
 
-def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = False
+def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = False, hsdp: bool = False
                   ) -> list[tuple[str, str, int, TrainingConfig]]:
     """``count`` layouts (fixed seed) that the projection and ``framework`` both accept, spread over JOBS
-    (``uneven``: only pipelines whose stages cannot be equal, with the split the search offers)."""
+    (``uneven``: only pipelines whose stages cannot be equal, with the split the search offers; ``hsdp``: only
+    ZeRO-3 over a shard group smaller than the data-parallel ranks)."""
     rng = random.Random(f"{seed}-{framework}")
     found: list[tuple[str, str, int, TrainingConfig]] = []
     for _ in range(4000):
@@ -67,6 +69,11 @@ def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = 
         if not dp:
             continue
         values["gbs"] = values["mbs"] * dp * rng.choice([1, 2, 4, 8])
+        if hsdp:   # replicas of a shard group of cp x ep x 2..8 ranks
+            size = values["cp"] * ep * rng.choice([2, 4, 8])
+            if size >= dp * values["cp"]:
+                continue
+            values.update(zero=3, fsdp_size=size)
         try:
             config = TrainingConfig(**{k: v for k, v in values.items() if v is not None})
         except ValueError:
@@ -84,13 +91,15 @@ def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = 
 def _layout_id(case: tuple[str, str, int, TrainingConfig]) -> str:
     model, gpu, n, c = case
     return f"{model}-{n}x{gpu}-tp{c.tp}pp{c.pp}v{c.vpp}cp{c.cp}ep{c.ep}-{c.precision}-{c.recompute}" \
-           f"{c.recompute_num_layers or ''}-z{c.zero}"
+           f"{c.recompute_num_layers or ''}-z{c.zero}{f'f{c.fsdp_size}' if c.fsdp_size else ''}"
 
 
 COUNTS = {"maxtext": 12}   # MaxText's rules leave fewer PP layouts: 12 draws reach PP with repeats (vpp 2)
+HSDP = 2   # per framework with a ZeRO-3 shard group option
 UNEVEN = 3   # per framework that can state a split (MaxText's stages must be equal): first/last layers or a layout
 CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))] + \
-    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext" for case in legal_layouts(f, UNEVEN, 30, uneven=True)]
+    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext" for case in legal_layouts(f, UNEVEN, 30, uneven=True)] + \
+    [(f, case) for f in HSDP_FRAMEWORKS for case in legal_layouts(f, HSDP, 31, hsdp=True)]
 
 
 @pytest.mark.parametrize(("framework", "case"), CASES, ids=[f"{f}-{_layout_id(c)}" for f, c in CASES])
@@ -117,7 +126,8 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
 def test_the_generated_set_covers_the_switches() -> None:
     """The round trips must reach what the issue named: VPP with a per-chunk recompute count, FP8, EP, CP."""
     configs = [c for _, (_, _, _, c) in CASES]
-    assert len(CASES) == sum(COUNTS.get(f, 8) + UNEVEN * (f != "maxtext") for f in ROUND_TRIP_FRAMEWORKS)
+    assert len(CASES) == sum(COUNTS.get(f, 8) + UNEVEN * (f != "maxtext") + HSDP * (f in HSDP_FRAMEWORKS)
+                             for f in ROUND_TRIP_FRAMEWORKS)
     assert any(c.vpp > 1 and c.recompute_num_layers for c in configs)
     assert any(c.precision == "fp8" for c in configs) and any(c.ep > 1 for c in configs)
     assert any(c.cp > 1 for c in configs) and any(c.zero == 3 for c in configs)
@@ -127,6 +137,7 @@ def test_the_generated_set_covers_the_switches() -> None:
     maxtext = [c for f, (_, _, _, c) in CASES if f == "maxtext"]   # MaxText's mesh: PP with repeats, EP, TP, CP
     assert any(c.pp > 1 and c.vpp > 1 for c in maxtext) and any(c.ep > 1 for c in maxtext)
     assert any(c.tp > 1 for c in maxtext) and any(c.cp > 1 for c in maxtext) and any(c.zero == 0 for c in maxtext)
+    assert {f for f, (_, _, _, c) in CASES if c.fsdp_size} == set(HSDP_FRAMEWORKS)
 
 
 # ------------------------------------------------------------------------------------------------- launchers

@@ -52,8 +52,9 @@ def maxtext_options(job: Job) -> dict[str, Any]:
     dp = job.dp
     ep = c.ep if m.is_moe else 1
     rest = dp // ep
-    degrees = {"data": rest if c.zero == 0 else 1, "fsdp": rest if c.zero == 3 else 1, "tensor": c.tp,
-               "context": c.cp, "expert": ep, "pipeline": c.pp}
+    # ZeRO-3 shards over fsdp x context x expert (logical_axis_rules 'embed'); fsdp_size (HSDP) leaves data replicas
+    fsdp = (c.fsdp_size // (c.cp * ep) if c.fsdp_size else rest) if c.zero == 3 else 1
+    degrees = {"data": rest // fsdp, "fsdp": fsdp, "tensor": c.tp, "context": c.cp, "expert": ep, "pipeline": c.pp}
     per_node = min(n.gpus_per_node, n.num_gpus)
     ici, dcn = _split(degrees, per_node)
     o: dict[str, Any] = {"model_name": MAXTEXT_MODELS.get(m.name, m.name), "hardware": "gpu",
