@@ -175,7 +175,8 @@ def _megatron_split(args: dict[str, Any], pp: int) -> dict[str, Any]:
         except ValueError as err:
             raise LaunchConfigError(str(err)) from err
         if stages % pp:
-            raise LaunchConfigError(f"the pipeline layout has {stages} stages, not a multiple of the pipeline size {pp}")
+            raise LaunchConfigError(f"the pipeline layout has {stages} stages, not a multiple of the pipeline size "
+                                    f"{pp}")
         return {"pp_layout": layout, "vpp": stages // pp}
     split: dict[str, Any] = {}
     for key, dests in (("pp_first_stage_layers", ("decoder_first_pipeline_num_layers",

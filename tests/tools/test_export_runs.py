@@ -98,7 +98,8 @@ COUNTS = {"maxtext": 12}   # MaxText's rules leave fewer PP layouts: 12 draws re
 HSDP = 2   # per framework with a ZeRO-3 shard group option
 UNEVEN = 3   # per framework that can state a split (MaxText's stages must be equal): first/last layers or a layout
 CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))] + \
-    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext" for case in legal_layouts(f, UNEVEN, 30, uneven=True)] + \
+    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext"
+     for case in legal_layouts(f, UNEVEN, 30, uneven=True)] + \
     [(f, case) for f in HSDP_FRAMEWORKS for case in legal_layouts(f, HSDP, 31, hsdp=True)]
 
 
