@@ -57,7 +57,7 @@ LaunchFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan",
 LAUNCH_FRAMEWORKS: tuple[LaunchFramework, ...] = get_args(LaunchFramework)
 """Frameworks a layout can be exported to and launched with (tools/exports, tools/framework_rules.py)."""
 
-ImportFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan"]
+ImportFramework = Literal["megatron", "megatron-bridge", "primus", "torchtitan", "maxtext"]
 IMPORT_FRAMEWORKS: tuple[ImportFramework, ...] = get_args(ImportFramework)
 """Frameworks whose launch files and logs can be read back into a layout (tools/launch_import.py)."""
 

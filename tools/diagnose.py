@@ -1,9 +1,9 @@
 """Diagnose an existing launch config or training log: project it, say where time and memory go, compare with the best.
 
 Input: a Megatron-LM command line (a file, a launch script or a string), a Primus experiment
-YAML or a torchtitan TOML (read by :mod:`tools.launch_import`), or a Megatron / Primus /
-torchtitan training log (:func:`evals.log_import.parse_log`).  MaxText and Megatron-Bridge files
-are written by the exporters but not read back yet.  The model, GPU and
+YAML, Megatron-Bridge overrides or a torchtitan TOML (read by :mod:`tools.launch_import`), a MaxText
+YAML or ``python3 -m MaxText.train`` launch (:mod:`tools.maxtext_import`), or a Megatron / Primus /
+torchtitan training log (:func:`evals.log_import.parse_log`).  The model, GPU and
 GPU count come from the arguments, else from a projtune export header (``# MODEL on N x GPU:``),
 else (Megatron arguments) from the catalog model with the same shape.  The best layout is the
 top of a search of the same job restricted to what the same framework can launch
@@ -28,6 +28,7 @@ from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.job import job_on
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import COMM_OVERLAPS
+from tools.maxtext_import import TEXT_HINT as MAXTEXT_COMMAND, is_maxtext_yaml
 
 _HEADER = re.compile(r"^#\s*(?P<model>\S+) on (?P<gpus>[0-9]{1,7}) x (?P<gpu>[\w.-]+):", re.MULTILINE)
 _BRIDGE_WORDS = re.compile(r"^(?:model|train|ddp|dist)\.\w+=", re.MULTILINE)  # Megatron-Bridge overrides
@@ -68,7 +69,7 @@ class Diagnosis(BaseModel):
 
     source: str
     kind: str = Field(description="megatron-args | primus-yaml | torchtitan-toml | bridge-overrides | bridge-yaml | "
-                      "training-log")
+                      "maxtext-yaml | maxtext-command | training-log")
     framework: str
     model: str
     gpu: str
@@ -78,7 +79,8 @@ class Diagnosis(BaseModel):
                                           description="Rules of the framework the given layout breaks.")
     measured: dict[str, float] = Field(default_factory=dict, description="What a training log measured.")
     best: Projected | None = None
-    gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU.")
+    gain: float = Field(0.0, description="best / yours - 1 in tokens/s/GPU (negative where yours does not fit and "
+                        "the best that does is slower).")
     change_flags: list[str] = Field(default_factory=list, description="The framework's options to change.")
     searched: int = 0
     notes: list[str] = Field(default_factory=list, description="What reading the file assumed: framework defaults "
@@ -108,6 +110,8 @@ def read_source(source: str) -> tuple[str, str, str]:
         if size > min(MAX_BYTES, MAX_SOURCE_BYTES):
             raise ProjtuneError(f"{clip(path.name)}: {size} bytes; diagnose reads files up to {MAX_SOURCE_BYTES} bytes")
         text = path.read_bytes().decode("utf-8", errors="replace")
+    elif MAXTEXT_COMMAND.search(source):
+        return "maxtext-command", "maxtext", source
     elif "pretrain_gpt" in source or "\n" in source:
         return "megatron-args", "megatron", source
     elif path.suffix or "/" in source:
@@ -126,14 +130,15 @@ def read_source(source: str) -> tuple[str, str, str]:
         if isinstance(data, dict) and {"model", "train"} & set(data) and not any(str(k).startswith("ici_")
                                                                                   for k in data):
             return "bridge-yaml", "megatron-bridge", text
-        if isinstance(data, dict) and any(str(k).startswith("ici_") for k in data):
-            raise ProjtuneError(f"{clip(source)}: MaxText YAML is not read back yet (diagnose reads Megatron "
-                                "arguments, "
-                                "Primus YAML, torchtitan TOML and training logs)")
-        raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus) keys; diagnose reads Megatron "
-                            "arguments, Primus YAML, torchtitan TOML and training logs")
+        if is_maxtext_yaml(data):
+            return "maxtext-yaml", "maxtext", text
+        raise ProjtuneError(f"{clip(source)}: YAML without modules.pre_trainer (Primus), Megatron-Bridge or MaxText "
+                            "keys; diagnose reads Megatron arguments, Primus YAML, Megatron-Bridge overrides, "
+                            "torchtitan TOML, MaxText YAML or command lines and training logs")
     if _LOG_HINT.search(text):
         return "training-log", "", text
+    if MAXTEXT_COMMAND.search(text):
+        return "maxtext-command", "maxtext", text
     return "megatron-args", "megatron", text
 
 
@@ -245,6 +250,12 @@ def _named_model(kind: str, text: str, source: str = "") -> str | None:
                       f"{section.get('name', '')}{section.get('flavor', '')}"]
         elif kind.startswith("bridge-"):
             hints.append(Path(source).name.split("_pretrain")[0].split("_finetune")[0])
+        elif kind.startswith("maxtext-"):
+            from tools.framework_rules import MAXTEXT_MODELS
+            from tools.maxtext_import import launch_keys
+
+            named = str(launch_keys(text, Path(source).parent if _is_file(source) else None)[0].get("model_name", ""))
+            hints += [m for m, name in MAXTEXT_MODELS.items() if name == named] or [named]
     except (yaml.YAMLError, tomllib.TOMLDecodeError, KeyError, TypeError, AttributeError):
         return None
     for hint in (_norm(h) for h in hints if h):
@@ -322,6 +333,10 @@ def _options_of(kind: str, text: str) -> dict[str, Any]:
         from tools.exports.megatron_bridge import read_overrides
 
         return read_overrides(text)
+    if kind.startswith("maxtext-"):
+        from tools.maxtext_import import launch_keys
+
+        return launch_keys(text)[0]
     return {}
 
 
@@ -400,8 +415,10 @@ def diagnose(source: str, *, model: str | None = None, gpu: str | None = None, n
                 raise ProjtuneError(f"{name}: cannot parse TOML: {err}") from err
         if model is None and not header:
             guessed = guessed or _named_model(kind, text, source)
-        model_id, _, _ = _job(header, model, gpu, num_gpus, guessed, name)
-        keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers)
+        model_id, _, count = _job(header, model, gpu, num_gpus, guessed, name)
+        keys, notes = import_with_notes(text, framework, num_layers=load_model(model_id).num_layers, num_gpus=count,
+                                        gpus_per_node=gpus_per_node, model_name=load_model(model_id).name,
+                                        source_dir=Path(source).parent if _is_file(source) else None)
         if model is None and not header.get("model") and guessed:
             notes.insert(0, f"model {guessed}: named by the file")
     model_id, gpu_id, count = _job(header, model, gpu, num_gpus, guessed, name)
@@ -432,19 +449,22 @@ def _compare(result: Diagnosis, spec: ModelSpec, cluster: Cluster, config: Train
 
     from tools.constraints import Constraints
 
-    # Same job at the same numerics: the comparison keeps the given precision recipe (a change of
-    # precision is the user's call, not a layout change).
+    # Same job at the same numerics: the comparison keeps the given precision recipe and attention kernel (a
+    # change of either is the user's call, not a layout change).
+    kept = [f"precision={config.precision}"] + ([f"attention_backend={config.attention_backend}"]
+                                                if config.attention_backend is not None else [])
     request = SearchRequest(model=spec.name, gpu=cluster.gpu, num_gpus=cluster.num_gpus,
                             gpus_per_node=cluster.gpus_per_node, gbs=config.gbs, seq_len=config.seq_len, top_k=1,
-                            framework=result.framework,
-                            constraints=Constraints.parse([f"precision={config.precision}"]))
+                            framework=result.framework, constraints=Constraints.parse(kept))
     found = run_search(request, workers=1)
     result.searched = found.enumerated
     if not found.ranked:
         return
     best_config = TrainingConfig(**{k: v for k, v in found.ranked[0].config.items() if v is not None})
     best = projected(spec, cluster, best_config)
-    if best.tokens_per_sec_per_gpu <= result.yours.tokens_per_sec_per_gpu * (1 + 1e-9):
+    # a layout that does not fit is compared with the best that does, even when that one is slower
+    if best.tokens_per_sec_per_gpu <= result.yours.tokens_per_sec_per_gpu * (1 + 1e-9) and \
+            (result.yours.verdict != "out of memory" or best.verdict == "out of memory"):
         return
     result.best = best
     result.gain = best.tokens_per_sec_per_gpu / result.yours.tokens_per_sec_per_gpu - 1
@@ -503,4 +523,4 @@ def summary_line(d: Diagnosis) -> str:
         return head + f"; best found: this layout is the fastest {d.framework} can launch of {d.searched} searched"
     flags = ", ".join(d.change_flags) if d.change_flags else "(none: same options)"
     return (head + f"; best found: {d.best.layout}, {d.best.tokens_per_sec_per_gpu:,.0f} tokens/s/GPU, "
-            f"+{d.gain:.0%}, change these flags: {flags}")
+            f"{d.gain:+.0%}{' (yours does not fit)' if d.gain < 0 else ''}, change these flags: {flags}")

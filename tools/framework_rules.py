@@ -33,7 +33,8 @@ there, nor returned by ``projtune search --framework NAME``.  Sources (read for 
   "not compatible with gradient accumulation"; pipeline micro-batches divisible by the stage
   count and stages x repeats x layers per stage = the decoder layers; remat policies are
   full/minimal/save_* (no per-layer count); data parallelism is ``data`` (replicated) or
-  ``fsdp`` (sharded): no ZeRO-1/2.
+  ``fsdp`` (sharded): no ZeRO-1/2; the non-expert weights are sharded over the expert axis too
+  (``base.yml`` ``logical_axis_rules`` ``embed``), so EP layouts are ZeRO-3.
 """
 
 from __future__ import annotations
@@ -229,14 +230,22 @@ def _maxtext(model: ModelSpec, cluster: Cluster, config: TrainingConfig) -> list
     if c.zero in (1, 2):
         reasons.append(f"zero={c.zero}: MaxText data parallelism is the 'data' axis (replicated) or the 'fsdp' axis "
                        f"(ZeRO-3), no optimizer-only sharding ({MAXTEXT})")
-    if c.fsdp_size is not None:
-        reasons.append(f"fsdp_size={c.fsdp_size}: written for MaxText as fsdp x data would change the layout; not "
-                       "exported")
+    ep = c.ep if model.is_moe else 1
+    group = c.cp * ep   # the context and expert axes shard the weights too (logical_axis_rules 'embed')
+    if c.fsdp_size is not None and (c.zero != 3 or c.fsdp_size % group or (dp * c.cp) % c.fsdp_size
+                                    or c.fsdp_size == c.cp < c.cp * ep * 2):   # a shard group of the context alone
+        reasons.append(f"fsdp_size={c.fsdp_size}: MaxText's weight-shard group is fsdp x context x expert "
+                       f"(data replicates), so fsdp_size must be a multiple of cp*ep = {group} dividing dp*cp = "
+                       f"{dp * c.cp}, with zero=3 and an fsdp or expert axis above 1 (fsdp_size = cp alone is data "
+                       f"parallelism with context-sharded weights) ({MAXTEXT} logical_axis_rules)")
     if c.recompute == "selective" or c.recompute_num_layers is not None:
         reasons.append(f"recompute={c.recompute}"
                        + (f" on {c.recompute_num_layers} layers" if c.recompute_num_layers is not None else "")
                        + f": MaxText remat policies are per-layer patterns (full, minimal, save_*), not a module "
                          f"list or a layer count ({MAXTEXT} RematPolicy)")
+    if c.ep > 1 and c.zero == 0:
+        reasons.append(f"zero=0 with ep={c.ep}: MaxText shards the non-expert weights over the expert axis "
+                       f"(base.yml logical_axis_rules 'embed'), so an EP layout is ZeRO-3 (zero=3)")
     if c.ep > 1 and dp % c.ep:
         reasons.append(f"ep={c.ep} does not divide dp={dp}: MaxText's expert axis also shards the batch, so it "
                        f"comes out of the data-parallel ranks, not TP ({MAXTEXT} logical_axis_rules)")

@@ -92,8 +92,8 @@ def primus_switches(overrides: dict[str, Any], num_layers: int | None) -> tuple[
         if num_layers is not None and sum(counts) != num_layers:
             raise LayoutError(f"pipeline layout places {sum(counts)} decoder layers; the model has {num_layers}")
         notes.append(f"pipeline_model_parallel_layout: {len(counts)} virtual stages ({config['vpp']} per rank) of "
-                     f"{min(counts)}-{max(counts)} layers; projected with the engine's split of the same stage "
-                     "count (the remainder on the middle stages)")
+                     f"{min(counts)}-{max(counts)} layers, projected with this split (each rank priced with its "
+                     "own layers)")
     ids = overrides.get("recompute_layer_ids")
     if ids not in (None, "", False) and overrides.get("recompute_granularity") == "full":
         wanted = sorted({int(i) for i in str(ids).replace("[", "").replace("]", "").split(",") if i.strip()})

@@ -123,6 +123,7 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
             raise LaunchConfigError(f"--num-layers-per-virtual-pipeline-stage {per_chunk} does not divide the "
                                     f"{layers} layers over {pp} pipeline stages")
         config["vpp"] = layers // (pp * per_chunk)
+    config.update(_megatron_split(args, pp))
     fp8 = args.get("fp8")
     if fp8:
         recipes = {v: k for k, v in MEGATRON_FP8_RECIPE.items()} | {"delayed": "fp8"}   # both per-tensor
@@ -159,6 +160,33 @@ def _from_megatron_dests(args: dict[str, Any], num_layers: int | None) -> dict[s
     if dispatcher:
         config["moe_dispatcher"] = "deepep" if dispatcher == "flex" or args.get("moe_enable_deepep") else dispatcher
     return config
+
+
+def _megatron_split(args: dict[str, Any], pp: int) -> dict[str, Any]:
+    """A stated pipeline split (tools/exports/pipeline_split.py writes it): ``--pipeline-model-parallel-layout``
+    (it sets the virtual stages: vpp = its stages / pp), else ``--decoder-first/last-pipeline-num-layers``
+    (Megatron-Bridge: ``num_layers_in_first/last_pipeline_stage``)."""
+    from projection.pipeline_split import parse_layout
+
+    layout = args.get("pipeline_model_parallel_layout")
+    if isinstance(layout, str) and layout.strip():
+        try:
+            stages = len(parse_layout(layout))
+        except ValueError as err:
+            raise LaunchConfigError(str(err)) from err
+        if stages % pp:
+            raise LaunchConfigError(f"the pipeline layout has {stages} stages, not a multiple of the pipeline size "
+                                    f"{pp}")
+        return {"pp_layout": layout, "vpp": stages // pp}
+    split: dict[str, Any] = {}
+    for key, dests in (("pp_first_stage_layers", ("decoder_first_pipeline_num_layers",
+                                                  "num_layers_in_first_pipeline_stage")),
+                       ("pp_last_stage_layers", ("decoder_last_pipeline_num_layers",
+                                                 "num_layers_in_last_pipeline_stage"))):
+        dest = next((d for d in dests if args.get(d) is not None), None)
+        if dest is not None:
+            split[key] = _count(args, dest)
+    return split
 
 
 def megatron_switches(args: dict[str, Any]) -> dict[str, Any]:
@@ -265,6 +293,7 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
                 count(par, "pipeline_parallel_last_stage_less_layers", 1, low=0)
             stages = -(-(num_layers + extra) // per_stage)
             config["vpp"] = max(1, stages // pp)
+            config.update(_torchtitan_split(par, num_layers, per_stage, stages, config["vpp"]))
         elif config["pp_schedule"] in ("interleaved", "zbv"):
             raise LaunchConfigError("an interleaved torchtitan schedule needs pipeline_parallel_layers_per_stage and "
                                     "the model's layer count (num_layers) to recover vpp")
@@ -279,6 +308,25 @@ def _from_torchtitan(text: str, num_layers: int | None) -> dict[str, Any]:
                                    "bf16")
     config.update(_torchtitan_ac(ac, num_layers, pp))
     return config
+
+
+def _torchtitan_split(par: dict[str, Any], num_layers: int, per_stage: int, stages: int, vpp: int) -> dict[str, Any]:
+    """The stated split of torchtitan's first/last stage less layers (pipeline_parallel.py: the first and the last
+    virtual stage hold ``per_stage - less`` layers, the others ``per_stage``); nothing where it is the projection's
+    default split (:func:`projection.pipeline_split.default_counts`)."""
+    from projection.pipeline_split import default_counts, render_layout
+
+    first = per_stage - _titan_count(par, "pipeline_parallel_first_stage_less_layers", 1, low=0)
+    last = per_stage - _titan_count(par, "pipeline_parallel_last_stage_less_layers", 1, low=0)
+    counts = (first, *(per_stage,) * (stages - 2), last) if stages > 1 else (num_layers,)
+    if stages > 1 and (min(first, last) < 0 or sum(counts) != num_layers):
+        raise LaunchConfigError(f"torchtitan TOML: {stages} stages of {per_stage} layers less first/last "
+                                f"({per_stage - first}/{per_stage - last}) do not hold the {num_layers} layers")
+    if stages < 2 or counts == default_counts(num_layers, stages):
+        return {}
+    if vpp == 1:
+        return {"pp_first_stage_layers": first, "pp_last_stage_layers": last}
+    return {"pp_layout": render_layout(first, per_stage, stages - 2, last)}
 
 
 def _section(data: dict[str, Any], name: str) -> dict[str, Any]:
@@ -353,17 +401,24 @@ def _torchtitan_ac(ac: dict[str, Any], num_layers: int | None, pp: int) -> dict[
     return {"recompute": "full", "recompute_num_layers": stage_layers // every}
 
 
-def import_launch_config(text: str, framework: str, *, num_layers: int | None = None) -> dict[str, Any]:
-    """Parse a Megatron argument list, a Primus YAML overlay or a torchtitan TOML into sweep-format config keys.
+def import_launch_config(text: str, framework: str, *, num_layers: int | None = None, **job: Any) -> dict[str, Any]:
+    """Parse a Megatron argument list, a Primus YAML overlay, a torchtitan TOML or a MaxText YAML / command into
+    sweep-format config keys (``job``: what :func:`import_with_notes` needs for MaxText).
 
     Raises:
         LaunchConfigError: unknown framework, unparsable text, or a per-stage layer count without ``num_layers``.
     """
-    return import_with_notes(text, framework, num_layers=num_layers)[0]
+    return import_with_notes(text, framework, num_layers=num_layers, **job)[0]
 
 
-def import_with_notes(text: str, framework: str, *, num_layers: int | None = None) -> tuple[dict[str, Any], list[str]]:
-    """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell)."""
+def import_with_notes(text: str, framework: str, *, num_layers: int | None = None, num_gpus: int | None = None,
+                      gpus_per_node: int = 8, model_name: str = "", source_dir: Any = None
+                      ) -> tuple[dict[str, Any], list[str]]:
+    """:func:`import_launch_config` and what the reading assumed (framework defaults, layouts, unresolved shell).
+
+    MaxText (:mod:`tools.maxtext_import`) resolves its mesh against the GPUs: it needs ``num_gpus``,
+    ``gpus_per_node`` and ``num_layers``; ``source_dir`` is where a config file the launch names is looked for.
+    """
     from tools.launch_defaults import LayoutError, primus_switches, primus_with_defaults, switch_notes
     from tools.launch_shell import ShellScriptError, command_words
 
@@ -396,4 +451,16 @@ def import_with_notes(text: str, framework: str, *, num_layers: int | None = Non
         return config, switch_notes(dests, config)
     if framework == "torchtitan":
         return _from_torchtitan(text, num_layers), []
+    if framework == "maxtext":
+        from tools.maxtext_import import MaxTextError, launch_keys, layout_of
+
+        if num_gpus is None or num_layers is None:
+            raise LaunchConfigError("a MaxText launch needs the GPU count and the model's layer count to read its mesh")
+        try:
+            keys, variables, notes = launch_keys(text, source_dir)
+            config, more = layout_of(keys, variables, num_gpus=num_gpus, gpus_per_node=gpus_per_node,
+                                     num_layers=num_layers, model_name=model_name)
+        except MaxTextError as err:
+            raise LaunchConfigError(str(err)) from err
+        return config, notes + more
     raise LaunchConfigError(f"unknown framework '{framework}' (known: {', '.join(IMPORT_FRAMEWORKS)})")

@@ -13,7 +13,8 @@ from tools.json_out import json_text
 @user_errors
 def diagnose_command(
     source: Annotated[list[str], typer.Argument(
-        help="A file (Megatron-LM arguments, Primus YAML, torchtitan TOML, Megatron/Primus/torchtitan training log), "
+        help="A file (Megatron-LM arguments, Primus YAML, Megatron-Bridge overrides, torchtitan TOML, MaxText YAML or "
+             "`python3 -m MaxText.train` script, Megatron/Primus/torchtitan training log), "
              "or Megatron-LM arguments after `--`: projtune diagnose --gpu h100-sxm --gpus 64 -- --tensor-model-... ")],
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id (default: from the file).")] = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id (default: from the file).")] = None,

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from projtune.cli import app
 from tools.diagnose import diagnose
 from tools.launch_defaults import LayoutError, pipeline_layout_stages
-from tools.launch_import import import_launch_config, megatron_args
+from tools.launch_import import LaunchConfigError, import_launch_config, megatron_args
 from tools.launch_shell import ShellScriptError, command_words, expand_primus
 
 LAUNCH = Path(__file__).parents[1] / "fixtures" / "launch"
@@ -36,6 +36,13 @@ REAL: dict[str, tuple[str, int, dict[str, Any], str]] = {
     "bridge_llama3_8b_pretrain_override_example.yaml": ("h100-sxm", 8, dict(
         model="llama3-8b", tp=1, pp=1, cp=2, mbs=1, gbs=8, seq_len=4096, precision="bf16", zero=1),
         "recipe llama3_8b_pretrain_config default taken"),
+    # MaxText's A3 (8 x H100 nodes) example: 128 nodes, FSDP 8 inside x 128 across, XLA pipelining flags
+    "maxtext_a3_llama3.1_405b_128vm.sh": ("h100-sxm", 1024, dict(
+        model="llama3.1-405b", tp=1, pp=1, cp=1, mbs=1, gbs=1024, seq_len=8192, precision="bf16", zero=3,
+        recompute="full", comm_overlap=["dp", "pp"]), "not key=value, ignored: enable_checkpointing:, False"),
+    "maxtext_gpu_llama3_8b.yml": ("h100-sxm", 8, dict(
+        model="llama3-8b", tp=1, pp=1, mbs=12, gbs=96, seq_len=8192, precision="bf16", zero=3, recompute="none",
+        attention_backend="fused"), "base.yml default taken: gradient_accumulation_steps 1"),
 }
 
 
@@ -112,3 +119,36 @@ def test_primus_defaults_and_layouts() -> None:
     keys = import_launch_config("modules:\n  pre_trainer:\n    overrides:\n      use_distributed_optimizer: false\n"
                                 "      seq_length: 4096\n      global_batch_size: 8\n", "primus", num_layers=32)
     assert keys["zero"] == 0 and keys["precision"] == "bf16" and keys["mbs"] == 2  # Primus defaults
+
+
+def test_maxtext_mesh_batch_and_pipeline_are_read_as_maxtext_resolves_them() -> None:
+    """types.py / create_device_mesh: one -1 axis takes the devices left, per_device_batch_size x devices x
+    gradient_accumulation_steps sequences, PP micro-batches split the forward pass, repeats = virtual stages."""
+    keys = import_launch_config("ici_tensor_parallelism: 2\nici_fsdp_parallelism: -1\ndcn_pipeline_parallelism: 2\n"
+                                "dcn_data_parallelism: -1\nper_device_batch_size: 2\nnum_pipeline_microbatches: 8\n"
+                                "num_layers_per_pipeline_stage: 4\nmax_target_length: 4096\nremat_policy: full\n"
+                                "quantization: nanoo_fp8\n", "maxtext", num_layers=32, num_gpus=32)
+    # 4 nodes: ici tensor 2 x fsdp 4, dcn pipeline 2 x data 2; 64 sequences in 8 micro-batches over dp 8
+    assert keys.items() >= {"tp": 2, "pp": 2, "vpp": 4, "zero": 3, "fsdp_size": 4, "gbs": 64, "mbs": 1,
+                            "seq_len": 4096, "precision": "fp8", "recompute": "full",
+                            "pp_schedule": "interleaved"}.items()
+    command = ("python3 -m MaxText.train src/MaxText/configs/base.yml ici_expert_parallelism=8 ici_fsdp_parallelism=1 "
+               "dcn_fsdp_parallelism=-1 dcn_data_parallelism=1 per_device_batch_size=1 gradient_accumulation_steps=4 "
+               "capacity_factor=1.25 "
+               "attention=dot_product max_target_length=4096")
+    keys = import_launch_config(command, "maxtext", num_layers=32, num_gpus=64)
+    assert keys.items() >= {"ep": 8, "zero": 3, "gbs": 256, "mbs": 1, "moe_routing": "token-drop",
+                            "moe_capacity_factor": 1.25, "attention_backend": "unfused"}.items()
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("ici_fsdp_parallelism: -1\nici_data_parallelism: -1\n", "at most one axis can be unspecified"),
+    ("ici_fsdp_parallelism: 4\n", "multiply to 4, not the 8 devices of a node"),
+    ("ici_tensor_transpose_parallelism: 2\nici_fsdp_parallelism: -1\n", "mesh axis tensor_transpose"),
+    ("remat_policy: save_qkv_proj\n", "projtune reads full, minimal_with_context"),
+    ("quantization: int8\n", "quantization 'int8'"),
+    ("per_device_batch_size: 0.01\n", "less than one sequence"),
+])
+def test_maxtext_launches_it_cannot_project_get_one_line(text: str, message: str) -> None:
+    with pytest.raises(LaunchConfigError, match=message):
+        import_launch_config(text, "maxtext", num_layers=32, num_gpus=8)

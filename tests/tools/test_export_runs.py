@@ -1,6 +1,6 @@
 """Exports run as projected: launchers are valid bash that start the command diagnose reads; Megatron-LM's own
 argument parser and validate_args accept the full command; export -> diagnose gives back the layout and the same
-projection for every framework diagnose reads, over a generated set of legal layouts."""
+projection for every framework (MaxText: its YAML and its launcher both), over a generated set of legal layouts."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from projection.framework import record_of_launch
 from projection.engine import project
 from projection.legality import even_split, layout_violations
+from projection.pipeline_split import stage_counts, uneven_split
 from projection.model_spec import load_model
 from projection.hardware import load_hardware
 from projection.training_config import Cluster, TrainingConfig
@@ -31,11 +32,16 @@ KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "gbs", "seq_len", "precisio
 # (model, gpu, gpus): the jobs the generated layouts are drawn for
 JOBS = [("llama3-8b", "h100-sxm", 64), ("llama3.1-405b", "h100-sxm", 1024), ("mixtral-8x7b", "mi300x", 64),
         ("deepseek-v3", "h100-sxm", 1024), ("gpt-oss-120b", "b200", 64), ("qwen3-30b-a3b", "mi355x", 32)]
-ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan")
+ROUND_TRIP_FRAMEWORKS = ("megatron", "megatron-bridge", "primus", "torchtitan", "maxtext")
+ZERO_CHOICES = {"torchtitan": [0, 1, 3], "maxtext": [0, 3]}   # the others: the distributed optimizer mostly
+HSDP_FRAMEWORKS = ("torchtitan", "maxtext")   # a ZeRO-3 shard group smaller than the data-parallel ranks
 
 
-def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str, str, int, TrainingConfig]]:
-    """``count`` layouts (fixed seed) that the projection and ``framework`` both accept, spread over JOBS."""
+def legal_layouts(framework: str, count: int, seed: int = 28, *, uneven: bool = False, hsdp: bool = False
+                  ) -> list[tuple[str, str, int, TrainingConfig]]:
+    """``count`` layouts (fixed seed) that the projection and ``framework`` both accept, spread over JOBS
+    (``uneven``: only pipelines whose stages cannot be equal, with the split the search offers; ``hsdp``: only
+    ZeRO-3 over a shard group smaller than the data-parallel ranks)."""
     rng = random.Random(f"{seed}-{framework}")
     found: list[tuple[str, str, int, TrainingConfig]] = []
     for _ in range(4000):
@@ -48,14 +54,26 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
         values: dict[str, Any] = dict(
             tp=tp, pp=pp, vpp=vpp, cp=rng.choice([1, 1, 2]), ep=ep, mbs=rng.choice([1, 2]),
             seq_len=rng.choice([4096, 8192]), precision=rng.choice(["bf16", "fp8"]), recompute=recompute,
-            sequence_parallel=tp > 1, zero=rng.choice([0, 1, 3] if framework == "torchtitan" else [1, 1, 0]),
+            sequence_parallel=tp > 1, zero=rng.choice(ZERO_CHOICES.get(framework, [1, 1, 0])),
             pp_schedule="interleaved" if vpp > 1 else None)
         if recompute == "full" and rng.random() < 0.5:
             values["recompute_num_layers"] = rng.choice([1, 2, 4]) * vpp
+        if uneven and even_split(model.num_layers, pp * vpp):
+            continue
+        if not even_split(model.num_layers, pp * vpp):   # uneven: the split the search offers (issue 28 item 1)
+            split = uneven_split(model.num_layers, pp, vpp)
+            if split is None:
+                continue
+            values.update(pp_first_stage_layers=split.first, pp_last_stage_layers=split.last, pp_layout=split.layout)
         dp = n // (tp * pp * values["cp"]) if n % (tp * pp * values["cp"]) == 0 else 0
         if not dp:
             continue
         values["gbs"] = values["mbs"] * dp * rng.choice([1, 2, 4, 8])
+        if hsdp:   # replicas of a shard group of cp x ep x 2..8 ranks
+            size = values["cp"] * ep * rng.choice([2, 4, 8])
+            if size >= dp * values["cp"]:
+                continue
+            values.update(zero=3, fsdp_size=size)
         try:
             config = TrainingConfig(**{k: v for k, v in values.items() if v is not None})
         except ValueError:
@@ -64,8 +82,6 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
         if layout_violations(model, load_hardware(gpu), cluster, config) or \
                 framework_violations(framework, model, cluster, config):
             continue
-        if not even_split(model.num_layers, pp * vpp):  # uneven first/last stages: exported with their own flags
-            continue                                     # (issue 28 item 1), checked where those are written
         found.append((model_id, gpu, n, config))
         if len(found) == count:
             break
@@ -75,10 +91,16 @@ def legal_layouts(framework: str, count: int, seed: int = 28) -> list[tuple[str,
 def _layout_id(case: tuple[str, str, int, TrainingConfig]) -> str:
     model, gpu, n, c = case
     return f"{model}-{n}x{gpu}-tp{c.tp}pp{c.pp}v{c.vpp}cp{c.cp}ep{c.ep}-{c.precision}-{c.recompute}" \
-           f"{c.recompute_num_layers or ''}-z{c.zero}"
+           f"{c.recompute_num_layers or ''}-z{c.zero}{f'f{c.fsdp_size}' if c.fsdp_size else ''}"
 
 
-CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, 8)]
+COUNTS = {"maxtext": 12}   # MaxText's rules leave fewer PP layouts: 12 draws reach PP with repeats (vpp 2)
+HSDP = 2   # per framework with a ZeRO-3 shard group option
+UNEVEN = 3   # per framework that can state a split (MaxText's stages must be equal): first/last layers or a layout
+CASES = [(f, case) for f in ROUND_TRIP_FRAMEWORKS for case in legal_layouts(f, COUNTS.get(f, 8))] + \
+    [(f, case) for f in ROUND_TRIP_FRAMEWORKS if f != "maxtext"
+     for case in legal_layouts(f, UNEVEN, 30, uneven=True)] + \
+    [(f, case) for f in HSDP_FRAMEWORKS for case in legal_layouts(f, HSDP, 31, hsdp=True)]
 
 
 @pytest.mark.parametrize(("framework", "case"), CASES, ids=[f"{f}-{_layout_id(c)}" for f, c in CASES])
@@ -86,23 +108,37 @@ def test_export_then_diagnose_round_trips(tmp_path: Path, framework: str, case: 
     model_id, gpu, n, config = case
     spec, cluster = load_model(model_id), Cluster(gpu=gpu, num_gpus=n)
     exported = export_launch_config(spec, cluster, config, framework)
-    path = write_export(exported, tmp_path / exported.filename)[0]
-    result = diagnose(str(path), search=False)
-    back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
-    assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
+    written = write_export(exported, tmp_path / exported.filename)
+    # MaxText: the YAML and the launcher's `python3 -m MaxText.train base.yml key=value ...` line are both read back
+    sources = written[:2] if framework == "maxtext" else written[:1]
+    assert framework != "maxtext" or [p.suffix for p in sources] == [".yml", ".sh"]
     # diagnose prices the file with its framework's record (issue 24): the expectation is priced the same way
     expected = project(spec, cluster, config.model_copy(update={"framework": record_of_launch(framework).name}))
-    assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
-    assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
+    for path in sources:
+        result = diagnose(str(path), search=False)
+        back = TrainingConfig(**{k: v for k, v in result.yours.config.items() if k != "dp" and v is not None})
+        assert {k: getattr(back, k) for k in KEYS} == {k: getattr(config, k) for k in KEYS}
+        assert stage_counts(spec.num_layers, back.pp, back.vpp, back.pipeline_split) == \
+            stage_counts(spec.num_layers, config.pp, config.vpp, config.pipeline_split)   # the same split
+        assert result.yours.tokens_per_sec_per_gpu == pytest.approx(expected.tokens_per_s_per_gpu, rel=1e-9)
+        assert result.yours.peak_memory_gib * 2**30 == pytest.approx(expected.memory.peak_bytes, rel=1e-9)
 
 
 def test_the_generated_set_covers_the_switches() -> None:
     """The round trips must reach what the issue named: VPP with a per-chunk recompute count, FP8, EP, CP."""
     configs = [c for _, (_, _, _, c) in CASES]
-    assert len(CASES) == 8 * len(ROUND_TRIP_FRAMEWORKS)
+    assert len(CASES) == sum(COUNTS.get(f, 8) + UNEVEN * (f != "maxtext") + HSDP * (f in HSDP_FRAMEWORKS)
+                             for f in ROUND_TRIP_FRAMEWORKS)
     assert any(c.vpp > 1 and c.recompute_num_layers for c in configs)
     assert any(c.precision == "fp8" for c in configs) and any(c.ep > 1 for c in configs)
     assert any(c.cp > 1 for c in configs) and any(c.zero == 3 for c in configs)
+    uneven = {f for f, (_, _, _, c) in CASES if not c.pipeline_split.is_default}   # stated first/last or layout
+    assert uneven >= {"megatron", "megatron-bridge", "primus", "torchtitan"}
+    assert any(c.pp_layout for c in configs) and any(c.pp_first_stage_layers for c in configs)
+    maxtext = [c for f, (_, _, _, c) in CASES if f == "maxtext"]   # MaxText's mesh: PP with repeats, EP, TP, CP
+    assert any(c.pp > 1 and c.vpp > 1 for c in maxtext) and any(c.ep > 1 for c in maxtext)
+    assert any(c.tp > 1 for c in maxtext) and any(c.cp > 1 for c in maxtext) and any(c.zero == 0 for c in maxtext)
+    assert {f for f, (_, _, _, c) in CASES if c.fsdp_size} == set(HSDP_FRAMEWORKS)
 
 
 # ------------------------------------------------------------------------------------------------- launchers

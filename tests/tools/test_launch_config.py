@@ -171,8 +171,9 @@ def test_round_trip(framework: str, name: str) -> None:
     exported = _export_or_refusal(framework, name)
     if exported is None:
         return
-    model, _, config = _setup(name)
-    imported = import_launch_config(exported.text, framework, num_layers=model.num_layers)
+    model, cluster, config = _setup(name)
+    imported = import_launch_config(exported.text, framework, num_layers=model.num_layers,
+                                    num_gpus=cluster.num_gpus, gpus_per_node=cluster.gpus_per_node)
     if framework == "torchtitan" and config.recompute == "selective":
         assert imported["recompute"] == "selective"  # op-level SAC: modules are not written
         imported["recompute_modules"] = list(config.recompute_modules)

@@ -22,9 +22,18 @@ from tools.framework_rules import MAXTEXT_MODELS, MAXTEXT_QUANT, maxtext_vendor
 FRAMEWORK = "maxtext"
 """The launch framework this module exports to (tools/exports/__init__.py registers it under this name)."""
 AXES = ("data", "fsdp", "tensor", "context", "expert", "pipeline")
-SOURCE = "MaxText YAML (src/MaxText/configs/base.yml keys); run: python3 -m MaxText.train this.yaml"
+SOURCE = ("MaxText YAML (src/MaxText/configs/base.yml keys, AI-Hypercomputer/maxtext maxtext-tutorial-v1.5.0); "
+          "run: python3 -m MaxText.train this.yaml")
 USER_MUST_ADD = ["base_output_directory, run_name, dataset_type / dataset_path, tokenizer_path", "steps"]
-REMAT = {"none": "minimal", "full": "full"}
+REMAT = {"none": "minimal_with_context", "full": "full"}
+"""Recompute -> remat_policy (src/MaxText/layers/decoders.py get_remat_policy: minimal_with_context saves every matmul
+output and the attention context, full saves only the layer input)."""
+ATTENTION = {"fused": "cudnn_flash_te", "triton": "flash", "unfused": "dot_product"}
+"""Attention kernel -> ``attention`` (layers/attention_op.py: cudnn_flash_te is Transformer Engine's fused attention,
+the kernel the development runs set; flash the Pallas kernel; dot_product materialises the scores)."""
+# Pipelined FSDP collectives (xla/debug_options_flags.cc; MaxText's A3 example configs/a3/llama_3.1_405b/128vm.sh).
+XLA_DP_OVERLAP = ("--xla_gpu_enable_latency_hiding_scheduler=true --xla_gpu_enable_pipelined_all_gather=true "
+                  "--xla_gpu_enable_pipelined_reduce_scatter=true --xla_gpu_enable_pipelined_all_reduce=true")
 
 
 def _split(degrees: dict[str, int], per_node: int) -> tuple[dict[str, int], dict[str, int]]:
@@ -43,8 +52,9 @@ def maxtext_options(job: Job) -> dict[str, Any]:
     dp = job.dp
     ep = c.ep if m.is_moe else 1
     rest = dp // ep
-    degrees = {"data": rest if c.zero == 0 else 1, "fsdp": rest if c.zero == 3 else 1, "tensor": c.tp,
-               "context": c.cp, "expert": ep, "pipeline": c.pp}
+    # ZeRO-3 shards over fsdp x context x expert (logical_axis_rules 'embed'); fsdp_size (HSDP) leaves data replicas
+    fsdp = (c.fsdp_size // (c.cp * ep) if c.fsdp_size else rest) if c.zero == 3 else 1
+    degrees = {"data": rest // fsdp, "fsdp": fsdp, "tensor": c.tp, "context": c.cp, "expert": ep, "pipeline": c.pp}
     per_node = min(n.gpus_per_node, n.num_gpus)
     ici, dcn = _split(degrees, per_node)
     o: dict[str, Any] = {"model_name": MAXTEXT_MODELS.get(m.name, m.name), "hardware": "gpu",
@@ -59,6 +69,9 @@ def maxtext_options(job: Job) -> dict[str, Any]:
         o["gradient_accumulation_steps"] = job.microbatches
     o["remat_policy"] = REMAT.get(c.recompute, c.recompute)
     o["quantization"] = MAXTEXT_QUANT.get((c.precision, maxtext_vendor(n.gpu)), c.precision)
+    if c.attention_backend is not None:   # unset: the jax record's defaults price it (projection/framework.py)
+        o["attention"] = ATTENTION[c.attention_backend]
+    o["weight_dtype"] = "bfloat16"   # the jax memory model's bf16 weights (mu_dtype inherits it, types.py)
     if m.is_moe:
         o["sparse_matmul"] = True
         o["capacity_factor"] = (c.moe_capacity_factor or 1.0) if c.moe_routing == "token-drop" else -1
@@ -67,15 +80,19 @@ def maxtext_options(job: Job) -> dict[str, Any]:
     for axis in AXES:
         o[f"dcn_{axis}_parallelism"] = dcn[axis]
     if c.recompute == "none":
-        job.assumptions.append("remat_policy minimal saves every matmul output (only element-wise ops recompute); "
-                               "the projection counts that as no recompute")
-    job.assumptions.append(f"XLA overlaps FSDP/DP collectives with compute (the projection hides "
-                           f"{job.profile.dp_overlap_fraction:.0%} of DP comm)")
+        job.assumptions.append("remat_policy minimal_with_context saves every matmul output and the attention "
+                               "context (only element-wise ops recompute); the projection counts that as no recompute")
+    if job.switches.overlapped("dp"):
+        job.assumptions.append(f"XLA pipelines the FSDP/DP collectives (the launcher's XLA_FLAGS; the projection "
+                               f"hides {job.profile.dp_overlap_fraction:.0%} of DP comm)")
+    else:
+        job.assumptions.append("XLA's GPU defaults leave the FSDP/DP collectives exposed, as projected")
     return o
 
 
 def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: int, num_layers: int) -> list[str]:
-    """The types.py / mesh rules an exported MaxText config breaks (empty when none)."""
+    """The types.py / mesh rules an exported MaxText config breaks (empty when none; remat policies: types.py
+    RematPolicy and the names decoders.py get_remat_policy also takes)."""
     problems = []
     per_node, nodes = min(gpus_per_node, num_gpus), max(1, num_gpus // gpus_per_node)
     ici = math.prod(int(options.get(f"ici_{a}_parallelism", 1)) for a in AXES)
@@ -103,9 +120,9 @@ def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: i
     if options.get("quantization") in ("fp8", "nanoo_fp8", "fp8_gpu") and \
             int(options.get("gradient_accumulation_steps", 1)) > 1:
         problems.append("FP8 quantization is not compatible with gradient accumulation.")
-    if options.get("remat_policy") not in ("full", "minimal", "save_dot_with_context_except_mlp",
-                                            "save_dot_except_mlpwi", "save_dot_except_mlp", "save_qkv_proj",
-                                            "qkv_proj_offloaded", "custom", "minimal_offloaded", "save_out_proj"):
+    if options.get("remat_policy") not in ("full", "minimal", "minimal_with_context", "save_dot_except_mlpwi",
+                                           "save_dot_with_context_except_mlp", "save_dot_except_mlp", "save_qkv_proj",
+                                           "qkv_proj_offloaded", "custom", "minimal_offloaded", "save_out_proj"):
         problems.append(f"remat_policy {options.get('remat_policy')!r} is not a MaxText RematPolicy")
     if options.get("model_name") not in MAXTEXT_MODELS.values():
         problems.append(f"model_name {options.get('model_name')!r} has no src/MaxText/configs/models file")
@@ -117,15 +134,19 @@ def maxtext_problems(options: dict[str, Any], *, num_gpus: int, gpus_per_node: i
 def export(job: Job) -> LaunchConfig:
     """The YAML of the layout, and a launcher that passes the same keys as MaxText's ``key=value`` overrides of
     ``base.yml`` (``python3 -m MaxText.train src/MaxText/configs/base.yml k=v ...``), one process per node."""
+    from projection.framework import record_of_launch
     from tools.exports.common import launcher_script
 
+    if job.config.framework is None:   # priced as MaxText runs it: the jax record's switch defaults
+        job = Job(job.model, job.cluster, job.config.model_copy(update={"framework": record_of_launch(FRAMEWORK).name}))
     options = maxtext_options(job)
     if job.config.finetune is not None:
         job.warnings.append("MaxText fine-tuning loads the base weights with load_parameters_path=PATH: add it")
     body = yaml.safe_dump(options, sort_keys=False).splitlines()
     head = comment_block(job, SOURCE) + [f"# add: {u}" for u in USER_MUST_ADD]
     pairs = [f"{k}={v}" for k, v in options.items()]
-    run = ["export JAX_COORDINATOR_ADDRESS=${JAX_COORDINATOR_ADDRESS:-$MASTER_ADDR}",
+    xla = [f'export XLA_FLAGS="${{XLA_FLAGS:-}} {XLA_DP_OVERLAP}"'] if job.switches.overlapped("dp") else []
+    run = [*xla, "export JAX_COORDINATOR_ADDRESS=${JAX_COORDINATOR_ADDRESS:-$MASTER_ADDR}",
            "export NNODES NODE_RANK", "KEYS=(", *[f"    {p}" for p in pairs], ")",
            'python3 -m MaxText.train src/MaxText/configs/base.yml "${KEYS[@]}" run_name="${RUN_NAME:-projtune}" \\',
            '    base_output_directory="$CHECKPOINT_DIR" dataset_path="$DATA_PATH" tokenizer_path="$TOKENIZER"']
