@@ -51,9 +51,9 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:   # nohup / background jobs keep ignoring it
         signal.signal(signal.SIGINT, on_sigint)
     try:
-        from projtune.app import app
+        from projtune.app import app_for
 
-        app()
+        app_for(sys.argv[1:])()
     except BaseException as err:
         if not _is_interrupt(err):
             raise

@@ -18,7 +18,7 @@ from rich.markup import escape
 from projtune.anchor_input import AnchorOpt
 from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
-from tools.framework_rules import FRAMEWORKS
+from projection.vocabulary import LAUNCH_FRAMEWORKS as FRAMEWORKS
 from tools.json_out import json_text
 
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]

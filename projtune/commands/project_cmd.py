@@ -248,3 +248,9 @@ def _print_anchoring(data: dict[str, Any]) -> None:
         console.print(f"memory: unanchored peak {data['unanchored_peak_gib']:.1f} GiB, anchored {data['peak_gib']:.1f} "
                       f"GiB ({anchoring['corrections']['memory_offset_gib']:+.1f} GiB measured offset)",
                       soft_wrap=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `project` and `memory` to the CLI."""
+    app.command("project")(project_command)
+    app.command("memory")(memory_command)
