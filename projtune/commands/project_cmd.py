@@ -139,16 +139,19 @@ def memory_command(
 
 
 def _run(args: dict[str, Any], *, memory_only: bool) -> None:
-    from projection.engine import project
-    from projection.errors import IllegalLayoutError
-    from projection.job import profile_for
-    from projection.layout import parallel_dims
-    from projection.legality import layout_violations
-    from projection.memory import project_memory
-    from projection.summary import memory_dict, projection_dict
-    from projection.memory_report import memory_breakdown_dict
-    from projtune.layout_input import build_layout
-    from projtune.render import print_memory, print_projection
+    from projection.module_heap import loading_modules
+
+    with loading_modules():   # the engine and the renderer, loaded for good (projection/module_heap.py)
+        from projection.engine import project
+        from projection.errors import IllegalLayoutError
+        from projection.job import profile_for
+        from projection.layout import parallel_dims
+        from projection.legality import layout_violations
+        from projection.memory import project_memory
+        from projection.memory_report import memory_breakdown_dict
+        from projection.summary import memory_dict, projection_dict
+        from projtune.layout_input import build_layout
+        from projtune.render import print_memory, print_projection
 
     args = dict(args)
     as_json, profile_path, config_file = args.pop("as_json"), args.pop("profile"), args.pop("config_file")
