@@ -13,11 +13,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
 
 from projection.device_profile import DeviceProfile
 from projection.errors import ProjtuneError
 from projection.hardware import load_hardware
-from projection.safe_yaml import load_shipped
 
 # Same die, same kernels: one fitted profile (the first id names the group).
 # B300/GB300 (Blackwell Ultra B300 die), B200/GB200 (B200 die), H100 SXM / H100 96 GB 500 W / H800 / H200
@@ -58,7 +58,7 @@ def silicon_members(group: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
     path = Path(str(resources.files("projection") / "catalog" / "priors" / "priors.yaml"))
-    return load_shipped(path.read_text())
+    return yaml.safe_load(path.read_text())
 
 
 def family_of(group: str) -> str:

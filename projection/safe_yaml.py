@@ -153,16 +153,6 @@ def compose_bounded(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = M
     return data, root
 
 
-def load_shipped(text: str) -> Any:
-    """The data of one YAML document of a file projtune ships or writes itself (catalogs, band tables, priors).
-
-    The safe loader on libyaml's C parser when PyYAML has it (``CSafeLoader``, ~9x faster than the
-    pure-Python parser; the same safe constructor builds the values), without the limits above: every
-    start-up that prices a layout reads the model and hardware catalogs (~40 files).
-    """
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader
-
-
 def load_bounded(text: str) -> Any:
     """The data of one YAML (or JSON, a YAML subset) document within the limits."""
     return compose_bounded(text)[0]

@@ -40,7 +40,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from projection.evidence import Novelty, framework_key, job_features, novelty, shipped_evidence
 from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
-from projection.safe_yaml import load_shipped
 from projection.training_config import Cluster, TrainingConfig
 
 ANY = "*"
@@ -125,7 +124,7 @@ def _table_path() -> Path:
 @lru_cache(maxsize=1)
 def band_table() -> BandTable:
     """The shipped interval table."""
-    return BandTable.model_validate(load_shipped(_table_path().read_text()))
+    return BandTable.model_validate(yaml.safe_load(_table_path().read_text()))
 
 
 @lru_cache(maxsize=256)
@@ -340,7 +339,7 @@ def anchored_band_table() -> AnchoredBandTable:
     path = _anchored_table_path()
     if not path.is_file():
         return AnchoredBandTable(method="none shipped: anchored projections keep the unanchored band", min_runs=1)
-    return AnchoredBandTable.model_validate(load_shipped(path.read_text()))
+    return AnchoredBandTable.model_validate(yaml.safe_load(path.read_text()))
 
 
 def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBandTable | None = None
