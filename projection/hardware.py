@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.errors import ProjtuneError, UnknownNameError
-from projection.safe_yaml import load_shipped
+from projection.safe_yaml import load_catalog
 from projection.vocabulary import Precision
 
 Vendor = Literal["nvidia", "amd"]
@@ -182,7 +182,7 @@ def _catalog() -> dict[str, HardwareSpec]:
     specs: dict[str, HardwareSpec] = {}
     for item in sorted(folder.iterdir(), key=lambda path: path.name):
         if item.name.endswith(".yaml"):
-            spec = _HardwareFile.model_validate(load_shipped(item.read_text(encoding="utf-8"))).to_spec()
+            spec = _HardwareFile.model_validate(load_catalog(item.read_text(encoding="utf-8"))).to_spec()
             specs[spec.id] = spec
     return specs
 

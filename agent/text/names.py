@@ -79,12 +79,12 @@ def model_catalog() -> dict[str, dict[str, object]]:
     except (ImportError, AttributeError, TypeError):
         entries = {}
     if not entries:
-        from projection.safe_yaml import load_shipped
+        from projection.safe_yaml import load_catalog
 
         folder = resources.files("projection") / "catalog" / "models"
         for item in folder.iterdir():
             if item.name.endswith(".yaml"):
-                entry = load_shipped(item.read_text(encoding="utf-8"))
+                entry = load_catalog(item.read_text(encoding="utf-8"))
                 if isinstance(entry, dict) and "id" in entry:
                     entries[str(entry["id"])] = entry
     for model_id in list_model_ids():      # anything the loader knows that the files did not say

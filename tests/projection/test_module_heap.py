@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from projection.module_heap import loading_modules
-from projection.safe_yaml import load_shipped
+from projection.safe_yaml import load_catalog
 
 
 @pytest.fixture
@@ -58,4 +58,4 @@ def test_every_shipped_yaml_file_reads_the_same_as_with_the_pure_python_parser()
     assert len(SHIPPED) > 20
     for path in SHIPPED:
         text = path.read_text(encoding="utf-8")
-        assert load_shipped(text) == yaml.safe_load(text), path.name
+        assert load_catalog(text) == yaml.safe_load(text), path.name
