@@ -28,11 +28,13 @@ def tune(text: str | None = None, *, request: TuneRequest | dict[str, Any] | Non
     ``candidates_ran``: the request's explicit candidates were measured to run (an eval), so each is
     scored whatever its projected memory (a misfit is reported as a warning next to the layout).
     """
-    from agent.graph import build_graph, recursion_limit  # here: importing langgraph takes ~1 s
+    from projection.module_heap import loading_modules
 
-    if policy is None:
+    with loading_modules():   # importing langgraph takes ~1 s and builds ~100,000 objects that live for good
+        from agent.graph import build_graph, recursion_limit
         from agent.policies.offline import OfflinePolicy
 
+    if policy is None:
         policy = OfflinePolicy()
     inputs: dict[str, Any] = {"text": text or ""}
     if request is not None:

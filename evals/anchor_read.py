@@ -188,7 +188,7 @@ def _read_one(file: Path, selector: str, *, gpu: str | None, num_gpus: int | Non
     name, _, run = selector.partition("#")
     sweeps = [s for s in loaded.sweeps if not name or s.name == name]
     if not sweeps:
-        from evals.sweep_models import nearest
+        from projection.errors import nearest
 
         near = nearest(name, [s.name for s in loaded.sweeps])
         raise ProjtuneError(f"anchor {file}: no sweep named '{name}'" + (f"; did you mean {near}?" if near else ""))

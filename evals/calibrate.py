@@ -68,7 +68,7 @@ from evals.grouped_cv import (
 )
 from evals.record_issues import DOCUMENTED_RECORD_ISSUES, checks_entry, documented_issue, fit_evidence, left_out_text
 from evals.sweep_file import LoadedSweep
-from evals.sweep_models import nearest
+from projection.errors import nearest
 from projection.device_profile import FITTABLE, DeviceProfile, default_profile, dump_profile
 from projection.errors import ProjtuneError
 from projection.framework import framework_profile

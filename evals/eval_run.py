@@ -25,7 +25,7 @@ from evals import scoring
 from evals.runner import project_run
 from evals.scoring import RunScore, SweepScore
 from evals.sweep_file import LoadedRun, LoadedSweep, load_sweep_files
-from evals.sweep_models import nearest
+from projection.errors import nearest
 from projection.device_profile import DeviceProfile, load_profile
 from projection.errors import ProjtuneError
 from projection.hardware import load_hardware

@@ -72,7 +72,7 @@ def group_of(item: FitRun, grouping: str) -> str:
 
 def check_groupings(names: Sequence[str]) -> list[str]:
     """``names`` validated and in report order (a bad name is an error naming the allowed ones)."""
-    from evals.sweep_models import nearest
+    from projection.errors import nearest
 
     for name in names:
         if name not in GROUPINGS:

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from evals.sweep_models import GPU_IDS, SweepFile, unknown_name_message
+from evals.sweep_models import GPU_IDS, SweepFile
+from projection.errors import unknown_name_message
 from projection.errors import clip
 from projection.safe_yaml import flow_depth
 from projection.training_config import MAX_GPUS

@@ -36,9 +36,8 @@ from evals.sweep_models import (
     SweepFile,
     SweepHeader,
     primary_metric,
-    unknown_name_message,
 )
-from projection.errors import clip
+from projection.errors import clip, unknown_name_message
 from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
 
 __all__ = [

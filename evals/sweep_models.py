@@ -7,13 +7,13 @@ messages and per-run resilience live in `evals/sweep_file.py`.
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, get_args
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
+from projection.errors import unknown_name_message
 from projection.training_config import MAX_NIC_GBPS, MIN_NIC_GBPS, TrainingConfig
 from projection.vocabulary import CommOverlap
 
@@ -32,22 +32,6 @@ REQUIRED_RUN_KEYS: tuple[str, ...] = ("mbs", "gbs", "seq_len")
 """Config keys without which a run is incomplete (spec: *Incomplete runs*)."""
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
-
-
-def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
-    """Return the closest of `choices` to `name` (a prefix match first), or None."""
-    prefixed = [c for c in choices if name and c.startswith(name)]
-    if prefixed:
-        return prefixed[0]
-    near = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return near[0] if near else None
-
-
-def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | list[str]) -> str:
-    """Format "unknown <kind> 'x' (allowed: a, b; did you mean y?)"."""
-    near = nearest(str(name), choices)
-    hint = f"; did you mean {near}?" if near else ""
-    return f"unknown {kind} '{name}' (allowed: {', '.join(choices)}{hint})"
 
 
 SWEEP_FIELD_OVERRIDES: dict[str, tuple[Any, dict[str, Any], str]] = {

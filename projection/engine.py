@@ -19,8 +19,6 @@ from itertools import accumulate, repeat
 from operator import add, itemgetter
 from typing import Literal
 
-import numpy as np
-
 from projection import fast_paths
 from projection.collectives import (
     NetworkParams,
@@ -299,6 +297,8 @@ def _stage_times_vector(model: ModelSpec, config: TrainingConfig, dims: Parallel
     chunk terms: differences at each chunk's bounds; per-rank sums: added chunk by chunk, the embedding
     and the LM head right after their chunk, as the loop adds them.
     """
+    import numpy as np      # here: a projection of few chunks (a CLI `project`) does not load numpy
+
     pp, vpp = dims.pp, dims.vpp
     table = np.zeros((8, model.num_layers + 1))
     table[:, 1:] = np.array(distinct)[np.array(kinds)].T

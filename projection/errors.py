@@ -1,8 +1,27 @@
-"""Domain errors of the projection engine: each carries a one-line, actionable message."""
+"""Domain errors of the projection engine: each carries a one-line, actionable message; name suggestions.
+
+Light on purpose (the standard library only): every CLI command's error edge imports it at start-up.
+"""
 
 from __future__ import annotations
 
 import difflib
+
+
+def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
+    """Return the closest of `choices` to `name` (a prefix match first), or None."""
+    prefixed = [c for c in choices if name and c.startswith(name)]
+    if prefixed:
+        return prefixed[0]
+    near = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return near[0] if near else None
+
+
+def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | list[str]) -> str:
+    """Format "unknown <kind> 'x' (allowed: a, b; did you mean y?)"."""
+    near = nearest(str(name), choices)
+    hint = f"; did you mean {near}?" if near else ""
+    return f"unknown {kind} '{name}' (allowed: {', '.join(choices)}{hint})"
 
 
 class ProjtuneError(ValueError):

@@ -13,10 +13,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.errors import ProjtuneError, UnknownNameError
+from projection.safe_yaml import load_catalog
 from projection.vocabulary import Precision
 
 Vendor = Literal["nvidia", "amd"]
@@ -182,7 +182,7 @@ def _catalog() -> dict[str, HardwareSpec]:
     specs: dict[str, HardwareSpec] = {}
     for item in sorted(folder.iterdir(), key=lambda path: path.name):
         if item.name.endswith(".yaml"):
-            spec = _HardwareFile.model_validate(yaml.safe_load(item.read_text(encoding="utf-8"))).to_spec()
+            spec = _HardwareFile.model_validate(load_catalog(item.read_text(encoding="utf-8"))).to_spec()
             specs[spec.id] = spec
     return specs
 

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from projection.errors import ModelSpecError, UnknownNameError
+from projection.safe_yaml import load_catalog
 
 SUPPORTED_MODEL_TYPES = (
     "llama",
@@ -448,7 +449,7 @@ def _catalog() -> dict[str, dict[str, Any]]:
     folder = resources.files("projection") / "catalog" / "models"
     for item in sorted(folder.iterdir(), key=lambda p: p.name):
         if item.name.endswith(".yaml"):
-            entry = yaml.safe_load(item.read_text())
+            entry = load_catalog(item.read_text())
             entries[entry["id"]] = entry
     return entries
 

@@ -1,23 +1,85 @@
 """The `projtune` command line (the typer app): thin commands over the projection engine, evals, tools and agent.
 
-The console script is :func:`projtune.cli.main`, which installs the Ctrl-C handler before importing this."""
+The console script is :func:`projtune.cli.main`, which installs the Ctrl-C handler before importing this.
+A command line that names a command builds the app from that command's module alone
+(:func:`app_for`): ``projtune project ...`` imports neither the agent nor the evals, and typer converts
+only that module's commands.  Anything else (``--help``, no argument, a misspelt command) gets the full
+app, :data:`app`, with every command (tests/cli/test_startup.py checks the two agree).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import typer
 
-from projtune.commands import agent_cmd, bench_cmd, diagnose_cmd, eval_cmd, project_cmd, search_cmd
+COMMAND_MODULES: dict[str, str] = {
+    "project": "project_cmd", "memory": "project_cmd",
+    "eval": "eval_cmd", "calibrate": "eval_cmd", "sweeps": "eval_cmd",
+    "search": "search_cmd", "export": "search_cmd", "mcp": "search_cmd", "tools": "search_cmd",
+    "models": "search_cmd", "hardware": "search_cmd",
+    "tune": "agent_cmd", "chat": "agent_cmd",
+    "bench": "bench_cmd",
+    "diagnose": "diagnose_cmd",
+}
+"""Each top-level command (or command group) -> the module of projtune/commands that registers it."""
+MODULES: tuple[str, ...] = ("project_cmd", "eval_cmd", "search_cmd", "agent_cmd", "bench_cmd", "diagnose_cmd")
+"""The command modules, in the order the full app registers them (the order of `projtune --help`)."""
 
-app = typer.Typer(
-    name="projtune",
-    help="Projection-guided tuning for distributed LLM training: fit, speed and the best layout.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.command("project")(project_cmd.project_command)
-app.command("memory")(project_cmd.memory_command)
+
+def _typer() -> typer.Typer:
+    return typer.Typer(
+        name="projtune",
+        help="Projection-guided tuning for distributed LLM training: fit, speed and the best layout.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
 
 
-for _commands in (eval_cmd, search_cmd, agent_cmd, bench_cmd, diagnose_cmd):
-    _commands.register(app)
+def build_app(modules: Sequence[str] = MODULES) -> typer.Typer:
+    """The CLI with the commands of ``modules`` (every command by default)."""
+    built = _typer()
+    for name in modules:
+        _command_module(name).register(built)
+    if len(built.registered_commands) + len(built.registered_groups) == 1:
+        built.callback()(_group)       # one command stays a subcommand (`projtune diagnose FILE`), as in the full app
+    return built
+
+
+def _command_module(name: str) -> Any:
+    """The command module ``name`` of :data:`MODULES` (plain imports, which tests/test_architecture.py reads)."""
+    if name == "project_cmd":
+        from projtune.commands import project_cmd as module
+    elif name == "eval_cmd":
+        from projtune.commands import eval_cmd as module
+    elif name == "search_cmd":
+        from projtune.commands import search_cmd as module
+    elif name == "agent_cmd":
+        from projtune.commands import agent_cmd as module
+    elif name == "bench_cmd":
+        from projtune.commands import bench_cmd as module
+    elif name == "diagnose_cmd":
+        from projtune.commands import diagnose_cmd as module
+    else:
+        raise ValueError(f"unknown command module '{name}' (known: {', '.join(MODULES)})")
+    return module
+
+
+def _group() -> None:
+    """Projection-guided tuning for distributed LLM training: fit, speed and the best layout."""
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app for one command line: the named command's module alone, else every command."""
+    module = COMMAND_MODULES.get(args[0]) if args else None
+    return build_app() if module is None else build_app((module,))
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, the full CLI, is built on first use (a command run builds only what it needs)."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module 'projtune.app' has no attribute {name!r}")

@@ -51,9 +51,13 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:   # nohup / background jobs keep ignoring it
         signal.signal(signal.SIGINT, on_sigint)
     try:
-        from projtune.app import app
+        from projection.module_heap import loading_modules
 
-        app()
+        with loading_modules():       # typer and the command's module, loaded for good
+            from projtune.app import app_for
+
+            command = app_for(sys.argv[1:])
+        command()
     except BaseException as err:
         if not _is_interrupt(err):
             raise

@@ -1,4 +1,8 @@
-"""Turn domain errors into one-line messages and exit code 2 at the CLI edge (never a traceback)."""
+"""Turn domain errors into one-line messages and exit code 2 at the CLI edge (never a traceback).
+
+Imported by every command module at start-up (``projtune --help`` included), so it loads only typer and
+:mod:`projection.errors`; pydantic is looked up when an error is being turned into a message.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,14 @@ import functools
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 
-from evals.sweep_models import nearest
-from projection.errors import ProjtuneError, clip
+from projection.errors import ProjtuneError, clip, nearest
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,6 +42,13 @@ def validation_message(err: ValidationError) -> str:
     return message + (f"; and {len(parts) - 5} more problems" if len(parts) > 5 else "")
 
 
+def _is_validation_error(err: Exception) -> bool:
+    """A pydantic ValidationError (pydantic is loaded by whatever raised one, so this imports nothing new)."""
+    from pydantic import ValidationError
+
+    return isinstance(err, ValidationError)
+
+
 def fail(message: str) -> None:
     """Print ``error: message`` on stderr and exit 2."""
     print(f"error: {message}", file=sys.stderr)
@@ -52,10 +64,12 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except ProjtuneError as err:
             fail(str(err))
-        except ValidationError as err:
-            fail(validation_message(err))
         except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
             fail(f"{err.strerror}: {err.filename}")
+        except Exception as err:
+            if not _is_validation_error(err):
+                raise
+            fail(validation_message(err))  # type: ignore[arg-type]
         return None
 
     return wrapper  # type: ignore[return-value]

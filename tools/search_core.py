@@ -562,11 +562,13 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     The candidates, groups and catalog objects built so far live as long as the search: they are
     moved to the collector's permanent generation (``gc.freeze``) for its duration, so the full
     collections a search triggers do not rescan them (~0.1 s of a 1 s search) and forked workers do
-    not touch, and so copy, their pages.
+    not touch, and so copy, their pages.  They are moved back after, unless the caller had frozen objects
+    first (:mod:`projection.module_heap`): an unfreeze would move those back too.
     With a deadline (:attr:`Evaluator.deadline`) the search stops at the first check past it (between
     chunks of groups and before each lead's projection) and returns what it has, marked
     ``complete=False``: the candidates visited so far, the projections done so far.
     """
+    frozen_before = gc.get_freeze_count()
     gc.freeze()
     partial = Tally()
     try:
@@ -575,7 +577,8 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
         partial.complete = False
         return partial
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] | None, workers: int,

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
-import yaml
-
 from projection.hardware import list_hardware
 from projection.model_spec import list_model_ids
 
@@ -81,11 +79,12 @@ def model_catalog() -> dict[str, dict[str, object]]:
     except (ImportError, AttributeError, TypeError):
         entries = {}
     if not entries:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        from projection.safe_yaml import load_catalog
+
         folder = resources.files("projection") / "catalog" / "models"
         for item in folder.iterdir():
             if item.name.endswith(".yaml"):
-                entry = yaml.load(item.read_text(encoding="utf-8"), Loader=loader)  # noqa: S506 - a safe loader
+                entry = load_catalog(item.read_text(encoding="utf-8"))
                 if isinstance(entry, dict) and "id" in entry:
                     entries[str(entry["id"])] = entry
     for model_id in list_model_ids():      # anything the loader knows that the files did not say

@@ -18,7 +18,7 @@ from rich.markup import escape
 from projtune.anchor_input import AnchorOpt
 from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
-from tools.framework_rules import FRAMEWORKS
+from projection.vocabulary import LAUNCH_FRAMEWORKS as FRAMEWORKS
 from tools.json_out import json_text
 
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Use the offline policy even if an LLM is configured.")]
@@ -285,12 +285,14 @@ def tune_command(
     host_op_s: HostOpOpt = None,
 ) -> None:
     """Find the best training layout for a request: seed trials, proposals, projections, ranking, report."""
-    from agent.planning import parse_duration, parse_tokens
+    from projection.module_heap import loading_modules
 
-    from agent.report import TuneReport
-    from agent.text.request import Clarification
-    from agent.run import trial_log_rows, tune
-    from agent.state import RunOptions
+    with loading_modules():   # the agent, its tools and the engine, loaded for good (projection/module_heap.py)
+        from agent.planning import parse_duration, parse_tokens
+        from agent.report import TuneReport
+        from agent.run import trial_log_rows, tune
+        from agent.state import RunOptions
+        from agent.text.request import Clarification
 
     if framework not in FRAMEWORKS:
         fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")

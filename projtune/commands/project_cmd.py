@@ -139,16 +139,19 @@ def memory_command(
 
 
 def _run(args: dict[str, Any], *, memory_only: bool) -> None:
-    from projection.engine import project
-    from projection.errors import IllegalLayoutError
-    from projection.job import profile_for
-    from projection.layout import parallel_dims
-    from projection.legality import layout_violations
-    from projection.memory import project_memory
-    from projection.summary import memory_dict, projection_dict
-    from projection.memory_report import memory_breakdown_dict
-    from projtune.layout_input import build_layout
-    from projtune.render import print_memory, print_projection
+    from projection.module_heap import loading_modules
+
+    with loading_modules():   # the engine and the renderer, loaded for good (projection/module_heap.py)
+        from projection.engine import project
+        from projection.errors import IllegalLayoutError
+        from projection.job import profile_for
+        from projection.layout import parallel_dims
+        from projection.legality import layout_violations
+        from projection.memory import project_memory
+        from projection.memory_report import memory_breakdown_dict
+        from projection.summary import memory_dict, projection_dict
+        from projtune.layout_input import build_layout
+        from projtune.render import print_memory, print_projection
 
     args = dict(args)
     as_json, profile_path, config_file = args.pop("as_json"), args.pop("profile"), args.pop("config_file")
@@ -248,3 +251,9 @@ def _print_anchoring(data: dict[str, Any]) -> None:
         console.print(f"memory: unanchored peak {data['unanchored_peak_gib']:.1f} GiB, anchored {data['peak_gib']:.1f} "
                       f"GiB ({anchoring['corrections']['memory_offset_gib']:+.1f} GiB measured offset)",
                       soft_wrap=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `project` and `memory` to the CLI."""
+    app.command("project")(project_command)
+    app.command("memory")(memory_command)

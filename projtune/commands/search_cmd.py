@@ -66,9 +66,12 @@ def search_command(
 
     Exit codes: 0 a complete result; 1 no layout fits; 3 stopped at --deadline-s (partial result).
     """
-    from projtune.anchor_input import read_cli_anchors
-    from tools.constraints import Constraints
-    from tools.search import SearchRequest, run_search
+    from projection.module_heap import loading_modules
+
+    with loading_modules():   # the search and the engine, loaded for good (projection/module_heap.py)
+        from projtune.anchor_input import read_cli_anchors
+        from tools.constraints import Constraints
+        from tools.search import SearchRequest, run_search
 
     request = SearchRequest(model=model, gpu=gpu, num_gpus=gpus, gpus_per_node=gpus_per_node, gbs=gbs,
                             anchors=read_cli_anchors(anchor, gpu=gpu), seq_len=seq_len,

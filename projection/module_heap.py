@@ -1,0 +1,44 @@
+"""Modules loaded for good: the cyclic garbage collector pauses while they load, and what they built is frozen.
+
+The objects a module builds when it loads (functions, classes, pydantic schemas, catalogs) live as long
+as the process.  Loading the tuning agent's stack (LangGraph, LangChain, LangSmith: ~130,000 objects)
+with the collector on runs full collections that scan that heap again and again, and every later full
+collection (the search's, the one at exit) scans it once more: about 1 CPU-s of an offline
+``projtune tune`` went to the collector (issue 31, ``gc.callbacks`` timings).
+
+:func:`loading_modules` pauses the collector for a block of imports; when the block loaded new modules
+it moves every object alive then to the collector's permanent generation (:func:`gc.freeze`), where no
+collection scans it again (objects are still freed when their last reference goes).  A block that loads
+nothing new (a second tune in one process) freezes nothing, so a long-running process does not freeze
+each run's leftovers.  Nested blocks act once, at the outermost.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_depth = 0
+
+
+@contextmanager
+def loading_modules() -> Iterator[None]:
+    """Run a block of imports with the collector paused; freeze the heap after it if it loaded modules."""
+    global _depth
+    if _depth:
+        yield
+        return
+    was_enabled = gc.isenabled()
+    loaded = len(sys.modules)
+    _depth += 1
+    gc.disable()
+    try:
+        yield
+    finally:
+        _depth -= 1
+        if len(sys.modules) > loaded:
+            gc.freeze()
+        if was_enabled:
+            gc.enable()

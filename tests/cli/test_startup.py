@@ -1,0 +1,81 @@
+"""Start-up imports only what the command needs (issue 31): module counts of `projtune --help` and `projtune project`.
+
+Counted in a fresh interpreter (``sys.modules`` after the console script's ``main`` returns), as a user
+starts the command.  Bounds are today's counts plus a little slack (a few new stdlib or dependency
+modules pass; an eager import of the agent, the evals or the engine does not); the named heavy
+packages must not load at all.  Speed itself is measured, not tested: benchmarks/bench_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from projtune.app import COMMAND_MODULES, MODULES, app, app_for, build_app
+
+ROOT = Path(__file__).resolve().parents[2]
+OWN = ("projection", "tools", "evals", "agent", "projtune", "bench", "prompts")
+PROJECT = ["project", "-m", "llama3-8b", "-g", "h100-sxm", "-n", "8", "--tp", "1", "--mbs", "1", "--gbs", "8",
+           "--seq-len", "4096"]
+# (argv, most modules in all, most of the project's own modules, packages that must not load)
+CASES = {
+    "help": (["--help"], 370, 20, ("pydantic", "numpy", "yaml", "langgraph", "evals", "agent", "projection.engine")),
+    "project": (PROJECT, 500, 50, ("langgraph", "langchain_core", "agent", "evals", "scipy", "matplotlib", "torch",
+                                   "tools.search", "projtune.commands.agent_cmd", "projtune.commands.eval_cmd")),
+}
+_COUNT = """
+import contextlib, io, json, sys
+from projtune.cli import main
+sys.argv = ["projtune", *sys.argv[1:]]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _modules_after(argv: list[str]) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", _COUNT, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_command_loads_few_modules(case: str) -> None:
+    argv, most, most_own, absent = CASES[case]
+    modules = _modules_after(argv)
+    own = [m for m in modules if m.split(".")[0] in OWN]
+    loaded = [name for name in absent if any(m == name or m.startswith(name + ".") for m in modules)]
+    assert loaded == [], f"projtune {argv[0]} loads {loaded}"
+    assert len(own) <= most_own, f"projtune {argv[0]} loads {len(own)} project modules (at most {most_own}): {own}"
+    assert len(modules) <= most, f"projtune {argv[0]} loads {len(modules)} modules (at most {most})"
+
+
+def _names(built: typer.Typer) -> list[str]:
+    return ([c.name or c.callback.__name__ for c in built.registered_commands]
+            + [g.name or g.typer_instance.info.name for g in built.registered_groups])
+
+
+def test_every_command_is_mapped_to_the_module_that_registers_it() -> None:
+    assert sorted(_names(app)) == sorted(COMMAND_MODULES)
+    for module in MODULES:
+        assert sorted(_names(build_app((module,)))) == sorted(k for k, v in COMMAND_MODULES.items() if v == module)
+
+
+@pytest.mark.parametrize("name", sorted(COMMAND_MODULES))
+def test_a_command_line_gets_the_same_command_from_its_module_alone(name: str) -> None:
+    runner = CliRunner()
+    alone = runner.invoke(app_for([name, "--help"]), [name, "--help"], terminal_width=100)
+    full = runner.invoke(app, [name, "--help"], terminal_width=100)
+    assert (alone.exit_code, alone.output) == (full.exit_code, full.output)
+
+
+def test_no_command_or_an_unknown_one_gets_the_full_app() -> None:
+    assert sorted(_names(app_for([]))) == sorted(_names(app_for(["projet"]))) == sorted(COMMAND_MODULES)
+    result = CliRunner().invoke(app_for(["projet"]), ["projet"])
+    assert result.exit_code == 2 and "No such command 'projet'" in result.output
