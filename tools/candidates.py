@@ -299,17 +299,6 @@ def recompute_variants(space: SearchSpace, pp: int) -> list[tuple[str, int | Non
     return out
 
 
-def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int, etp: int,
-              precisions: list[str], recomputes: list[tuple[str, int | None, tuple[str, ...]]]
-              ) -> Iterator[tuple[int | None, str, str, str, int | None, tuple[str, ...]]]:
-    """The innermost axes of one sharding: HSDP size, dispatcher, precision, recompute (with its modules)."""
-    for fsdp in fsdp_sizes(space, tp, cp, dp, zero):
-        for dispatcher in dispatchers(space, ep, etp):
-            for precision in precisions:
-                for recompute, rnl, modules in recomputes:
-                    yield fsdp, dispatcher, precision, recompute, rnl, modules
-
-
 def job_template(space: SearchSpace, finetune: str | None, packed_document_tokens: int | None = None
                  ) -> TrainingConfig:
     """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents, the recipe
@@ -370,39 +359,10 @@ def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Clus
     profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
     them.
     """
+    from tools.candidate_columns import enumerate_columns   # the space as columns (it reads this module's axes)
+
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
                         seq_len=seq_len, framework=framework)
-    precisions = precision_values(space)
-    recomputes: dict[int, list[tuple[str, int | None, tuple[str, ...]]]] = {}
-    for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
-        recomputes[pp] = recompute_variants(space, pp)
-    n = cluster.num_gpus
-    # copies of the template skip validation: legal by construction
-    template = job_template(space, finetune, packed_document_tokens)
-    seen: set[tuple[object, ...]] = set()
-    for cp in cp_values(space):
-        for tp in tp_values(space, cp):
-            for pp in pp_values(space, tp, cp):
-                dp = n // (tp * cp * pp)
-                if gbs % dp or not _ok(space, "dp", dp):
-                    continue
-                for ep, etp in expert_options(space, tp, cp, dp):
-                    for vpp, schedule, split in pipeline_options(space, pp):
-                        for mbs in mbs_values(space, dp):
-                            if not schedule_fits(schedule, pp, gbs // (mbs * dp)):
-                                continue
-                            for zero in zero_values(space, tp, pp):
-                                for fsdp, dispatcher, precision, recompute, rnl, modules in _variants(
-                                        space, tp, cp, dp, zero, ep, etp, precisions, recomputes[pp]):
-                                    key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
-                                           schedule, modules, fsdp, dispatcher, split)
-                                    if key in seen:
-                                        continue
-                                    seen.add(key)
-                                    yield template.model_copy(update=dict(
-                                        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
-                                        precision=precision, recompute=recompute, recompute_num_layers=rnl,
-                                        recompute_modules=modules, sequence_parallel=tp > 1, zero=zero,
-                                        pp_schedule=schedule, fsdp_size=fsdp, moe_dispatcher=dispatcher,
-                                        **split_fields(split),
-                                    ))
+    columns = enumerate_columns(space, job_template(space, finetune, packed_document_tokens))
+    for i in range(len(columns)):
+        yield columns.config(i)
