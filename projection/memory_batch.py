@@ -199,40 +199,68 @@ class MemoryBatcher:
         return out
 
     # --- the batch ----------------------------------------------------------------------------------------
+    def _context(self, config: TrainingConfig) -> Any:
+        """The layout's activation context, one instance per distinct context (cheap key compares)."""
+        ctx = activation_context(self.model, config)
+        return self._contexts.setdefault(ctx, ctx)
+
+    def _scalars(self, config: TrainingConfig, dims: ParallelDims) -> tuple[float, ...]:
+        """A layout's per-layout scalars: micro-batches, vpp, embedding, loss, MoE buffer, workspace, fragmentation,
+        usable capacity."""
+        emb, loss = self._ends(config, self._context(config))
+        caching = memory_traits(config.framework).caching_allocator
+        profile = self.profile
+        return (dims.num_microbatches, dims.vpp, emb, loss,
+                moe_dispatch_buffer_bytes(self.model, config, dims, True, self.scale_up),
+                profile.memory_overhead_gib * GIB if caching else 0.0,
+                profile.memory_fragmentation if caching else 0.0, usable_capacity_bytes(self.hardware, config))
+
+    def _row_ids(self, config: TrainingConfig, dims: ParallelDims) -> list[int]:
+        """A layout's row ids: states, activations, in flight, ZeRO-3 gather, LoRA transpose."""
+        return [self._states_row(config, dims), self._activation_row(config, dims, self._context(config)),
+                self._in_flight_row(config, dims), self._gather_row(config, dims), self._lora_row(config, dims)]
+
     def peaks(self, configs: Sequence[TrainingConfig], dims: Sequence[ParallelDims]) -> PeakBatch:
         """Peak and static peak bytes of every layout (``dims``: :func:`projection.layout.parallel_dims` of each)."""
-        n = len(configs)
+        ids = np.array([self._row_ids(c, d) for c, d in zip(configs, dims, strict=True)],
+                       dtype=np.int64).reshape(-1, 5)
+        cols = np.array([self._scalars(c, d) for c, d in zip(configs, dims, strict=True)],
+                        dtype=np.float64).reshape(-1, 8)
+        return self._combine(np.array([d.pp for d in dims], dtype=np.int64), ids, cols)
+
+    def peaks_of_rows(self, candidates: Any, rows: np.ndarray) -> PeakBatch:
+        """:meth:`peaks` of the rows ``rows`` of a :class:`tools.candidate_columns.CandidateColumns`, equal bit for
+        bit, read off the columns: each term is built once per distinct key of the columns it depends on (from
+        the first layout with that key), then gathered for every row."""
+        ids = np.empty((len(rows), 5), dtype=np.int64)
+        cols = np.empty((len(rows), 8), dtype=np.float64)
+        c = candidates.columns
+        cols[:, 0] = c["microbatches"][rows]
+        cols[:, 1] = c["vpp"][rows]
+        builders = (self._states_row, lambda config, dims: self._activation_row(config, dims, self._context(config)),
+                    self._in_flight_row, self._gather_row, self._lora_row)
+        for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
+            reps, inverse = candidates.key_ids(names, rows)
+            values = [build(candidates.config(r), candidates.dims(r)) for r in reps.tolist()]
+            ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
+        for names, at in _SCALAR_KEYS:
+            reps, inverse = candidates.key_ids(names, rows)
+            values = np.array([self._scalars(candidates.config(r), candidates.dims(r)) for r in reps.tolist()],
+                              dtype=np.float64).reshape(-1, 8)
+            cols[:, at] = values[inverse][:, at]
+        return self._combine(c["pp"][rows], ids, cols)
+
+    def _combine(self, pp_of: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> PeakBatch:
+        """Peaks from per-layout row ids (n, 5) and scalars (n, 8): stage_memory's arithmetic, layouts of one pp at
+        a time, the same operations in the same order."""
+        n = len(pp_of)
         peak, static, capacity = np.empty(n), np.empty(n), np.empty(n)
-        by_pp: dict[int, list[int]] = {}
-        for i, d in enumerate(dims):
-            by_pp.setdefault(d.pp, []).append(i)
-        profile = self.profile
-        workspace_bytes = profile.memory_overhead_gib * GIB
-        fragmentation = profile.memory_fragmentation
-        for pp, members in by_pp.items():
-            m = len(members)
-            ids: list[list[int]] = [[], [], [], [], []]   # states, activations, in flight, ZeRO-3 gather, LoRA
-            # per layout: nmb, vpp, embedding, loss, MoE buffer, workspace, fragmentation, usable capacity
-            cols: list[tuple[float, ...]] = []
-            for i in members:
-                config, d = configs[i], dims[i]
-                ctx = activation_context(self.model, config)
-                ctx = self._contexts.setdefault(ctx, ctx)   # one instance per context: cheap key compares
-                ids[0].append(self._states_row(config, d))
-                ids[1].append(self._activation_row(config, d, ctx))
-                ids[2].append(self._in_flight_row(config, d))
-                ids[3].append(self._gather_row(config, d))
-                ids[4].append(self._lora_row(config, d))
-                emb, loss = self._ends(config, ctx)
-                caching = memory_traits(config.framework).caching_allocator
-                cols.append((d.num_microbatches, d.vpp, emb, loss,
-                             moe_dispatch_buffer_bytes(self.model, config, d, True, self.scale_up),
-                             workspace_bytes if caching else 0.0, fragmentation if caching else 0.0,
-                             usable_capacity_bytes(self.hardware, config)))
-            states, acts, in_flight, gather, lora = (self._gather(x) for x in ids)
-            col = np.array(cols, dtype=np.float64)
-            capacity[members] = col[:, 7]
-            # stage_memory's arithmetic, same operations in the same order
+        capacity[:] = cols[:, 7]
+        for pp in np.unique(pp_of).tolist():
+            index = np.flatnonzero(pp_of == pp)
+            m = len(index)
+            states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
+            col = cols[index]
             activations = in_flight * acts[:, 0] / acts[:, 1]
             activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
             buffers = np.zeros((m, pp))
@@ -246,7 +274,24 @@ class MemoryBatcher:
             w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
             total = w + g + o + f + activations + buffers + workspace + allocator
             fixed = w + g + o + f + workspace
-            index = np.array(members)
             peak[index] = total.max(axis=1)
             static[index] = fixed.max(axis=1)
         return PeakBatch(peak_bytes=peak, static_peak_bytes=static, capacity_bytes=capacity)
+
+
+# The columns (tools/candidate_columns.py) each term of a layout depends on (the job's fields are the same for
+# every row of a search): per-rank rows (states: the sharding; activations: the activation context, the split and
+# the recompute variant; in flight: schedule, depth, micro-batches; ZeRO-3 gathers, LoRA transposes: the sharding),
+# then the per-layout scalars (embedding, loss, workspace, fragmentation, capacity: the activation context; the
+# MoE dispatch buffer: dispatcher, expert and context sharding, micro-batch).
+_ROW_KEYS: tuple[tuple[str, ...], ...] = (
+    ("tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "zero", "fsdp", "precision"),
+    ("cp", "mbs", "tp", "precision", "recompute", "pp", "vpp", "split"),
+    ("schedule", "pp", "vpp", "microbatches"),
+    ("zero", "fsdp", "dp", "cp", "tp", "pp", "vpp", "split", "ep", "etp"),
+    ("precision", "pp", "vpp", "split", "tp", "ep", "etp"),
+)
+_SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
+    (("cp", "mbs", "tp", "precision", "recompute"), [2, 3, 5, 6, 7]),
+    (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
+)

@@ -87,6 +87,9 @@ class CandidateColumns:
     def __len__(self) -> int:
         return len(self.columns["tp"])
 
+    def __getitem__(self, i: int) -> TrainingConfig:
+        return self.config(i)
+
     def config(self, i: int) -> TrainingConfig:
         """The typed layout of row ``i`` (built once; equal to what the scalar enumeration yields)."""
         config = self._configs.get(i)
