@@ -60,6 +60,10 @@ class PeakBatch:
     static_peak_bytes: np.ndarray
     capacity_bytes: np.ndarray
 
+    def stacked(self) -> np.ndarray:
+        """(n, 3): peak, static peak and capacity bytes of every candidate."""
+        return np.stack([self.peak_bytes, self.static_peak_bytes, self.capacity_bytes], axis=1)
+
     def headroom_fraction(self, i: int) -> float:
         """``MemoryResult.headroom_fraction`` of candidate ``i`` (same operations)."""
         return 1.0 - float(self.peak_bytes[i]) / float(self.capacity_bytes[i])
@@ -257,26 +261,40 @@ class MemoryBatcher:
         peak, static, capacity = np.empty(n), np.empty(n), np.empty(n)
         capacity[:] = cols[:, 7]
         for pp in np.unique(pp_of).tolist():
-            index = np.flatnonzero(pp_of == pp)
-            m = len(index)
-            states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
-            col = cols[index]
-            activations = in_flight * acts[:, 0] / acts[:, 1]
-            activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
-            buffers = np.zeros((m, pp))
-            buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
-            buffers = buffers + acts[:, 2]
-            buffers = buffers + gather
-            buffers = buffers + lora
-            buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
-            workspace = np.broadcast_to(col[:, 5:6], (m, pp))
-            allocator = col[:, 6:7] * (activations + buffers)
-            w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
-            total = w + g + o + f + activations + buffers + workspace + allocator
-            fixed = w + g + o + f + workspace
-            peak[index] = total.max(axis=1)
-            static[index] = fixed.max(axis=1)
+            for index in _chunks(np.flatnonzero(pp_of == pp), pp):
+                self._combine_one(pp, index, ids, cols, peak, static)
         return PeakBatch(peak_bytes=peak, static_peak_bytes=static, capacity_bytes=capacity)
+
+    def _combine_one(self, pp: int, index: np.ndarray, ids: np.ndarray, cols: np.ndarray, peak: np.ndarray,
+                     static: np.ndarray) -> None:
+        """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
+        m = len(index)
+        states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
+        col = cols[index]
+        activations = in_flight * acts[:, 0] / acts[:, 1]
+        activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
+        buffers = np.zeros((m, pp))
+        buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
+        buffers = buffers + acts[:, 2]
+        buffers = buffers + gather
+        buffers = buffers + lora
+        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
+        workspace = np.broadcast_to(col[:, 5:6], (m, pp))
+        allocator = col[:, 6:7] * (activations + buffers)
+        w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
+        total = w + g + o + f + activations + buffers + workspace + allocator
+        fixed = w + g + o + f + workspace
+        peak[index] = total.max(axis=1)
+        static[index] = fixed.max(axis=1)
+
+
+_CHUNK_ELEMENTS = 1 << 19   # (layout, rank) cells per combine step: bounds the temporaries (~4 MiB each)
+
+
+def _chunks(index: np.ndarray, pp: int) -> list[np.ndarray]:
+    """``index`` in pieces of at most ``_CHUNK_ELEMENTS // pp`` layouts."""
+    step = max(1, _CHUNK_ELEMENTS // pp)
+    return [index[k:k + step] for k in range(0, len(index), step)]
 
 
 # The columns (tools/candidate_columns.py) each term of a layout depends on (the job's fields are the same for

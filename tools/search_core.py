@@ -318,14 +318,16 @@ class Evaluator:
         """Batch-screen the candidates not screened yet (:func:`screen_memories`); no-op with fast paths off."""
         if not fast_paths.enabled():
             return
+        if self.columns is not None:
+            # columns: every layout at once, the first time any is asked for (a few numpy passes over the space)
+            if len(self.configs) and self._peaks[0, 0] != self._peaks[0, 0]:
+                self._peaks[:] = self._batcher.peaks_of_rows(self.columns, np.arange(len(self.configs))).stacked()
+            return
         todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
         if not todo:
             return
         rows = np.array(todo)
-        if self.columns is not None:
-            batch = self._batcher.peaks_of_rows(self.columns, rows)
-        else:
-            batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
+        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
         self._peaks[rows, 1] = batch.static_peak_bytes
         self._peaks[rows, 2] = batch.capacity_bytes
