@@ -33,7 +33,7 @@ from projection.activations import embedding_activation_bytes, output_activation
 from projection.device_profile import DeviceProfile
 from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
-from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
+from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory import (
     BF16_BYTES,
     GIB,
@@ -69,6 +69,48 @@ class PeakBatch:
         return 1.0 - float(self.peak_bytes[i]) / float(self.capacity_bytes[i])
 
 
+@dataclass(frozen=True, slots=True)
+class _RankChunks:
+    """The chunks of every pipeline rank of one (pp, vpp, split) as (pp, chunks) arrays: first layer, layer count,
+    layers before the chunk in its stage; per rank the stage's layer count and whether it holds an MoE layer."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    positions: np.ndarray
+    stage_layers: np.ndarray
+    has_moe: np.ndarray
+    order: np.ndarray          # every rank's layers, rank by rank
+    offsets: np.ndarray        # where each rank with layers starts in ``order``
+    holds: np.ndarray          # ranks with at least one layer
+
+    @staticmethod
+    def of(model: ModelSpec, dims: ParallelDims) -> _RankChunks:
+        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)
+        width = max(len(c) for c in chunks)
+        starts = np.zeros((dims.pp, width), dtype=np.int64)
+        lengths = np.zeros((dims.pp, width), dtype=np.int64)
+        for rank, rank_chunks in enumerate(chunks):
+            for k, chunk in enumerate(rank_chunks):
+                if chunk:
+                    starts[rank, k], lengths[rank, k] = chunk[0], len(chunk)
+        positions = np.cumsum(lengths, axis=1) - lengths
+        layers = [_stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split) for rank in range(dims.pp)]
+        holds = np.array([bool(x) for x in layers])
+        sizes = np.array([len(x) for x in layers], dtype=np.int64)
+        return _RankChunks(
+            starts=starts, lengths=lengths, positions=positions, stage_layers=sizes,
+            has_moe=np.array([1.0 if any(model.moe_layers[layer] for layer in x) else 0.0 for x in layers]),
+            order=np.array([layer for x in layers for layer in x], dtype=np.int64),
+            offsets=(np.cumsum(sizes) - sizes)[holds], holds=holds)
+
+    def largest(self, per_layer: np.ndarray) -> np.ndarray:
+        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers)."""
+        out = np.zeros(len(self.holds))
+        if len(self.order):
+            out[self.holds] = np.maximum.reduceat(per_layer[self.order], self.offsets)
+        return out
+
+
 class MemoryBatcher:
     """Batch peak memory of one (model, hardware, profile); keeps its per-key rows between calls."""
 
@@ -79,6 +121,8 @@ class MemoryBatcher:
         self._store: list[Any] = []
         self._ends_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._contexts: dict[Any, Any] = {}
+        self._table_arrays: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}   # kept alive by the lru cache
+        self._rank_chunks: dict[tuple[Any, ...], _RankChunks] = {}
 
     # --- per-key rows (each computed once with the scalar module's functions) -------------------------------
     def _row(self, key: tuple[Any, ...], build: Any) -> int:
@@ -117,29 +161,45 @@ class MemoryBatcher:
         key = ("A", id(ctx), dims.pp, dims.vpp, dims.split, config.recompute, full_layers)
 
         def build() -> np.ndarray:
-            model = self.model
-            tables = _layer_tables_for(model, ctx)
-            prefix = tables.kept_prefix
-            rebuilt = tables.kept if config.recompute == "full" else tables.rebuilt
+            tables = _layer_tables_for(self.model, ctx)
+            prefix, kept, rebuilt_by_layer = self._tables(tables)
+            ranks = self._ranks(dims)
+            if config.recompute != "full":
+                full = np.zeros_like(ranks.lengths)
+            elif full_layers is None:
+                full = ranks.lengths
+            else:   # recomputed_layers: Megatron's 'block' method, the first layers of the stage
+                budget = np.minimum(full_layers, ranks.stage_layers)[:, None]
+                full = np.maximum(0, np.minimum(ranks.lengths, budget - ranks.positions))
+            total = np.zeros(dims.pp)
+            for c in range(ranks.starts.shape[1]):   # chunk by chunk, as stage_memory adds them (empty: + 0.0)
+                start, f = ranks.starts[:, c], full[:, c]
+                total = total + ((prefix[start + ranks.lengths[:, c]] - prefix[start + f]) + f * tables.full_input)
             out = np.zeros((4, dims.pp))
-            for rank in range(dims.pp):
-                chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)[rank]
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                total = 0.0
-                position = 0
-                for chunk in chunks:
-                    if not chunk:
-                        continue
-                    full = recomputed_layers(config, chunk, len(layers), position)
-                    total += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * tables.full_input
-                    position += len(chunk)
-                out[0, rank] = total
-                out[1, rank] = len(chunks)
-                if config.recompute != "none" and layers:
-                    out[2, rank] = max(rebuilt[layer] for layer in layers)
-                out[3, rank] = 1.0 if any(model.moe_layers[layer] for layer in layers) else 0.0
+            out[0] = total
+            out[1] = ranks.starts.shape[1]
+            if config.recompute != "none":
+                out[2] = ranks.largest(kept if config.recompute == "full" else rebuilt_by_layer)
+            out[3] = ranks.has_moe
             return out
         return self._row(key, build)
+
+    def _tables(self, tables: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kept prefix sums, kept, rebuilt) bytes per layer of one activation context, as arrays."""
+        arrays = self._table_arrays.get(id(tables))
+        if arrays is None:
+            arrays = self._table_arrays[id(tables)] = (np.asarray(tables.kept_prefix, dtype=np.float64),
+                                                       np.asarray(tables.kept, dtype=np.float64),
+                                                       np.asarray(tables.rebuilt, dtype=np.float64))
+        return arrays
+
+    def _ranks(self, dims: ParallelDims) -> _RankChunks:
+        """The chunks of every pipeline rank of a (pp, vpp, split), as arrays."""
+        key = (dims.pp, dims.vpp, dims.split)
+        ranks = self._rank_chunks.get(key)
+        if ranks is None:
+            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, dims)
+        return ranks
 
     def _in_flight_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         schedule = effective_schedule(config)
