@@ -305,11 +305,12 @@ class MemoryBatcher:
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
             reps, inverse = candidates.key_ids(names, rows)
-            values = [build(candidates.config(r), candidates.dims(r)) for r in reps.tolist()]
+            values = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps.tolist()]
             ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
         for names, at in _SCALAR_KEYS:
             reps, inverse = candidates.key_ids(names, rows)
-            values = np.array([self._scalars(candidates.config(r), candidates.dims(r)) for r in reps.tolist()],
+            values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
+                               for r in reps.tolist()],
                               dtype=np.float64).reshape(-1, 8)
             cols[:, at] = values[inverse][:, at]
         return self._combine(c["pp"][rows], ids, cols)
@@ -364,12 +365,12 @@ def _chunks(index: np.ndarray, pp: int) -> list[np.ndarray]:
 # MoE dispatch buffer: dispatcher, expert and context sharding, micro-batch).
 _ROW_KEYS: tuple[tuple[str, ...], ...] = (
     ("tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "zero", "fsdp", "precision"),
-    ("cp", "mbs", "tp", "precision", "recompute", "pp", "vpp", "split"),
+    ("cp", "mbs", "tp", "low_precision", "recompute", "pp", "vpp", "split"),
     ("schedule", "pp", "vpp", "microbatches"),
     ("zero", "fsdp", "dp", "cp", "tp", "pp", "vpp", "split", "ep", "etp"),
     ("precision", "pp", "vpp", "split", "tp", "ep", "etp"),
 )
 _SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
-    (("cp", "mbs", "tp", "precision", "recompute"), [2, 3, 5, 6, 7]),
+    (("cp", "mbs", "tp", "low_precision", "recompute"), [2, 3, 5, 6, 7]),
     (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
 )

@@ -15,7 +15,8 @@ reads the columns.
 
 Columns (``int64``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
 ``schedule split dispatcher precision recompute`` (indices into :attr:`CandidateColumns.schedules`,
-``splits``, ``dispatchers``, ``precisions``, ``recomputes``), ``microbatches`` (gbs / (mbs * dp)).
+``splits``, ``dispatchers``, ``precisions``, ``recomputes``), ``microbatches`` (gbs / (mbs * dp)),
+``low_precision`` (1 for the 8- and 4-bit recipes: what activation memory reads of the precision).
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ class CandidateColumns:
     def __getitem__(self, i: int) -> TrainingConfig:
         return self.config(i)
 
-    def config(self, i: int) -> TrainingConfig:
-        """The typed layout of row ``i`` (built once; equal to what the scalar enumeration yields)."""
+    def config(self, i: int, keep: bool = True) -> TrainingConfig:
+        """The typed layout of row ``i`` (equal to what the scalar enumeration yields); ``keep``: cache it (the
+        batch screen builds one per key and drops it)."""
         config = self._configs.get(i)
         if config is None:
             c = self.columns
@@ -106,6 +108,8 @@ class CandidateColumns:
                 pp_schedule=self.schedules[c["schedule"][i]], fsdp_size=fsdp or None,
                 moe_dispatcher=self.dispatchers[c["dispatcher"][i]], **split_fields(self.splits[c["split"][i]]),
             ))
+            if not keep:
+                del self._configs[i]
         return config
 
     def dims(self, i: int) -> ParallelDims:
@@ -213,6 +217,8 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
     columns["precision"] = inner // rec_count
     columns["recompute"] = lookup[columns["pp"], inner % rec_count]
     columns["microbatches"] = np.maximum(1, space.gbs // (columns["mbs"] * columns["dp"]))
+    low = [int(template.model_copy(update={"precision": p}).is_low_precision) for p in precisions]
+    columns["low_precision"] = np.asarray(low or [0], dtype=np.int64)[columns["precision"]]
     k = np.arange(len(precisions), dtype=np.int64)
     block_starts = (row_start[:, None] + k[None, :] * block[:, None]).reshape(-1)
     block_starts = block_starts[np.repeat(block, len(precisions)) > 0]
