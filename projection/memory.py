@@ -49,7 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, repeat
 from operator import itemgetter
 
 from projection.activations import (
@@ -68,7 +68,7 @@ from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit
 from projection.memory_verdict import SHIPPED_MARGINS, MemoryMargins, Verdict, verdict
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
-from projection.pipeline import peak_in_flight_closed_form, peak_in_flight_unchecked
+from projection.pipeline import peak_in_flight_closed_form
 from projection.switches import grad_buffer_bytes
 from projection.training_config import TrainingConfig
 from projection.workload import KERNEL_DISPATCHERS
@@ -353,7 +353,8 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
                  rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8) -> StageMemory:
     """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain).
 
-    The readable one-rank form; :func:`project_memory` runs its every-rank twin :func:`_stage_memories`.
+    The readable one-rank reference; :func:`project_memory` runs the array form of every rank at once
+    (:meth:`projection.memory_batch.MemoryBatcher.stages`), equal to it field by field.
     """
     tables = tables or _layer_tables(model, config)
     traits = memory_traits(config.framework)
@@ -415,89 +416,6 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     )
 
 
-def _stage_memories(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
-                    tables: _LayerTables, scale_up_gpus: int) -> tuple[StageMemory, ...]:
-    """:func:`stage_memory` of every rank, bit for bit, in one pass (the two must change together:
-    tests/projection/test_memory_every_rank.py compares every field on random layouts).
-
-    What every rank shares (traits, shards, schedule, the embedding and loss bytes, the dispatch buffer of
-    an MoE stage) is computed once and the per-rank arithmetic is inlined, in the same order of IEEE
-    operations as :func:`stage_memory`; ranks holding the same sequence of layer kinds share their
-    parameter counts and states (:func:`stage_params` sums them layer by layer: equal sequences, equal sums).
-    """
-    traits = memory_traits(config.framework)
-    ctx = tables.ctx
-    pp, vpp, m = dims.pp, dims.vpp, dims.num_microbatches
-    chunks_by_rank = chunk_layers(model.num_layers, pp, vpp, dims.split)
-    schedule = effective_schedule(config)
-    peak_in_flight_closed_form(schedule, pp, vpp, m, 0)            # validates the shape once (raises like stage_memory)
-    param_table = layer_param_table(model)
-    prefix, full_input = tables.kept_prefix, tables.full_input
-    recompute = config.recompute
-    rebuilt_table = tables.kept if recompute == "full" else tables.rebuilt
-    dense_shard, expert_shard = _shards(config, dims)
-    zero3, lora_fp8 = config.zero >= 3, config.finetune == "lora" and config.is_low_precision
-    moe_layers, is_moe = model.moe_layers, model.is_moe
-    dispatch = {has: moe_dispatch_buffer_bytes(model, config, dims, has, scale_up_gpus) for has in (False, True)}
-    workspace = profile.memory_overhead_gib * GIB if traits.caching_allocator else 0.0
-    fragmentation = profile.memory_fragmentation
-    embed_bytes = embedding_activation_bytes(model, ctx)
-    loss_bytes = traits.loss_bytes_per_logit or framework_profile(config.framework).loss_bytes_per_logit
-    loss_buffer = output_activation_bytes(model, ctx, loss_bytes)   # logits and their gradient (last rank)
-    group = None if schedule != "interleaved" else pp
-    states_by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-    stages: list[StageMemory] = []
-    for rank, chunks in enumerate(chunks_by_rank):
-        layers = tuple(chain.from_iterable(chunks))     # = _stage_layers(...): every layer of the rank, in order
-        first, last = rank == 0, rank == pp - 1
-        kinds = (first, last, *map(id, map(param_table.__getitem__, layers)))
-        states = states_by_kinds.get(kinds)
-        if states is None:
-            params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, pp, first, last)
-            states = states_by_kinds[kinds] = _states(params, config, dims, traits)
-        weights, grads, optimizer, fp8 = states
-        stage_layer_count = len(layers)
-        total_chunk_bytes = 0.0
-        position = 0
-        for chunk in chunks:
-            if not chunk:
-                continue
-            # recomputed_layers is 0 without full recompute: skip the call
-            full = recomputed_layers(config, chunk, stage_layer_count, position) if recompute == "full" else 0
-            total_chunk_bytes += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * full_input
-            position += len(chunk)
-        in_flight = _in_flight(schedule, pp, vpp, m, rank, group)
-        activations = in_flight * total_chunk_bytes / len(chunks)
-        if first:
-            activations += min(in_flight, m) * embed_bytes / vpp
-        buffers = 0.0
-        if last:
-            buffers += loss_buffer
-        if recompute != "none" and layers:
-            buffers += max(rebuilt_table[layer] for layer in layers)
-        if zero3 and layers:
-            buffers += 2 * BF16_BYTES * max(
-                (param_table[layer].attention + param_table[layer].mlp + param_table[layer].shared_experts) / dims.tp
-                * (1 - 1 / dense_shard) + param_table[layer].experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard)
-                for layer in layers)
-        if lora_fp8 and layers:
-            buffers += max((param_table[layer].attention + param_table[layer].mlp + param_table[layer].shared_experts)
-                           / dims.tp + param_table[layer].experts / (dims.ep * dims.etp) for layer in layers)
-        buffers += dispatch[is_moe and any(moe_layers[layer] for layer in layers)]
-        allocator = fragmentation * (activations + buffers) if traits.caching_allocator else 0.0
-        stages.append(StageMemory(
-            rank=rank, layers=stage_layer_count, weights_bytes=weights, gradients_bytes=grads,
-            optimizer_bytes=optimizer, fp8_copies_bytes=fp8, activations_bytes=activations, transient_bytes=buffers,
-            workspace_bytes=workspace, allocator_bytes=allocator, microbatches_in_flight=in_flight / vpp,
-        ))
-    return tuple(stages)
-
-
-def _in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int, group: int | None) -> int:
-    """:func:`projection.pipeline.peak_in_flight_unchecked` (argument checks done once per layout)."""
-    return peak_in_flight_unchecked(schedule, pp, vpp, m, rank, group or pp)
-
-
 def usable_capacity_bytes(hardware: HardwareSpec, config: TrainingConfig) -> float:
     """HBM the framework's allocator can hand out (all of it for PyTorch, the BFC share for XLA)."""
     return hardware.hbm_capacity_bytes * memory_traits(config.framework).usable_fraction
@@ -510,8 +428,15 @@ def memory_verdict(peak_bytes: float, capacity_bytes: float, margins: MemoryMarg
 
 def project_memory(model: ModelSpec, hardware: HardwareSpec, config: TrainingConfig, dims: ParallelDims,
                    profile: DeviceProfile, margins: MemoryMargins = SHIPPED_MARGINS) -> MemoryResult:
-    """Memory of every pipeline rank (all ``pp`` of them); the verdict uses the heaviest."""
-    stages = _stage_memories(model, config, dims, profile, _layer_tables(model, config), hardware.scale_up_domain_gpus)
+    """Memory of every pipeline rank (all ``pp`` of them); the verdict uses the heaviest.
+
+    The ranks' terms come from :meth:`projection.memory_batch.MemoryBatcher.stages`, the array form the search's
+    batch screen runs too; :func:`stage_memory` is the readable one-rank reference it equals field by field
+    (tests/projection/test_memory_every_rank.py).
+    """
+    from projection.memory_batch import batcher_for   # it builds on this module's terms
+
+    stages = batcher_for(model, hardware, profile).stages(config, dims)
     usable = usable_capacity_bytes(hardware, config)
     peak = max(s.total_bytes for s in stages)
     return MemoryResult(stages=stages, capacity_bytes=usable, verdict=verdict(peak, usable, margins),

@@ -37,6 +37,7 @@ from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory import (
     BF16_BYTES,
     GIB,
+    StageMemory,
     _layer_tables_for,
     _shards,
     _stage_layers,
@@ -315,6 +316,28 @@ class MemoryBatcher:
             cols[:, at] = values[inverse][:, at]
         return self._combine(c["pp"][rows], ids, cols)
 
+    def stages(self, config: TrainingConfig, dims: ParallelDims) -> tuple[StageMemory, ...]:
+        """Every pipeline rank's :class:`projection.memory.StageMemory` of one layout: :meth:`peaks`'s arithmetic on
+        one layout, every term kept (the path :func:`projection.memory.project_memory` runs; equal, field by field,
+        to :func:`projection.memory.stage_memory` of each rank: tests/projection/test_memory_every_rank.py)."""
+        ids = self._row_ids(config, dims)
+        states, acts, in_flight, gather, lora = (self._store[k] for k in ids)
+        microbatches, vpp, emb, loss, moe, workspace, fragmentation, _ = self._scalars(config, dims)
+        pp = dims.pp
+        activations = in_flight * acts[0] / acts[1]
+        activations[0] = activations[0] + min(in_flight[0], microbatches) * emb / vpp
+        buffers = np.zeros(pp)
+        buffers[pp - 1] = buffers[pp - 1] + loss
+        buffers = buffers + acts[2] + gather + lora + np.where(acts[3] > 0, moe, 0.0)
+        allocator = fragmentation * (activations + buffers)
+        layers = self._ranks(dims).stage_layers.tolist()
+        columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
+                      allocator.tolist(), (in_flight / vpp).tolist(), strict=True)
+        return tuple(StageMemory(rank=rank, layers=n, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
+                                 fp8_copies_bytes=f, activations_bytes=a, transient_bytes=b, workspace_bytes=workspace,
+                                 allocator_bytes=al, microbatches_in_flight=mif)
+                     for rank, n, w, g, o, f, a, b, al, mif in columns)
+
     def _combine(self, pp_of: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> PeakBatch:
         """Peaks from per-layout row ids (n, 5) and scalars (n, 8): stage_memory's arithmetic, layouts of one pp at
         a time, the same operations in the same order."""
@@ -356,6 +379,25 @@ def _chunks(index: np.ndarray, pp: int) -> list[np.ndarray]:
     """``index`` in pieces of at most ``_CHUNK_ELEMENTS // pp`` layouts."""
     step = max(1, _CHUNK_ELEMENTS // pp)
     return [index[k:k + step] for k in range(0, len(index), step)]
+
+
+_BATCHER_CACHE: dict[tuple[int, int, int], tuple[tuple[Any, Any, Any], MemoryBatcher]] = {}
+_MAX_BATCHERS = 16          # (model, hardware, profile) triples kept
+_MAX_ROWS = 100_000         # per-key rows a kept batcher may hold before it starts afresh
+
+
+def batcher_for(model: ModelSpec, hardware: HardwareSpec, profile: DeviceProfile) -> MemoryBatcher:
+    """The shared batcher of a (model, hardware, profile): its rows serve every later layout of the same job."""
+    key = (id(model), id(hardware), id(profile))
+    hit = _BATCHER_CACHE.get(key)
+    if hit is not None and hit[0][0] is model and hit[0][1] is hardware and hit[0][2] is profile \
+            and len(hit[1]._store) < _MAX_ROWS:
+        return hit[1]
+    if len(_BATCHER_CACHE) >= _MAX_BATCHERS:
+        _BATCHER_CACHE.pop(next(iter(_BATCHER_CACHE)))
+    batcher = MemoryBatcher(model, hardware, profile)
+    _BATCHER_CACHE[key] = ((model, hardware, profile), batcher)
+    return batcher
 
 
 # The columns (tools/candidate_columns.py) each term of a layout depends on (the job's fields are the same for
