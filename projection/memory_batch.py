@@ -86,23 +86,20 @@ class _RankChunks:
 
     @staticmethod
     def of(model: ModelSpec, dims: ParallelDims) -> _RankChunks:
-        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)
-        width = max(len(c) for c in chunks)
-        starts = np.zeros((dims.pp, width), dtype=np.int64)
-        lengths = np.zeros((dims.pp, width), dtype=np.int64)
-        for rank, rank_chunks in enumerate(chunks):
-            for k, chunk in enumerate(rank_chunks):
-                if chunk:
-                    starts[rank, k], lengths[rank, k] = chunk[0], len(chunk)
-        positions = np.cumsum(lengths, axis=1) - lengths
-        layers = [_stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split) for rank in range(dims.pp)]
-        holds = np.array([bool(x) for x in layers])
-        sizes = np.array([len(x) for x in layers], dtype=np.int64)
-        return _RankChunks(
-            starts=starts, lengths=lengths, positions=positions, stage_layers=sizes,
-            has_moe=np.array([1.0 if any(model.moe_layers[layer] for layer in x) else 0.0 for x in layers]),
-            order=np.array([layer for x in layers for layer in x], dtype=np.int64),
-            offsets=(np.cumsum(sizes) - sizes)[holds], holds=holds)
+        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)   # every rank has vpp chunks
+        shape = (dims.pp, len(chunks[0]))
+        lengths = np.array([len(c) for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
+        starts = np.array([c[0] if c else 0 for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
+        sizes = lengths.sum(axis=1)
+        holds = sizes > 0
+        order = np.array([layer for rank in chunks for c in rank for layer in c], dtype=np.int64)
+        offsets = (np.cumsum(sizes) - sizes)[holds]
+        has_moe = np.zeros(dims.pp)
+        if len(order) and model.is_moe:
+            moe = np.array([bool(m) for m in model.moe_layers[:model.num_layers]], dtype=np.float64)
+            has_moe[holds] = np.maximum.reduceat(moe[order], offsets)
+        return _RankChunks(starts=starts, lengths=lengths, positions=np.cumsum(lengths, axis=1) - lengths,
+                           stage_layers=sizes, has_moe=has_moe, order=order, offsets=offsets, holds=holds)
 
     def largest(self, per_layer: np.ndarray) -> np.ndarray:
         """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers)."""
@@ -147,12 +144,20 @@ class MemoryBatcher:
 
         def build() -> np.ndarray:
             model, traits = self.model, memory_traits(config.framework)
+            table = layer_param_table(model)
             out = np.empty((4, dims.pp))
+            # ranks holding the same sequence of layer kinds (and ends) share their parameter counts and states
+            # (stage_params sums them layer by layer: equal sequences, equal sums)
+            by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
             for rank in range(dims.pp):
                 layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, rank == 0,
-                                      rank == dims.pp - 1)
-                out[:, rank] = _states(params, config, dims, traits)
+                first, last = rank == 0, rank == dims.pp - 1
+                kinds = (first, last, *(id(table[layer]) for layer in layers))
+                states = by_kinds.get(kinds)
+                if states is None:
+                    params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
+                    states = by_kinds[kinds] = _states(params, config, dims, traits)
+                out[:, rank] = states
             return out
         return self._row(key, build)
 
@@ -172,12 +177,11 @@ class MemoryBatcher:
             else:   # recomputed_layers: Megatron's 'block' method, the first layers of the stage
                 budget = np.minimum(full_layers, ranks.stage_layers)[:, None]
                 full = np.maximum(0, np.minimum(ranks.lengths, budget - ranks.positions))
-            total = np.zeros(dims.pp)
-            for c in range(ranks.starts.shape[1]):   # chunk by chunk, as stage_memory adds them (empty: + 0.0)
-                start, f = ranks.starts[:, c], full[:, c]
-                total = total + ((prefix[start + ranks.lengths[:, c]] - prefix[start + f]) + f * tables.full_input)
+            starts = ranks.starts
+            per_chunk = (prefix[starts + ranks.lengths] - prefix[starts + full]) + full * tables.full_input
             out = np.zeros((4, dims.pp))
-            out[0] = total
+            # chunk by chunk, as stage_memory adds them (an empty chunk adds 0.0): cumsum adds in order
+            out[0] = np.cumsum(per_chunk, axis=1)[:, -1]
             out[1] = ranks.starts.shape[1]
             if config.recompute != "none":
                 out[2] = ranks.largest(kept if config.recompute == "full" else rebuilt_by_layer)
