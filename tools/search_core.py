@@ -264,6 +264,7 @@ class Evaluator:
         # screen and the sharding of each layout read them, and a typed config is built only where one is read
         self.columns = columns if fast_paths.enabled() else None
         self._sharding_ids = None if self.columns is None else sharding_ids(self.columns)
+        self._screened_live = False
         # anchors (tools/anchoring.py): projections are corrected, throughput bounds divided by the smallest factor
         # (an anchored step is at least that times the unanchored one) and peaks screened with the memory offset
         self.corrections = corrections
@@ -318,19 +319,34 @@ class Evaluator:
         """Batch-screen the candidates not screened yet (:func:`screen_memories`); no-op with fast paths off."""
         if not fast_paths.enabled():
             return
-        if self.columns is not None:
-            # columns: every layout at once, the first time any is asked for (a few numpy passes over the space)
-            if len(self.configs) and self._peaks[0, 0] != self._peaks[0, 0]:
-                self._peaks[:] = self._batcher.peaks_of_rows(self.columns, np.arange(len(self.configs))).stacked()
-            return
+        if self.columns is not None and not self._screened_live:
+            self._screen_live()
         todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
         if not todo:
             return
         rows = np.array(todo)
+        if self.columns is not None:
+            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            return
         batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
         self._peaks[rows, 1] = batch.static_peak_bytes
         self._peaks[rows, 2] = batch.capacity_bytes
+
+    def _screen_live(self) -> None:
+        """Columns: screen, in a few numpy passes, every layout whose sharding's static memory could pass (one
+        layout per sharding tells); the rest are screened only if read (:meth:`screen`)."""
+        self._screened_live = True
+        assert self.columns is not None and self._sharding_ids is not None
+        if not len(self.configs):
+            return
+        _, firsts, shard_of = np.unique(self._sharding_ids, return_index=True, return_inverse=True)
+        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
+        live = np.array([could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
+                         for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
+        rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
+        if len(rows):
+            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
 
     def peak(self, index: int) -> tuple[float, float, float]:
         """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""
