@@ -113,12 +113,21 @@ def _fmt(times: list[float]) -> str:
 def screen_share(request: SearchRequest) -> tuple[float, float, int, int]:
     """(memory-screen s, search s, layouts batch-screened, scalar memory results) of one instrumented fast search.
 
-    The screen is the batch peak memory (:meth:`projection.memory_batch.MemoryBatcher.peaks`) plus the
+    The screen is the batch peak memory (:meth:`projection.memory_batch.MemoryBatcher.peaks`, or
+    ``peaks_of_rows`` on the search's columns) plus the
     scalar memory results of the layouts that pass it (``tools.search_core.screen_memory``); timers wrap
     both for this one extra run only (the timed runs above are not instrumented).
     """
     spent = [0.0, 0, 0]
-    peaks, scalar = MemoryBatcher.peaks, search_core.screen_memory
+    peaks, rows, scalar = MemoryBatcher.peaks, MemoryBatcher.peaks_of_rows, search_core.screen_memory
+
+    def timed_rows(self: MemoryBatcher, candidates: Any, which: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return rows(self, candidates, which)
+        finally:
+            spent[0] += time.perf_counter() - start
+            spent[1] += len(which)
 
     def timed_peaks(self: MemoryBatcher, configs: Any, dims: Any) -> Any:
         start = time.perf_counter()
@@ -139,12 +148,14 @@ def screen_share(request: SearchRequest) -> tuple[float, float, int, int]:
     clear_caches()
     gc.collect()
     MemoryBatcher.peaks, search_core.screen_memory = timed_peaks, timed_scalar   # type: ignore[method-assign]
+    MemoryBatcher.peaks_of_rows = timed_rows   # type: ignore[method-assign]
     try:
         start = time.perf_counter()
         run_search(request, workers=1)
         total = time.perf_counter() - start
     finally:
         MemoryBatcher.peaks, search_core.screen_memory = peaks, scalar   # type: ignore[method-assign]
+        MemoryBatcher.peaks_of_rows = rows   # type: ignore[method-assign]
     return spent[0], total, int(spent[1]), int(spent[2])
 
 
