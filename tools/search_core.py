@@ -679,6 +679,7 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
         for chunk in chunks:
             absorb(evaluator.phase2(chunk, total.leads, bounds))
         return total
+    evaluator.screen(())   # columns: the whole-space screen runs once, here; forked workers inherit its peaks
     _WORKER = evaluator
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:
