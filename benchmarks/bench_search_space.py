@@ -57,7 +57,7 @@ WARM_TARGET_MS, COLD_TARGET_MS = 0.2, 1.0
 COLD_RUNS = 50            # at least this many cold projections (their median is the figure)
 # Modules whose memo caches a cold run clears (catalog loaders are not among them: specs stay loaded).
 _CACHED_MODULES = ("projection.pipeline", "projection.pipeline_plan", "projection.pipeline_steady",
-                   "projection.engine", "projection.memory", "projection.memory_batch", "projection.layout", "projection.params", "projection.flops",
+                   "projection.engine", "projection.memory", "projection.memory_terms", "projection.memory_batch", "projection.layout", "projection.params", "projection.flops",
                    "projection.activations", "projection.workload",
                    "projection.collectives", "projection.compute", "tools.search_core")
 

@@ -34,7 +34,7 @@ from projection.device_profile import DeviceProfile
 from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
-from projection.memory import (
+from projection.memory_terms import (
     BF16_BYTES,
     GIB,
     StageMemory,

@@ -7,7 +7,7 @@ variants of the pipeline depth, are a plain product: they are laid out with nump
 index arithmetic), so a space of a million layouts costs a few tens of thousands of Python steps.
 
 Rows come in the order :func:`tools.candidates.enumerate_candidates` yields them (it reads them from
-here), so candidate indices, groups and tie-breaks are the same on both paths.  A typed
+here: :func:`enumerate_candidates`), so candidate indices, groups and tie-breaks are the same on both paths.  A typed
 :class:`projection.training_config.TrainingConfig` is built only for the rows that are asked for
 (:meth:`CandidateColumns.config`: layouts that are projected, returned, or stand for a key of the batch
 memory screen); everything else (grouping by recompute, the memory screen, the sharding of each layout)
@@ -27,12 +27,16 @@ from typing import Any
 
 import numpy as np
 
+from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims
+from projection.model_spec import ModelSpec
 from projection.pipeline_split import PipelineSplit
-from projection.training_config import TrainingConfig
+from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import RECOMPUTE_LEVEL
+from tools.constraints import Constraints
 from tools.candidates import (
     SearchSpace,
+    job_template,
     cp_values,
     dispatchers,
     expert_options,
@@ -229,5 +233,24 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
 
 def iterate_configs(columns: CandidateColumns) -> Iterator[TrainingConfig]:
     """The typed config of every row, in order (builds each; for callers that need them all)."""
+    for i in range(len(columns)):
+        yield columns.config(i)
+
+
+def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
+                         gbs: int, seq_len: int, finetune: str | None = None, *,
+                         packed_document_tokens: int | None = None, framework: str | None = None
+                         ) -> Iterator[TrainingConfig]:
+    """Yield every legal layout of the job within ``constraints``, each once (see :mod:`tools.candidates`' docstring): the rows of
+    :func:`enumerate_columns` as typed configs.
+
+    ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
+    fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
+    profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
+    them.
+    """
+    space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
+                        seq_len=seq_len, framework=framework)
+    columns = enumerate_columns(space, job_template(space, finetune, packed_document_tokens))
     for i in range(len(columns)):
         yield columns.config(i)

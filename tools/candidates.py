@@ -30,12 +30,12 @@ The space (kept sane on purpose, each rule with its reason):
 Ties (projected throughput within 0.1%) go to the simpler layout: :func:`simplicity` (lower VPP, no CP,
 less recompute and fewer recomputed modules, plain dispatcher, no HSDP, the simpler FP8 recipe), never
 to extreme VPP.
-Every yielded config is legal by construction (:func:`projection.legality.layout_violations` is empty).
+Every layout of the space is legal by construction (:func:`projection.legality.layout_violations` is empty).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -321,7 +321,7 @@ def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
 
 def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = None,
              packed_document_tokens: int | None = None) -> bool:
-    """Whether :func:`enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
+    """Whether :func:`tools.candidate_columns.enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
     schedule implied, and recompute modules are ignored unless recompute is selective).
 
     The membership form of the enumeration: the same axis functions, in the same nesting.
@@ -346,23 +346,3 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
             and c.fsdp_size in fsdp_sizes(space, c.tp, c.cp, dp, c.zero)
             and c.moe_dispatcher in dispatchers(space, c.ep, c.etp)
             and (c.recompute, c.recompute_num_layers, modules) in recompute_variants(space, c.pp))
-
-
-def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
-                         gbs: int, seq_len: int, finetune: str | None = None, *,
-                         packed_document_tokens: int | None = None, framework: str | None = None
-                         ) -> Iterator[TrainingConfig]:
-    """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
-
-    ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
-    fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
-    profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
-    them.
-    """
-    from tools.candidate_columns import enumerate_columns   # the space as columns (it reads this module's axes)
-
-    space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
-                        seq_len=seq_len, framework=framework)
-    columns = enumerate_columns(space, job_template(space, finetune, packed_document_tokens))
-    for i in range(len(columns)):
-        yield columns.config(i)

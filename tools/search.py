@@ -26,8 +26,8 @@ from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
 from tools.anchoring import Anchoring, anchored, anchoring_for
-from tools.candidate_columns import CandidateColumns, enumerate_columns
-from tools.candidates import SearchSpace, break_ties, enumerate_candidates, job_template, switch_pins, with_job_fields
+from tools.candidate_columns import CandidateColumns, enumerate_candidates, enumerate_columns
+from tools.candidates import SearchSpace, break_ties, job_template, switch_pins, with_job_fields
 from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
 from tools.switch_rules import switch_variants

@@ -23,24 +23,8 @@ from projection.memory import project_memory
 from projection.memory_batch import MemoryBatcher
 from projection.training_config import TrainingConfig
 from tools.candidate_columns import enumerate_columns
-from tools.candidates import (
-    SearchSpace,
-    cp_values,
-    dispatchers,
-    enumerate_candidates,
-    expert_options,
-    fsdp_sizes,
-    job_template,
-    mbs_values,
-    pipeline_options,
-    pp_values,
-    precision_values,
-    recompute_variants,
-    schedule_fits,
-    split_fields,
-    tp_values,
-    zero_values,
-)
+from tools.candidates import SearchSpace, cp_values, dispatchers, expert_options, fsdp_sizes, job_template, mbs_values, pipeline_options, pp_values, precision_values, recompute_variants, schedule_fits, split_fields, tp_values, zero_values
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, resolve_request, run_search
 from tools.search_core import Evaluator, group_by_recompute, group_order
