@@ -5,7 +5,7 @@
 constraints, batch and job fields.  ``LayoutSpace.check`` turns any
 proposed config dict into a validated :class:`TrainingConfig` or the reasons it is not one
 (pydantic errors, :func:`projection.legality.layout_violations`, the request's constraints).
-``LayoutSpace.in_space`` says whether a layout is one :func:`tools.candidates.enumerate_candidates`
+``LayoutSpace.in_space`` says whether a layout is one :func:`tools.candidate_columns.enumerate_candidates`
 yields for the request (or one of the request's explicit candidates): the offline policy keeps
 its own trials inside that space, which is what makes its answer equal the search's best.
 """

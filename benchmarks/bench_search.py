@@ -19,7 +19,7 @@ from projection.layout import parallel_dims
 from projection.memory import project_memory
 from projection.model_spec import load_model
 from projection.training_config import Cluster
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, run_search
 

@@ -33,10 +33,11 @@ from projection.activations import embedding_activation_bytes, output_activation
 from projection.device_profile import DeviceProfile
 from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
-from projection.layout import ParallelDims, chunk_layers, effective_schedule, recomputed_layers
-from projection.memory import (
+from projection.layout import ParallelDims, chunk_layers, effective_schedule
+from projection.memory_terms import (
     BF16_BYTES,
     GIB,
+    StageMemory,
     _layer_tables_for,
     _shards,
     _stage_layers,
@@ -60,9 +61,52 @@ class PeakBatch:
     static_peak_bytes: np.ndarray
     capacity_bytes: np.ndarray
 
+    def stacked(self) -> np.ndarray:
+        """(n, 3): peak, static peak and capacity bytes of every candidate."""
+        return np.stack([self.peak_bytes, self.static_peak_bytes, self.capacity_bytes], axis=1)
+
     def headroom_fraction(self, i: int) -> float:
         """``MemoryResult.headroom_fraction`` of candidate ``i`` (same operations)."""
         return 1.0 - float(self.peak_bytes[i]) / float(self.capacity_bytes[i])
+
+
+@dataclass(frozen=True, slots=True)
+class _RankChunks:
+    """The chunks of every pipeline rank of one (pp, vpp, split) as (pp, chunks) arrays: first layer, layer count,
+    layers before the chunk in its stage; per rank the stage's layer count and whether it holds an MoE layer."""
+
+    starts: np.ndarray
+    lengths: np.ndarray
+    positions: np.ndarray
+    stage_layers: np.ndarray
+    has_moe: np.ndarray
+    order: np.ndarray          # every rank's layers, rank by rank
+    offsets: np.ndarray        # where each rank with layers starts in ``order``
+    holds: np.ndarray          # ranks with at least one layer
+
+    @staticmethod
+    def of(model: ModelSpec, dims: ParallelDims) -> _RankChunks:
+        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)   # every rank has vpp chunks
+        shape = (dims.pp, len(chunks[0]))
+        lengths = np.array([len(c) for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
+        starts = np.array([c[0] if c else 0 for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
+        sizes = lengths.sum(axis=1)
+        holds = sizes > 0
+        order = np.array([layer for rank in chunks for c in rank for layer in c], dtype=np.int64)
+        offsets = (np.cumsum(sizes) - sizes)[holds]
+        has_moe = np.zeros(dims.pp)
+        if len(order) and model.is_moe:
+            moe = np.array([bool(m) for m in model.moe_layers[:model.num_layers]], dtype=np.float64)
+            has_moe[holds] = np.maximum.reduceat(moe[order], offsets)
+        return _RankChunks(starts=starts, lengths=lengths, positions=np.cumsum(lengths, axis=1) - lengths,
+                           stage_layers=sizes, has_moe=has_moe, order=order, offsets=offsets, holds=holds)
+
+    def largest(self, per_layer: np.ndarray) -> np.ndarray:
+        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers)."""
+        out = np.zeros(len(self.holds))
+        if len(self.order):
+            out[self.holds] = np.maximum.reduceat(per_layer[self.order], self.offsets)
+        return out
 
 
 class MemoryBatcher:
@@ -75,6 +119,8 @@ class MemoryBatcher:
         self._store: list[Any] = []
         self._ends_cache: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._contexts: dict[Any, Any] = {}
+        self._table_arrays: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}   # kept alive by the lru cache
+        self._rank_chunks: dict[tuple[Any, ...], _RankChunks] = {}
 
     # --- per-key rows (each computed once with the scalar module's functions) -------------------------------
     def _row(self, key: tuple[Any, ...], build: Any) -> int:
@@ -98,12 +144,20 @@ class MemoryBatcher:
 
         def build() -> np.ndarray:
             model, traits = self.model, memory_traits(config.framework)
+            table = layer_param_table(model)
             out = np.empty((4, dims.pp))
+            # ranks holding the same sequence of layer kinds (and ends) share their parameter counts and states
+            # (stage_params sums them layer by layer: equal sequences, equal sums)
+            by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
             for rank in range(dims.pp):
                 layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, rank == 0,
-                                      rank == dims.pp - 1)
-                out[:, rank] = _states(params, config, dims, traits)
+                first, last = rank == 0, rank == dims.pp - 1
+                kinds = (first, last, *(id(table[layer]) for layer in layers))
+                states = by_kinds.get(kinds)
+                if states is None:
+                    params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
+                    states = by_kinds[kinds] = _states(params, config, dims, traits)
+                out[:, rank] = states
             return out
         return self._row(key, build)
 
@@ -113,29 +167,44 @@ class MemoryBatcher:
         key = ("A", id(ctx), dims.pp, dims.vpp, dims.split, config.recompute, full_layers)
 
         def build() -> np.ndarray:
-            model = self.model
-            tables = _layer_tables_for(model, ctx)
-            prefix = tables.kept_prefix
-            rebuilt = tables.kept if config.recompute == "full" else tables.rebuilt
+            tables = _layer_tables_for(self.model, ctx)
+            prefix, kept, rebuilt_by_layer = self._tables(tables)
+            ranks = self._ranks(dims)
+            if config.recompute != "full":
+                full = np.zeros_like(ranks.lengths)
+            elif full_layers is None:
+                full = ranks.lengths
+            else:   # recomputed_layers: Megatron's 'block' method, the first layers of the stage
+                budget = np.minimum(full_layers, ranks.stage_layers)[:, None]
+                full = np.maximum(0, np.minimum(ranks.lengths, budget - ranks.positions))
+            starts = ranks.starts
+            per_chunk = (prefix[starts + ranks.lengths] - prefix[starts + full]) + full * tables.full_input
             out = np.zeros((4, dims.pp))
-            for rank in range(dims.pp):
-                chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)[rank]
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                total = 0.0
-                position = 0
-                for chunk in chunks:
-                    if not chunk:
-                        continue
-                    full = recomputed_layers(config, chunk, len(layers), position)
-                    total += prefix[chunk[-1] + 1] - prefix[chunk[0] + full] + full * tables.full_input
-                    position += len(chunk)
-                out[0, rank] = total
-                out[1, rank] = len(chunks)
-                if config.recompute != "none" and layers:
-                    out[2, rank] = max(rebuilt[layer] for layer in layers)
-                out[3, rank] = 1.0 if any(model.moe_layers[layer] for layer in layers) else 0.0
+            # chunk by chunk, as stage_memory adds them (an empty chunk adds 0.0): cumsum adds in order
+            out[0] = np.cumsum(per_chunk, axis=1)[:, -1]
+            out[1] = ranks.starts.shape[1]
+            if config.recompute != "none":
+                out[2] = ranks.largest(kept if config.recompute == "full" else rebuilt_by_layer)
+            out[3] = ranks.has_moe
             return out
         return self._row(key, build)
+
+    def _tables(self, tables: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(kept prefix sums, kept, rebuilt) bytes per layer of one activation context, as arrays."""
+        arrays = self._table_arrays.get(id(tables))
+        if arrays is None:
+            arrays = self._table_arrays[id(tables)] = (np.asarray(tables.kept_prefix, dtype=np.float64),
+                                                       np.asarray(tables.kept, dtype=np.float64),
+                                                       np.asarray(tables.rebuilt, dtype=np.float64))
+        return arrays
+
+    def _ranks(self, dims: ParallelDims) -> _RankChunks:
+        """The chunks of every pipeline rank of a (pp, vpp, split), as arrays."""
+        key = (dims.pp, dims.vpp, dims.split)
+        ranks = self._rank_chunks.get(key)
+        if ranks is None:
+            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, dims)
+        return ranks
 
     def _in_flight_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         schedule = effective_schedule(config)
@@ -199,54 +268,155 @@ class MemoryBatcher:
         return out
 
     # --- the batch ----------------------------------------------------------------------------------------
+    def _context(self, config: TrainingConfig) -> Any:
+        """The layout's activation context, one instance per distinct context (cheap key compares)."""
+        ctx = activation_context(self.model, config)
+        return self._contexts.setdefault(ctx, ctx)
+
+    def _scalars(self, config: TrainingConfig, dims: ParallelDims) -> tuple[float, ...]:
+        """A layout's per-layout scalars: micro-batches, vpp, embedding, loss, MoE buffer, workspace, fragmentation,
+        usable capacity."""
+        emb, loss = self._ends(config, self._context(config))
+        caching = memory_traits(config.framework).caching_allocator
+        profile = self.profile
+        return (dims.num_microbatches, dims.vpp, emb, loss,
+                moe_dispatch_buffer_bytes(self.model, config, dims, True, self.scale_up),
+                profile.memory_overhead_gib * GIB if caching else 0.0,
+                profile.memory_fragmentation if caching else 0.0, usable_capacity_bytes(self.hardware, config))
+
+    def _row_ids(self, config: TrainingConfig, dims: ParallelDims) -> list[int]:
+        """A layout's row ids: states, activations, in flight, ZeRO-3 gather, LoRA transpose."""
+        return [self._states_row(config, dims), self._activation_row(config, dims, self._context(config)),
+                self._in_flight_row(config, dims), self._gather_row(config, dims), self._lora_row(config, dims)]
+
     def peaks(self, configs: Sequence[TrainingConfig], dims: Sequence[ParallelDims]) -> PeakBatch:
         """Peak and static peak bytes of every layout (``dims``: :func:`projection.layout.parallel_dims` of each)."""
-        n = len(configs)
+        ids = np.array([self._row_ids(c, d) for c, d in zip(configs, dims, strict=True)],
+                       dtype=np.int64).reshape(-1, 5)
+        cols = np.array([self._scalars(c, d) for c, d in zip(configs, dims, strict=True)],
+                        dtype=np.float64).reshape(-1, 8)
+        return self._combine(np.array([d.pp for d in dims], dtype=np.int64), ids, cols)
+
+    def peaks_of_rows(self, candidates: Any, rows: np.ndarray) -> PeakBatch:
+        """:meth:`peaks` of the rows ``rows`` of a :class:`tools.candidate_columns.CandidateColumns`, equal bit for
+        bit, read off the columns: each term is built once per distinct key of the columns it depends on (from
+        the first layout with that key), then gathered for every row."""
+        ids = np.empty((len(rows), 5), dtype=np.int64)
+        cols = np.empty((len(rows), 8), dtype=np.float64)
+        c = candidates.columns
+        cols[:, 0] = c["microbatches"][rows]
+        cols[:, 1] = c["vpp"][rows]
+        builders = (self._states_row, lambda config, dims: self._activation_row(config, dims, self._context(config)),
+                    self._in_flight_row, self._gather_row, self._lora_row)
+        for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
+            reps, inverse = candidates.key_ids(names, rows)
+            values = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps.tolist()]
+            ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
+        for names, at in _SCALAR_KEYS:
+            reps, inverse = candidates.key_ids(names, rows)
+            values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
+                               for r in reps.tolist()],
+                              dtype=np.float64).reshape(-1, 8)
+            cols[:, at] = values[inverse][:, at]
+        return self._combine(c["pp"][rows], ids, cols)
+
+    def stages(self, config: TrainingConfig, dims: ParallelDims) -> tuple[StageMemory, ...]:
+        """Every pipeline rank's :class:`projection.memory.StageMemory` of one layout: :meth:`peaks`'s arithmetic on
+        one layout, every term kept (the path :func:`projection.memory.project_memory` runs; equal, field by field,
+        to :func:`projection.memory.stage_memory` of each rank: tests/projection/test_memory_every_rank.py)."""
+        ids = self._row_ids(config, dims)
+        states, acts, in_flight, gather, lora = (self._store[k] for k in ids)
+        microbatches, vpp, emb, loss, moe, workspace, fragmentation, _ = self._scalars(config, dims)
+        pp = dims.pp
+        activations = in_flight * acts[0] / acts[1]
+        activations[0] = activations[0] + min(in_flight[0], microbatches) * emb / vpp
+        buffers = np.zeros(pp)
+        buffers[pp - 1] = buffers[pp - 1] + loss
+        buffers = buffers + acts[2] + gather + lora + np.where(acts[3] > 0, moe, 0.0)
+        allocator = fragmentation * (activations + buffers)
+        layers = self._ranks(dims).stage_layers.tolist()
+        columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
+                      allocator.tolist(), (in_flight / vpp).tolist(), strict=True)
+        return tuple(StageMemory(rank=rank, layers=n, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
+                                 fp8_copies_bytes=f, activations_bytes=a, transient_bytes=b, workspace_bytes=workspace,
+                                 allocator_bytes=al, microbatches_in_flight=mif)
+                     for rank, n, w, g, o, f, a, b, al, mif in columns)
+
+    def _combine(self, pp_of: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> PeakBatch:
+        """Peaks from per-layout row ids (n, 5) and scalars (n, 8): stage_memory's arithmetic, layouts of one pp at
+        a time, the same operations in the same order."""
+        n = len(pp_of)
         peak, static, capacity = np.empty(n), np.empty(n), np.empty(n)
-        by_pp: dict[int, list[int]] = {}
-        for i, d in enumerate(dims):
-            by_pp.setdefault(d.pp, []).append(i)
-        profile = self.profile
-        workspace_bytes = profile.memory_overhead_gib * GIB
-        fragmentation = profile.memory_fragmentation
-        for pp, members in by_pp.items():
-            m = len(members)
-            ids: list[list[int]] = [[], [], [], [], []]   # states, activations, in flight, ZeRO-3 gather, LoRA
-            # per layout: nmb, vpp, embedding, loss, MoE buffer, workspace, fragmentation, usable capacity
-            cols: list[tuple[float, ...]] = []
-            for i in members:
-                config, d = configs[i], dims[i]
-                ctx = activation_context(self.model, config)
-                ctx = self._contexts.setdefault(ctx, ctx)   # one instance per context: cheap key compares
-                ids[0].append(self._states_row(config, d))
-                ids[1].append(self._activation_row(config, d, ctx))
-                ids[2].append(self._in_flight_row(config, d))
-                ids[3].append(self._gather_row(config, d))
-                ids[4].append(self._lora_row(config, d))
-                emb, loss = self._ends(config, ctx)
-                caching = memory_traits(config.framework).caching_allocator
-                cols.append((d.num_microbatches, d.vpp, emb, loss,
-                             moe_dispatch_buffer_bytes(self.model, config, d, True, self.scale_up),
-                             workspace_bytes if caching else 0.0, fragmentation if caching else 0.0,
-                             usable_capacity_bytes(self.hardware, config)))
-            states, acts, in_flight, gather, lora = (self._gather(x) for x in ids)
-            col = np.array(cols, dtype=np.float64)
-            capacity[members] = col[:, 7]
-            # stage_memory's arithmetic, same operations in the same order
-            activations = in_flight * acts[:, 0] / acts[:, 1]
-            activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
-            buffers = np.zeros((m, pp))
-            buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
-            buffers = buffers + acts[:, 2]
-            buffers = buffers + gather
-            buffers = buffers + lora
-            buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
-            workspace = np.broadcast_to(col[:, 5:6], (m, pp))
-            allocator = col[:, 6:7] * (activations + buffers)
-            w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
-            total = w + g + o + f + activations + buffers + workspace + allocator
-            fixed = w + g + o + f + workspace
-            index = np.array(members)
-            peak[index] = total.max(axis=1)
-            static[index] = fixed.max(axis=1)
+        capacity[:] = cols[:, 7]
+        for pp in np.unique(pp_of).tolist():
+            for index in _chunks(np.flatnonzero(pp_of == pp), pp):
+                self._combine_one(pp, index, ids, cols, peak, static)
         return PeakBatch(peak_bytes=peak, static_peak_bytes=static, capacity_bytes=capacity)
+
+    def _combine_one(self, pp: int, index: np.ndarray, ids: np.ndarray, cols: np.ndarray, peak: np.ndarray,
+                     static: np.ndarray) -> None:
+        """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
+        m = len(index)
+        states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
+        col = cols[index]
+        activations = in_flight * acts[:, 0] / acts[:, 1]
+        activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
+        buffers = np.zeros((m, pp))
+        buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
+        buffers = buffers + acts[:, 2]
+        buffers = buffers + gather
+        buffers = buffers + lora
+        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
+        workspace = np.broadcast_to(col[:, 5:6], (m, pp))
+        allocator = col[:, 6:7] * (activations + buffers)
+        w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
+        total = w + g + o + f + activations + buffers + workspace + allocator
+        fixed = w + g + o + f + workspace
+        peak[index] = total.max(axis=1)
+        static[index] = fixed.max(axis=1)
+
+
+_CHUNK_ELEMENTS = 1 << 19   # (layout, rank) cells per combine step: bounds the temporaries (~4 MiB each)
+
+
+def _chunks(index: np.ndarray, pp: int) -> list[np.ndarray]:
+    """``index`` in pieces of at most ``_CHUNK_ELEMENTS // pp`` layouts."""
+    step = max(1, _CHUNK_ELEMENTS // pp)
+    return [index[k:k + step] for k in range(0, len(index), step)]
+
+
+_BATCHER_CACHE: dict[tuple[int, int, int], tuple[tuple[Any, Any, Any], MemoryBatcher]] = {}
+_MAX_BATCHERS = 16          # (model, hardware, profile) triples kept
+_MAX_ROWS = 100_000         # per-key rows a kept batcher may hold before it starts afresh
+
+
+def batcher_for(model: ModelSpec, hardware: HardwareSpec, profile: DeviceProfile) -> MemoryBatcher:
+    """The shared batcher of a (model, hardware, profile): its rows serve every later layout of the same job."""
+    key = (id(model), id(hardware), id(profile))
+    hit = _BATCHER_CACHE.get(key)
+    if hit is not None and hit[0][0] is model and hit[0][1] is hardware and hit[0][2] is profile \
+            and len(hit[1]._store) < _MAX_ROWS:
+        return hit[1]
+    if len(_BATCHER_CACHE) >= _MAX_BATCHERS:
+        _BATCHER_CACHE.pop(next(iter(_BATCHER_CACHE)))
+    batcher = MemoryBatcher(model, hardware, profile)
+    _BATCHER_CACHE[key] = ((model, hardware, profile), batcher)
+    return batcher
+
+
+# The columns (tools/candidate_columns.py) each term of a layout depends on (the job's fields are the same for
+# every row of a search): per-rank rows (states: the sharding; activations: the activation context, the split and
+# the recompute variant; in flight: schedule, depth, micro-batches; ZeRO-3 gathers, LoRA transposes: the sharding),
+# then the per-layout scalars (embedding, loss, workspace, fragmentation, capacity: the activation context; the
+# MoE dispatch buffer: dispatcher, expert and context sharding, micro-batch).
+_ROW_KEYS: tuple[tuple[str, ...], ...] = (
+    ("tp", "pp", "vpp", "split", "cp", "ep", "etp", "dp", "zero", "fsdp", "precision"),
+    ("cp", "mbs", "tp", "low_precision", "recompute", "pp", "vpp", "split"),
+    ("schedule", "pp", "vpp", "microbatches"),
+    ("zero", "fsdp", "dp", "cp", "tp", "pp", "vpp", "split", "ep", "etp"),
+    ("precision", "pp", "vpp", "split", "tp", "ep", "etp"),
+)
+_SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
+    (("cp", "mbs", "tp", "low_precision", "recompute"), [2, 3, 5, 6, 7]),
+    (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
+)

@@ -30,12 +30,12 @@ The space (kept sane on purpose, each rule with its reason):
 Ties (projected throughput within 0.1%) go to the simpler layout: :func:`simplicity` (lower VPP, no CP,
 less recompute and fewer recomputed modules, plain dispatcher, no HSDP, the simpler FP8 recipe), never
 to extreme VPP.
-Every yielded config is legal by construction (:func:`projection.legality.layout_violations` is empty).
+Every layout of the space is legal by construction (:func:`projection.legality.layout_violations` is empty).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -299,17 +299,6 @@ def recompute_variants(space: SearchSpace, pp: int) -> list[tuple[str, int | Non
     return out
 
 
-def _variants(space: SearchSpace, tp: int, cp: int, dp: int, zero: int, ep: int, etp: int,
-              precisions: list[str], recomputes: list[tuple[str, int | None, tuple[str, ...]]]
-              ) -> Iterator[tuple[int | None, str, str, str, int | None, tuple[str, ...]]]:
-    """The innermost axes of one sharding: HSDP size, dispatcher, precision, recompute (with its modules)."""
-    for fsdp in fsdp_sizes(space, tp, cp, dp, zero):
-        for dispatcher in dispatchers(space, ep, etp):
-            for precision in precisions:
-                for recompute, rnl, modules in recomputes:
-                    yield fsdp, dispatcher, precision, recompute, rnl, modules
-
-
 def job_template(space: SearchSpace, finetune: str | None, packed_document_tokens: int | None = None
                  ) -> TrainingConfig:
     """The job's own fields (FIELD_EFFECTS 'job': batch, sequence, fine-tuning, packed documents, the recipe
@@ -332,7 +321,7 @@ def with_job_fields(raw: dict[str, Any], **job: Any) -> dict[str, Any]:
 
 def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = None,
              packed_document_tokens: int | None = None) -> bool:
-    """Whether :func:`enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
+    """Whether :func:`tools.candidate_columns.enumerate_candidates` yields this layout (up to equal layouts: dp may be left derived, the
     schedule implied, and recompute modules are ignored unless recompute is selective).
 
     The membership form of the enumeration: the same axis functions, in the same nesting.
@@ -357,52 +346,3 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
             and c.fsdp_size in fsdp_sizes(space, c.tp, c.cp, dp, c.zero)
             and c.moe_dispatcher in dispatchers(space, c.ep, c.etp)
             and (c.recompute, c.recompute_num_layers, modules) in recompute_variants(space, c.pp))
-
-
-def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
-                         gbs: int, seq_len: int, finetune: str | None = None, *,
-                         packed_document_tokens: int | None = None, framework: str | None = None
-                         ) -> Iterator[TrainingConfig]:
-    """Yield every legal layout of the job within ``constraints``, each once (see the module docstring).
-
-    ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
-    fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
-    profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
-    them.
-    """
-    space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
-                        seq_len=seq_len, framework=framework)
-    precisions = precision_values(space)
-    recomputes: dict[int, list[tuple[str, int | None, tuple[str, ...]]]] = {}
-    for pp in {p for cp in cp_values(space) for tp in tp_values(space, cp) for p in pp_values(space, tp, cp)}:
-        recomputes[pp] = recompute_variants(space, pp)
-    n = cluster.num_gpus
-    # copies of the template skip validation: legal by construction
-    template = job_template(space, finetune, packed_document_tokens)
-    seen: set[tuple[object, ...]] = set()
-    for cp in cp_values(space):
-        for tp in tp_values(space, cp):
-            for pp in pp_values(space, tp, cp):
-                dp = n // (tp * cp * pp)
-                if gbs % dp or not _ok(space, "dp", dp):
-                    continue
-                for ep, etp in expert_options(space, tp, cp, dp):
-                    for vpp, schedule, split in pipeline_options(space, pp):
-                        for mbs in mbs_values(space, dp):
-                            if not schedule_fits(schedule, pp, gbs // (mbs * dp)):
-                                continue
-                            for zero in zero_values(space, tp, pp):
-                                for fsdp, dispatcher, precision, recompute, rnl, modules in _variants(
-                                        space, tp, cp, dp, zero, ep, etp, precisions, recomputes[pp]):
-                                    key = (tp, pp, vpp, cp, ep, etp, mbs, zero, precision, recompute, rnl,
-                                           schedule, modules, fsdp, dispatcher, split)
-                                    if key in seen:
-                                        continue
-                                    seen.add(key)
-                                    yield template.model_copy(update=dict(
-                                        tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
-                                        precision=precision, recompute=recompute, recompute_num_layers=rnl,
-                                        recompute_modules=modules, sequence_parallel=tp > 1, zero=zero,
-                                        pp_schedule=schedule, fsdp_size=fsdp, moe_dispatcher=dispatcher,
-                                        **split_fields(split),
-                                    ))

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from projection import fast_paths
 from projection.engine import Projection, project
 from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
@@ -25,7 +26,8 @@ from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
 from tools.anchoring import Anchoring, anchored, anchoring_for
-from tools.candidates import break_ties, enumerate_candidates, switch_pins, with_job_fields
+from tools.candidate_columns import CandidateColumns, enumerate_candidates, enumerate_columns
+from tools.candidates import SearchSpace, break_ties, job_template, switch_pins, with_job_fields
 from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
 from tools.switch_rules import switch_variants
@@ -179,6 +181,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True),
                       "reasons": ["outside the constraints"]} for c in legal if not _within(constraints, c)]
         groups = [[i] for i in range(len(configs))]
+    elif fast_paths.enabled() and (record is None or record.launch is None):
+        # the space as columns: typed configs only for the layouts that are read (tools/candidate_columns.py)
+        space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=constraints,
+                            gbs=request.gbs, seq_len=request.seq_len, framework=framework)
+        columns = enumerate_columns(space, job_template(space, request.finetune, request.packed_document_tokens))
+        configs, groups = columns, columns.groups()
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len, request.finetune,
@@ -194,7 +202,8 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     count = workers if workers is not None else default_workers(total)
     deadline = None if deadline_s is None else start + deadline_s
     evaluator = Evaluator(job, configs, groups, constraints.min_headroom, keep_projections=count <= 1,
-                          deadline=deadline, corrections=corrections)
+                          deadline=deadline, corrections=corrections,
+                          columns=configs if isinstance(configs, CandidateColumns) else None)
     tally = evaluate(evaluator, request.top_k, None if progress is None else lambda done: progress(done, total),
                      count)
     if progress is not None:

@@ -60,6 +60,7 @@ from projection.training_config import (
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
 from tools.anchoring import anchored, slowest_factor
+from tools.candidate_columns import SHARDING, CandidateColumns
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
@@ -215,6 +216,39 @@ def screen_memories(job: Any, configs: Sequence[TrainingConfig], batcher: Memory
     return batcher.peaks(configs, [parallel_dims(c, job.cluster) for c in configs])
 
 
+def sharding_ids(columns: CandidateColumns) -> np.ndarray:
+    """Per candidate, an integer equal for equal :meth:`Evaluator.sharding_key` (FP8 recipes the engine models
+    alike count as one)."""
+    names = list(SHARDING)
+    if ENGINE_ALIKE_PRECISIONS:
+        codes = [columns.precisions.index(p) if p not in ENGINE_ALIKE_PRECISIONS else -1
+                 for p in columns.precisions]
+        columns.columns["sharding_precision"] = np.asarray(codes, dtype=np.int64)[columns.columns["precision"]]
+        names[names.index("precision")] = "sharding_precision"
+    return columns.key_ids(names)[1]
+
+
+def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]:
+    """The order :func:`evaluate` visits groups in (see its ``order``), from the columns: by the repr of the
+    sharding key, then mbs, schedule, dispatcher and sequence parallelism, ties in group order (a stable sort)."""
+    if not groups:
+        return []
+    firsts = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
+    reps, inverse = columns.key_ids(SHARDING, firsts)
+    text = [repr(Evaluator.sharding_key(columns.config(r))) for r in reps.tolist()]
+    shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
+    c = columns.columns
+
+    def rank(values: list[str], codes: np.ndarray) -> np.ndarray:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        ranks = np.empty(len(values), dtype=np.int64)
+        ranks[order] = np.arange(len(values))
+        return ranks[codes]
+
+    return np.lexsort((c["tp"][firsts] > 1, rank(columns.dispatchers, c["dispatcher"][firsts]),
+                       rank(columns.schedules, c["schedule"][firsts]), c["mbs"][firsts], shard_rank)).tolist()
+
+
 class DeadlineReached(Exception):
     """The search ran past its deadline (:attr:`Evaluator.deadline`); the caller reports a partial result."""
 
@@ -223,8 +257,14 @@ class Evaluator:
     """Screens and projects candidates of one job (the state a worker process inherits)."""
 
     def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
-                 keep_projections: bool, deadline: float | None = None, corrections: Any = None) -> None:
+                 keep_projections: bool, deadline: float | None = None, corrections: Any = None,
+                 columns: CandidateColumns | None = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
+        # the candidates as columns (tools/candidate_columns.py; ``configs`` is then the same object): the batch
+        # screen and the sharding of each layout read them, and a typed config is built only where one is read
+        self.columns = columns if fast_paths.enabled() else None
+        self._sharding_ids = None if self.columns is None else sharding_ids(self.columns)
+        self._screened_live = False
         # anchors (tools/anchoring.py): projections are corrected, throughput bounds divided by the smallest factor
         # (an anchored step is at least that times the unanchored one) and peaks screened with the memory offset
         self.corrections = corrections
@@ -249,6 +289,18 @@ class Evaluator:
             key = (*key[:_PRECISION_AT], "fp8", *key[_PRECISION_AT + 1:])
         return key
 
+    def sharding_of(self, index: int) -> Any:
+        """:meth:`sharding_key` of a candidate (from the columns: an integer standing for it)."""
+        if self._sharding_ids is not None:
+            return int(self._sharding_ids[index])
+        return self.sharding_key(self.configs[index])
+
+    def zero_of(self, index: int) -> int:
+        """A candidate's ZeRO level."""
+        if self.columns is not None:
+            return int(self.columns.columns["zero"][index])
+        return self.configs[index].zero
+
     def canonical(self, index: int) -> TrainingConfig:
         """The candidate as the engine sees it: FP8 recipes it models alike share one evaluation."""
         config = self.configs[index]
@@ -267,14 +319,34 @@ class Evaluator:
         """Batch-screen the candidates not screened yet (:func:`screen_memories`); no-op with fast paths off."""
         if not fast_paths.enabled():
             return
+        if self.columns is not None and not self._screened_live:
+            self._screen_live()
         todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
         if not todo:
             return
-        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         rows = np.array(todo)
+        if self.columns is not None:
+            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            return
+        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
         self._peaks[rows, 1] = batch.static_peak_bytes
         self._peaks[rows, 2] = batch.capacity_bytes
+
+    def _screen_live(self) -> None:
+        """Columns: screen, in a few numpy passes, every layout whose sharding's static memory could pass (one
+        layout per sharding tells); the rest are screened only if read (:meth:`screen`)."""
+        self._screened_live = True
+        assert self.columns is not None and self._sharding_ids is not None
+        if not len(self.configs):
+            return
+        _, firsts, shard_of = np.unique(self._sharding_ids, return_index=True, return_inverse=True)
+        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
+        live = np.array([could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
+                         for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
+        rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
+        if len(rows):
+            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
 
     def peak(self, index: int) -> tuple[float, float, float]:
         """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""
@@ -428,7 +500,7 @@ class Evaluator:
         """
         if not fast_paths.enabled():
             return
-        keyed = [(g, self.sharding_key(self.configs[self.groups[g][0]])) for g in group_ids]
+        keyed = [(g, self.sharding_of(self.groups[g][0])) for g in group_ids]
         keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
         firsts: dict[tuple[Any, ...], int] = {}
         for g, key in keyed:
@@ -456,7 +528,7 @@ class Evaluator:
         found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
         for g in group_ids:
             members = self.groups[g]
-            key = self.sharding_key(self.configs[members[0]])
+            key = self.sharding_of(members[0])
             if key in self.static_misfits:
                 tally.screened_out += len(members)
                 tally.visited += len(members)
@@ -487,13 +559,13 @@ class Evaluator:
         group_ids = [g for g in group_ids if g in leads]
 
         def needs_memory(g: int) -> bool:   # the variants of a group whose bounds prune them all need none
-            bound = leads[g][1] * (1.0 + BOUND_MARGIN) if self.configs[self.groups[g][0]].zero < 3 else float("inf")
+            bound = leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
             return not bounds.dominated(bound, leads[g][2])
         self.screen(i for g in group_ids if needs_memory(g) for i in self.groups[g][leads[g][0] + 1:])
         for g in group_ids:
             position, tps_bound, headroom_bound = leads[g]
             members = self.groups[g]
-            prunable = self.configs[members[0]].zero < 3   # FSDP: more recompute can hide more comm
+            prunable = self.zero_of(members[0]) < 3   # FSDP: more recompute can hide more comm
             for index in members[position + 1:]:
                 tally.visited += 1
                 bound = tps_bound * (1.0 + BOUND_MARGIN) if prunable else float("inf")
@@ -592,7 +664,8 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
         return (repr(evaluator.sharding_key(config)), config.mbs, config.schedule, config.moe_dispatcher,
                 config.sequence_parallel)
 
-    group_ids = sorted(range(len(evaluator.groups)), key=order)
+    group_ids = (sorted(range(len(evaluator.groups)), key=order) if evaluator.columns is None
+                 else group_order(evaluator.columns, evaluator.groups))
     chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
 
     def absorb(part: Tally) -> None:
@@ -609,6 +682,7 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
         for chunk in chunks:
             absorb(evaluator.phase2(chunk, total.leads, bounds))
         return total
+    evaluator.screen(())   # columns: the whole-space screen runs once, here; forked workers inherit its peaks
     _WORKER = evaluator
     try:
         with multiprocessing.get_context("fork").Pool(workers) as pool:

@@ -19,7 +19,8 @@ from projection.memory import GIB
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from projection.vocabulary import RECOMPUTE_LEVEL
-from tools.candidates import SearchSpace, cp_values, enumerate_candidates, pp_values, tp_values
+from tools.candidates import SearchSpace, cp_values, pp_values, tp_values
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search_core import screen_memory
 

@@ -218,7 +218,7 @@ def test_measured_mode_benchmarks_the_near_ties_and_picks_the_fastest_measured(m
 
 def test_hsdp_and_deepep_are_searched_where_they_apply() -> None:
     from projection.legality import layout_violations
-    from tools.candidates import enumerate_candidates
+    from tools.candidate_columns import enumerate_candidates
 
     def space(model: str, n: int, gbs: int) -> tuple[object, object, Cluster, list[TrainingConfig]]:
         m, h = load_model(model), load_hardware("h100-sxm")

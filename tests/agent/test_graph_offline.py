@@ -15,7 +15,8 @@ from agent.run import trial_log_rows, tune
 from agent.space import LayoutSpace
 from projection.legality import layout_violations
 from projection.training_config import TrainingConfig
-from tools.candidates import TIE_TOLERANCE, enumerate_candidates
+from tools.candidates import TIE_TOLERANCE
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.framework_rules import launch_framework_of
 from tools.search import SearchRequest, run_search

@@ -23,7 +23,7 @@ from projection.memory_batch import MemoryBatcher
 from projection.memory_verdict import SHIPPED_MARGINS, passes_screen, verdict
 from projection.model_spec import load_model
 from projection.training_config import RECOMPUTE_MODULES, Cluster, TrainingConfig
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, resolve_request, run_search
 

@@ -1,4 +1,4 @@
-"""project_memory's one-pass per-rank loop (memory._stage_memories) equals stage_memory of each rank, bit for bit.
+"""project_memory (the array form, memory_batch.MemoryBatcher.stages) equals stage_memory of each rank, bit for bit.
 
 Random layouts over models with dense, MoE, mixed and windowed layers, every schedule (ZB-V included),
 recompute (full on part of a stage, selective modules), ZeRO levels with HSDP, LoRA with FP8, the MoE

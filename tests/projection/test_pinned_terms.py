@@ -24,7 +24,7 @@ from projection.legality import layout_violations, tp_degrees
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
 from projection.workload import CommGroups, layer_cost
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 
 H100 = load_hardware("h100-sxm")

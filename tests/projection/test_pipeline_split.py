@@ -19,7 +19,8 @@ from projection.pipeline_split import (
     uneven_split,
 )
 from projection.training_config import Cluster, TrainingConfig
-from tools.candidates import SearchSpace, enumerate_candidates, in_space
+from tools.candidates import SearchSpace, in_space
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.exports import export_launch_config
 from tools.framework_rules import framework_violations, torchtitan_split

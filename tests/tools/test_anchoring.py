@@ -131,7 +131,7 @@ def test_pruning_changes_no_anchored_result(monkeypatch: pytest.MonkeyPatch, sec
 def test_anchored_throughput_bounds_hold() -> None:
     """Every anchored projection stays under its throughput bound (what pruning relies on), for c < 1 and c > 1."""
     from projection.anchor import AnchorRun
-    from tools.candidates import enumerate_candidates
+    from tools.candidate_columns import enumerate_candidates
     from tools.constraints import Constraints
     from tools.search_core import Evaluator, Tally, group_by_recompute
 

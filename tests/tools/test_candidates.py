@@ -8,7 +8,7 @@ from projection.hardware import load_hardware
 from projection.legality import layout_violations
 from projection.model_spec import load_model
 from projection.training_config import Cluster
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 
 

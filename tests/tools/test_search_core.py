@@ -8,7 +8,7 @@ from projection.engine import project
 from projection.hardware import load_hardware
 from projection.model_spec import load_model
 from projection.training_config import Cluster
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, run_search
 from tools.search_core import BOUND_MARGIN, Bounds, bounds_from, group_by_recompute

@@ -11,7 +11,7 @@ import pytest
 
 from projection import fast_paths, pipeline_steady
 from tools import search_core
-from tools.candidates import enumerate_candidates
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.search import SearchRequest, SearchResult, resolve_request, run_search
 from tools.search_core import Evaluator, default_workers, group_by_recompute

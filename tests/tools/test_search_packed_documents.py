@@ -15,7 +15,8 @@ from projection.hardware import load_hardware
 from projection.model_spec import load_model
 from projection.training_config import Cluster
 from projtune.cli import app
-from tools.candidates import SearchSpace, enumerate_candidates, in_space
+from tools.candidates import SearchSpace, in_space
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 from tools.registry import call_tool
 from tools.search import SearchRequest, run_search

@@ -21,7 +21,8 @@ from projection.legality import (
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import DEFAULT_RECOMPUTE_MODULES, PIPELINE_SCHEDULES, RECOMPUTES
-from tools.candidates import SearchSpace, enumerate_candidates, in_space, schedule_fits
+from tools.candidates import SearchSpace, in_space, schedule_fits
+from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
 
 JOBS = [
