@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from projection import fast_paths, pipeline_steady
 from projection.pipeline import Schedule, StageTimes, _duration_table, _validate_shape, simulate_pipeline
-from projection.pipeline_plan import _compile_plan, _exact_ints, _run_plan, _simulate_direct
+from projection.pipeline_direct import simulate_direct as _simulate_direct
+from projection.pipeline_plan import _compile_plan, _exact_ints, _run_plan
 
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "zero-bubble", "interleaved", "zbv", "gpipe")
 
