@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.framework import DEFAULT_FRAMEWORK, RECORDS
 from projection.hardware import HardwareSpec
 from projection.model_spec import ModelSpec
+from projection.safe_yaml import load_catalog
 from projection.params import total_params
 from projection.training_config import Cluster, TrainingConfig
 
@@ -298,7 +299,7 @@ def shipped_evidence() -> Evidence | None:
     path = _evidence_path()
     if not path.is_file():
         return None
-    return Evidence.model_validate(yaml.safe_load(path.read_text()))
+    return Evidence.model_validate(load_catalog(path.read_text()))
 
 
 def evidence_path_for(bands_path: Path) -> Path:

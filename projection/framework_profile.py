@@ -15,9 +15,9 @@ from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from projection.safe_yaml import load_catalog
 from projection.vocabulary import COMM_OVERLAPS, AttentionBackend, CommOverlap, Precision
 
 
@@ -135,5 +135,5 @@ def load_framework_profile(stems: tuple[str, ...], name: str) -> FrameworkProfil
     for stem in stems:
         path = folder / f"{stem}.yaml"
         if path.is_file():
-            return FrameworkProfile.model_validate({**(yaml.safe_load(path.read_text()) or {}), "name": name})
+            return FrameworkProfile.model_validate({**(load_catalog(path.read_text()) or {}), "name": name})
     return FrameworkProfile(name=name)

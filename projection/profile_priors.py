@@ -13,10 +13,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from projection.device_profile import DeviceProfile
 from projection.errors import ProjtuneError
+from projection.safe_yaml import load_catalog
 from projection.hardware import load_hardware
 
 # Same die, same kernels: one fitted profile (the first id names the group).
@@ -58,7 +58,7 @@ def silicon_members(group: str) -> tuple[str, ...]:
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
     path = Path(str(resources.files("projection") / "catalog" / "priors" / "priors.yaml"))
-    return yaml.safe_load(path.read_text())
+    return load_catalog(path.read_text())
 
 
 def family_of(group: str) -> str:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from projection.evidence import Novelty, framework_key, job_features, novelty, shipped_evidence
 from projection.hardware import HardwareSpec
+from projection.safe_yaml import load_catalog
 from projection.model_spec import ModelSpec
 from projection.training_config import Cluster, TrainingConfig
 
@@ -124,7 +125,7 @@ def _table_path() -> Path:
 @lru_cache(maxsize=1)
 def band_table() -> BandTable:
     """The shipped interval table."""
-    return BandTable.model_validate(yaml.safe_load(_table_path().read_text()))
+    return BandTable.model_validate(load_catalog(_table_path().read_text()))
 
 
 @lru_cache(maxsize=256)
@@ -339,7 +340,7 @@ def anchored_band_table() -> AnchoredBandTable:
     path = _anchored_table_path()
     if not path.is_file():
         return AnchoredBandTable(method="none shipped: anchored projections keep the unanchored band", min_runs=1)
-    return AnchoredBandTable.model_validate(yaml.safe_load(path.read_text()))
+    return AnchoredBandTable.model_validate(load_catalog(path.read_text()))
 
 
 def anchored_band(cls: str, unanchored: tuple[float, float], table: AnchoredBandTable | None = None
