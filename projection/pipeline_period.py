@@ -26,7 +26,7 @@ def periodic_shape(schedule: str, pp: int, vpp: int, m: int, group: int) -> Peri
 
     shift: microbatches per period; heads[r]: ops of rank r before its first period;
     lengths[r]: ops per period; counts[r]: periods (all grow by 1 when m grows by shift).
-    See `_order_1f1b` and `_order_interleaved` (projection/pipeline_plan.py) for the orders these read off.
+    See `_rank_arrays` (projection/pipeline_plan.py) for the orders these read off.
     """
     if schedule == "1f1b" and m >= pp:
         # warm-up pp-r-1 F, then (F, B+W) pairs for m-(pp-r-1) microbatches, then the cool-down
