@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -110,20 +111,26 @@ def _cold_child(case: str, mode: str) -> None:
                       "m": result.dims.num_microbatches, "step_s": result.iteration_time_s}))
 
 
-def cold(runs: int) -> None:
-    """Print, per case and mode, the medians of ``runs`` cold projections (fresh processes, modes alternating)."""
+def cold(runs: int, baseline: str | None) -> None:
+    """Print, per case and mode, the medians of ``runs`` cold projections (fresh processes, modes alternating).
+
+    ``baseline``: a checkout of another commit (e.g. ``git archive <commit> | tar -x -C DIR``): its production
+    path runs as one more mode, ``baseline``, alternating with the others in the same run."""
     print(f"cold projections, medians of {runs} fresh processes per mode (CPU ms / wall ms / pipeline CPU ms):")
+    modes = COLD_MODES + (("baseline",) if baseline else ())
     for case in COLD_CASES:
-        samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in COLD_MODES}
+        samples: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
         for _ in range(runs):
-            for mode in COLD_MODES:
-                out = subprocess.run([sys.executable, __file__, "--cold-child", case, mode], check=True,
-                                     capture_output=True, text=True).stdout
+            for mode in modes:
+                env = {**os.environ, "PYTHONPATH": baseline} if mode == "baseline" else None
+                out = subprocess.run([sys.executable, __file__, "--cold-child", case,
+                                      "fast" if mode == "baseline" else mode], check=True,
+                                     capture_output=True, text=True, env=env).stdout
                 samples[mode].append(json.loads(out))
         steps = {row["step_s"] for rows in samples.values() for row in rows}
         assert len(steps) == 1, f"{case}: the modes disagree: {steps}"   # same bits in every mode
         line = []
-        for mode in COLD_MODES:
+        for mode in modes:
             rows = samples[mode]
             line.append(f"{mode} {statistics.median(r['cpu_ms'] for r in rows):6.1f} / "
                         f"{statistics.median(r['wall_ms'] for r in rows):6.1f} / "
@@ -161,11 +168,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cold", action="store_true", help="cold deep-pipeline projections instead")
     parser.add_argument("--runs", type=int, default=5, help="fresh processes per case and mode (--cold)")
+    parser.add_argument("--baseline", help="--cold: a checkout of another commit, timed as one more mode")
     parser.add_argument("--cold-child", nargs=2, metavar=("CASE", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.cold_child:
         _cold_child(*args.cold_child)
     elif args.cold:
-        cold(args.runs)
+        cold(args.runs, args.baseline)
     else:
         main()

@@ -7,15 +7,16 @@ results as the compiled plan (tests/projection/test_pipeline_direct.py).
 
 1f1b and interleaved run as one generator per rank and take a steady-state shortcut that costs no more
 than the plain pass: the step itself is simulated in rounds (every rank stops at a horizon period), and at
-each pause the finish times so far are tested for a repetition (`pipeline_period.repetition`: every op D
-after its twin c periods before).  Once one holds over two cycles and a step K*c periods shorter still
-has the periods the extrapolation argument needs (`pipeline_period.needed_periods`, argument in
-pipeline_steady.py), the ranks finish that shorter step instead (its orders are the long step's up to
-where every rank stands), and the makespan is its own plus K*D.  The finished shorter step is then checked
+each pause the finish times so far are tested for a repetition (`_recent_cycle`: every op of the last
+max(c, 8) periods ends D after its twin c periods before, on every rank).  Once one holds and a step K*c
+periods shorter still has the periods the extrapolation argument needs (`pipeline_period.needed_periods`,
+argument in pipeline_steady.py), the ranks finish that shorter step instead (its orders are the long
+step's up to where every rank stands), and the makespan is its own plus K*D.  The finished shorter step is then checked
 as the compiled-plan shortcut checks its small step (repetition from t to the end of its periodic middle,
 with the room); should that fail, the long step runs again without the shortcut.  A step without such a
 repetition runs to its end with a few pauses: the shortcut never simulates an op the plain pass would
-not, and it pays only the tests at the pauses (at 8 periods, then every 1.5 times as many).
+not, and it pays only the tests at the pauses (at 12 periods, then every 1.5 times as many, up to half the
+step's periods), and steps under 16,384 ops take none.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from projection.pipeline_plan import _BW, _F, _NUM_KINDS, Schedule, _one_f_one_b
 
 _PAUSE = -1                 # what a rank yields at the horizon (done keys are >= 0)
 _NO_HORIZON = 1 << 62
-_FIRST_CHECK = 8            # periods simulated before the first repetition test
+_FIRST_CHECK = 12           # periods simulated before the first repetition test (a cycle needs 8 + c)
+_MIN_OPS = 1 << 14          # shorter steps take no shortcut: the plain pass costs ~5 ms, the tests could cost more than they save
 _GROWTH = 1.5               # each further test after this many times the periods of the last one
 _WINDOW = 8                 # periods a cycle must repeat over (at least one cycle) before the shortcut is taken
 
@@ -40,7 +42,7 @@ class _Step:
     """The forward table of the step being simulated, per rank its op times; the shortcut swaps in a shorter
     step's at a pause (every rank's generator reads it again after each pause)."""
 
-    __slots__ = ("keys_b", "keys_f", "times_b", "times_f", "total")
+    __slots__ = ("key_array_b", "key_array_f", "keys_b", "keys_f", "times_b", "times_f", "total")
 
     def __init__(self, schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int]) -> None:
         """Done keys (mb*(pp*vpp + 2) + vs + 1)*3 + slot (F 0, B+W 1) of each table entry on rank 0 (rank r:
@@ -49,26 +51,26 @@ class _Step:
         back_c = vpp - 1 - table_c
         stride = pp * vpp + 2
         self.total = total
-        self.keys_f = ((table_mb * stride + table_c * pp + 1) * 3).tolist()
-        self.keys_b = ((table_mb * stride + back_c * pp + 1) * 3 + 1).tolist()
+        self.key_array_f = (table_mb * stride + table_c * pp + 1) * 3
+        self.key_array_b = (table_mb * stride + back_c * pp + 1) * 3 + 1
+        self.keys_f, self.keys_b = self.key_array_f.tolist(), self.key_array_b.tolist()
         pick_f, pick_b = _picker(table_c.tolist()), _picker(back_c.tolist())   # a rank's chunk times -> per entry
         rows = [durations[r * vpp * _NUM_KINDS:(r + 1) * vpp * _NUM_KINDS] for r in range(pp)]
         self.times_f = [pick_f(row[_F::_NUM_KINDS]) for row in rows]
         self.times_b = [pick_b(row[_BW::_NUM_KINDS]) for row in rows]
 
 
-def _one_f_one_b_rank(done: list[int | None], step: _Step, r: int, warmup: int, p2p: int, fins: list[int],
-                      horizon: list[int]) -> Iterator[int]:
+def _one_f_one_b_rank(done: list[int | None], step: _Step, r: int, warmup: int, p2p: int, ends: list[int],
+                      progress: list[int], horizon: list[int]) -> Iterator[int]:
     """Run rank r of 1f1b / interleaved: its warm-up forwards, then F and B+W pairs, then the cool-down B+W.
 
     Yields the done key it waits for whenever its next input is not done (and resumes when it is), and
-    `_PAUSE` when its F and B+W pairs reach ``horizon[0]``; appends each op's end to ``fins``.  Keys (see
-    `_Step`): its F of table entry e is ``keys_f[e] + 3r`` and reads the key 3 below, its B+W
-    ``keys_b[e] + 3r`` and reads the key 3 above.
+    `_PAUSE` when its F and B+W pairs reach ``horizon[0]``; ``progress[r]``: its pairs done at each yield;
+    ``ends[r]``: its last op's end.  Keys (see `_Step`): its F of table entry e is ``keys_f[e] + 3r`` and
+    reads the key 3 below, its B+W ``keys_b[e] + 3r`` and reads the key 3 above; each op stores its end + p2p.
     """
     t = 0
     off = 3 * r
-    record = fins.append
     keys_f, times_f = step.keys_f, step.times_f[r]
     for e in range(warmup):
         key = keys_f[e] + off
@@ -78,7 +80,6 @@ def _one_f_one_b_rank(done: list[int | None], step: _Step, r: int, warmup: int, 
             f = done[key - 3]
         t = (t if t > f else f) + times_f[e]
         done[key] = t + p2p
-        record(t)
     pairs = 0                                   # F and B+W pairs run so far
     while True:
         keys_f, keys_b, times_f, times_b = step.keys_f, step.keys_b, step.times_f[r], step.times_b[r]
@@ -88,20 +89,21 @@ def _one_f_one_b_rank(done: list[int | None], step: _Step, r: int, warmup: int, 
             key = keys_f[warmup + e] + off
             f = done[key - 3]
             while f is None:
+                progress[r] = e
                 yield key - 3
                 f = done[key - 3]
             t = (t if t > f else f) + times_f[warmup + e]
             done[key] = t + p2p
-            record(t)
             key = keys_b[e] + off
             f = done[key + 3]
             while f is None:
+                progress[r] = e
                 yield key + 3
                 f = done[key + 3]
             t = (t if t > f else f) + times_b[e]
             done[key] = t + p2p
-            record(t)
         pairs = max(pairs, stop)
+        progress[r] = pairs
         if pairs >= last:
             break
         yield _PAUSE
@@ -113,7 +115,7 @@ def _one_f_one_b_rank(done: list[int | None], step: _Step, r: int, warmup: int, 
             f = done[key + 3]
         t = (t if t > f else f) + times_b[e]
         done[key] = t + p2p
-        record(t)
+    ends[r] = t
 
 
 def _picker(indices: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
@@ -124,28 +126,49 @@ def _picker(indices: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
     return itemgetter(*indices)
 
 
-def _recent_cycle(fins: list[list[int]], ends: list[int], lengths: Sequence[int], periods: int
+def _periodic_ends(done: list[int | None], step: _Step, r: int, warmup: int, per: int, first: int, last: int
+                   ) -> list[int]:
+    """Ends (+ p2p: a constant, so differences are the ends') of rank r's ops in periods [first, last) of its
+    periodic middle, in order: per pairs (F, B+W) a period, read from the done keys."""
+    keys = np.empty(2 * per * (last - first), dtype=np.int64)
+    keys[0::2] = step.key_array_f[warmup + first * per:warmup + last * per]
+    keys[1::2] = step.key_array_b[first * per:last * per]
+    return list(itemgetter(*(keys + 3 * r).tolist())(done))   # type: ignore[arg-type]
+
+
+def _recent_cycle(done: list[int | None], step: _Step, warmups: list[int], per: int, periods: int
                   ) -> tuple[int, int] | None:
-    """(c, D) of the shortest cycle c over which the last max(c, 8) periods seen repeat, on every rank, the
-    periods c before them plus D; or None.  ``fins[r][:ends[r]]``: rank r's finish times up to the end of its
-    last whole period seen.  Cheap filters first: the last op of the first and last rank and the op half a
-    period before the first's, then the last op of every rank."""
-    first, last = fins[0], fins[-1]
-    end0, end1, half = ends[0] - 1, ends[-1] - 1, lengths[0] // 2
+    """(c, D) of the shortest cycle c over which the last max(c, 8) of the first ``periods`` periods repeat, on
+    every rank, the periods c before them plus D; or None.  A cheap filter first: on every rank, the F and
+    the B+W of the window's first and last pair; each rank's ends are read once, when a cycle first needs
+    them."""
+    keys_f, keys_b, ranks = step.keys_f, step.keys_b, range(len(warmups))
+    order = (len(warmups) - 1, len(warmups) // 2, *ranks)    # the last and middle rank first: most cycles fail there
+    read: dict[int, list[int]] = {}
+
+    def ends_of(r: int) -> list[int]:
+        if r not in read:
+            read[r] = _periodic_ends(done, step, r, warmups[r], per, 0, periods)
+        return read[r]
+
+    def repeats(r: int, e: int, back: int, D: int) -> bool:
+        """Whether the F and the B+W of pair e on rank r end D after those of pair e - back."""
+        f, b, off = keys_f[warmups[r] + e] + 3 * r, keys_b[e] + 3 * r, 3 * r
+        return (done[f] - done[keys_f[warmups[r] + e - back] + off] == D   # type: ignore[operator]
+                and done[b] - done[keys_b[e - back] + off] == D)          # type: ignore[operator]
+
+    last = periods * per - 1
     for c in range(1, periods // 2 + 1):
         window = max(c, _WINDOW)
         if c + window > periods:
             break
-        back0, back1 = end0 - c * lengths[0], end1 - c * lengths[-1]
-        D = first[end0] - first[back0]
-        if last[end1] - last[back1] != D or first[end0 - half] - first[back0 - half] != D:
+        back, first = c * per, (periods - window) * per
+        D = done[keys_b[last]] - done[keys_b[last - back]]    # type: ignore[operator]
+        if not all(repeats(r, last, back, D) and repeats(r, first, back, D) for r in order):
             continue
-        if not all(fin[end - 1] - fin[end - 1 - c * length] == D
-                   for fin, end, length in zip(fins, ends, lengths, strict=True)):
-            continue
-        if all(all(map(D.__eq__, map(operator.sub, fin[end - window * length:end],
-                                     fin[end - (window + c) * length:end - c * length])))
-               for fin, end, length in zip(fins, ends, lengths, strict=True)):
+        start, shift = 2 * per * (periods - window - c), 2 * per * c
+        if all(all(map(D.__eq__, map(operator.sub, ends[start + shift:], ends[start:-shift])))
+               for ends in map(ends_of, order)):
             return c, D
     return None
 
@@ -159,7 +182,7 @@ class _Shortcut:
         self.shape = shape
         self.taken: tuple[int, int, int, tuple[int, ...]] | None = None   # K, c, D, counts of the shorter step
         self.periods = _NO_HORIZON
-        if shape is not None and min(shape[3]) >= 2 * _FIRST_CHECK:
+        if shape is not None and min(shape[3]) >= 2 * _FIRST_CHECK and 2 * pp * vpp * m >= _MIN_OPS:
             self.periods = _FIRST_CHECK
 
     def horizon(self) -> int:
@@ -169,21 +192,20 @@ class _Shortcut:
         assert self.shape is not None
         return self.periods * (self.shape[2][0] // 2)
 
-    def pause(self, fins: list[list[int]], step: _Step) -> None:
-        """Test the finish times so far; take the shortcut (swap ``step``'s tables) or set the next horizon."""
+    def pause(self, done: list[int | None], step: _Step, warmups: list[int], progress: list[int]) -> None:
+        """Test the ends so far; take the shortcut (swap ``step``'s tables) or set the next horizon."""
         assert self.shape is not None
         schedule, pp, vpp, m, group, durations = self.args
-        shift, heads, lengths, counts = self.shape
-        seen = [max(0, len(fin) - head) for fin, head in zip(fins, heads, strict=True)]   # periodic ops run
-        periods = min(min(s // length, n) for s, length, n in zip(seen, lengths, counts, strict=True))
-        found = _recent_cycle(fins, [h + periods * length for h, length in zip(heads, lengths, strict=True)],
-                              lengths, periods)
+        shift, _, lengths, counts = self.shape
+        per = lengths[0] // 2
+        periods = min(min(done_pairs // per, n) for done_pairs, n in zip(progress, counts, strict=True))
+        found = _recent_cycle(done, step, warmups, per, periods)
         after = max(self.periods + 4, int(self.periods * _GROWTH))
         if found is not None:
             c, D = found
             # if the repetition lasts, the transient ended at most c periods before the last seen
             need = needed_periods(REACH_BOUNDS[schedule], c, periods - c)
-            started = [-(-s // length) for s, length in zip(seen, lengths, strict=True)]
+            started = [-(-done_pairs // per) for done_pairs in progress]
             K = min((n - max(s, need)) // c for n, s in zip(counts, started, strict=True))
             if K >= 1:
                 shorter_m = m - K * c * shift
@@ -195,26 +217,30 @@ class _Shortcut:
                         setattr(step, name, getattr(shorter, name))
                 self.taken = (K, c, D, tuple(n - K * c for n in counts))
             after = _NO_HORIZON                # taken, or no shorter step has the room: no more tests
-        self.periods = after if after < min(counts) - 1 else _NO_HORIZON
+        # a test past half the periods could save less than the half simulated: the last one is before
+        self.periods = after if after <= min(counts) // 2 else _NO_HORIZON
 
-    def extrapolate(self, fins: list[list[int]], makespan: int) -> int | None:
+    def extrapolate(self, done: list[int | None], step: _Step, warmups: list[int], makespan: int) -> int | None:
         """The long step's makespan from the finished shorter one, or None when its check fails.
 
-        The check of the compiled-plan shortcut (`pipeline_steady._attempt`): the repetition holds from a
-        period t with ``needed_periods(reach, c, t)`` <= the shorter step's periods, i.e. from the period
-        ``last = periods - room`` on (t is at most ``last`` exactly when every op from there to the end of
-        the periodic middle repeats), and the periods that read head ops end before ``last``.
+        The check of the compiled-plan shortcut (`pipeline_steady._attempt`): the repetition (in
+        `pipeline_period.repetition`'s terms, every op of period i + c ends D after its twin in period i,
+        for i >= t) holds with ``needed_periods(reach, c, t)`` <= the shorter step's periods, i.e. with
+        t <= ``last = periods - room``: every op from period ``last`` on and its twin c periods later, to
+        the end of the rank's periodic middle, differ by D; and the periods that read head ops end before
+        ``last``.
         """
         assert self.taken is not None and self.shape is not None
         K, c, D, counts = self.taken
-        _, heads, lengths, _ = self.shape
+        lengths = self.shape[2]
+        per = lengths[0] // 2
         lag, head_reach, tail_reach = REACH_BOUNDS[self.args[0]]
         last = min(counts) - room(lag, tail_reach, c)
         if head_reach + 1 > last or last < 0:
             return None
-        for fin, head, n, length in zip(fins, heads, counts, lengths, strict=True):
-            start, end, step = head + last * length, head + n * length, c * length
-            if list(map(D.__add__, fin[start - step:end - step])) != fin[start:end]:
+        for r, (n, warmup) in enumerate(zip(counts, warmups, strict=True)):
+            ends = _periodic_ends(done, step, r, warmup, per, last, n)
+            if not all(map(D.__eq__, map(operator.sub, ends[c * 2 * per:], ends))):
                 return None
         return makespan + K * D
 
@@ -240,8 +266,8 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
     latency = p2p if pp > 1 else 0         # pp = 1: every input on the same rank
     plan = _Shortcut(schedule, pp, vpp, m, group, durations) if shortcut else None
     horizon = [plan.horizon() if plan is not None else _NO_HORIZON]
-    fins: list[list[int]] = [[] for _ in range(pp)]
-    runs = [_one_f_one_b_rank(done, step, r, warmups[r], latency, fins[r], horizon) for r in range(pp)]
+    ends, progress = [0] * pp, [0] * pp
+    runs = [_one_f_one_b_rank(done, step, r, warmups[r], latency, ends, progress, horizon) for r in range(pp)]
     waits: list[int | None] = [None] * pp        # the key a rank waits for, or _PAUSE
     finished = [False] * pp
     # the next rank is pushed last, so it runs first: it takes the forwards just made (fewer resumes)
@@ -263,15 +289,15 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
         if not paused:
             break
         assert plan is not None
-        plan.pause(fins, step)
+        plan.pause(done, step, warmups, progress)
         horizon[0] = plan.horizon()
         for r in paused:
             waits[r] = None
         ready = paused[::-1]
     assert all(finished), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    makespan = max(fin[-1] for fin in fins)
+    makespan = max(ends)
     if plan is not None and plan.taken is not None:
-        extrapolated = plan.extrapolate(fins, makespan)
+        extrapolated = plan.extrapolate(done, step, warmups, makespan)
         if extrapolated is None:           # the shorter step did not repeat to its end: the long step in full
             return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p, shortcut=False)
         makespan = extrapolated

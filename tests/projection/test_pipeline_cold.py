@@ -10,6 +10,7 @@ groups with a remainder (the shorter step's table is then not a prefix of the lo
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
@@ -70,12 +71,13 @@ def test_cold_shortcut_equals_the_compiled_plan(seed: int, monkeypatch: pytest.M
     taken: list[bool] = []
     extrapolate = pipeline_direct._Shortcut.extrapolate
 
-    def counted(self: pipeline_direct._Shortcut, fins: list[list[int]], makespan: int) -> int | None:
-        result = extrapolate(self, fins, makespan)
+    def counted(self: pipeline_direct._Shortcut, *args: Any) -> int | None:
+        result = extrapolate(self, *args)
         taken.append(result is not None)
         return result
 
     monkeypatch.setattr(pipeline_direct._Shortcut, "extrapolate", counted)
+    monkeypatch.setattr(pipeline_direct, "_MIN_OPS", 0)     # short steps too: many more shapes take the shortcut
     rng = random.Random(100 + seed)
     for schedule, pp, vpp, m, group, mode, p2p in _layouts(seed, 30):
         ints = _times(rng, pp, vpp, mode)
@@ -90,8 +92,8 @@ def test_deep_pipelines_take_the_shortcut_and_keep_the_bits(monkeypatch: pytest.
     taken: list[tuple[int, int, int]] = []
     pause = pipeline_direct._Shortcut.pause
 
-    def seen(self: pipeline_direct._Shortcut, fins: list[list[int]], step: pipeline_direct._Step) -> None:
-        pause(self, fins, step)
+    def seen(self: pipeline_direct._Shortcut, *args: Any) -> None:
+        pause(self, *args)
         if self.taken is not None and self.taken[:3] not in taken:
             taken.append(self.taken[:3])
 
@@ -107,8 +109,17 @@ def test_deep_pipelines_take_the_shortcut_and_keep_the_bits(monkeypatch: pytest.
     assert len(taken) >= 4
 
 
-def test_interleaved_with_a_remainder_group_swaps_the_table() -> None:
+def test_interleaved_with_a_remainder_group_swaps_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """m % group != 0: the shorter step's forward table differs from the long one's after its full groups."""
+    monkeypatch.setattr(pipeline_direct, "_MIN_OPS", 0)
+    tables: list[int] = []
+    table = pipeline_direct._one_f_one_b_table
+
+    def counted(*args: Any) -> Any:
+        tables.append(args[3])
+        return table(*args)
+
+    monkeypatch.setattr(pipeline_direct, "_one_f_one_b_table", counted)
     rng = random.Random(11)
     pp, vpp, group = 4, 2, 5
     for m in (5 * 30 + 4, 5 * 41 + 4):
@@ -117,14 +128,18 @@ def test_interleaved_with_a_remainder_group_swaps_the_table() -> None:
             for p2p in (0, 1 << 38):
                 expected = _reference("interleaved", pp, vpp, m, group, ints, p2p)
                 assert simulate_direct("interleaved", pp, vpp, m, group, ints, p2p) == expected
+    assert sum(m not in (5 * 30 + 4, 5 * 41 + 4) for m in tables) >= 4   # shorter steps' tables were built
 
 
 def test_a_failed_check_runs_the_long_step_in_full(monkeypatch: pytest.MonkeyPatch) -> None:
     """Should the finished shorter step not repeat to its end, the long step runs again without the shortcut."""
-    monkeypatch.setattr(pipeline_direct._Shortcut, "extrapolate", lambda self, fins, makespan: None)
+    checks: list[int] = []
+    monkeypatch.setattr(pipeline_direct._Shortcut, "extrapolate", lambda self, *args: checks.append(1))
+    monkeypatch.setattr(pipeline_direct, "_MIN_OPS", 0)
     rng = random.Random(2)
     ints = _times(rng, 8, 1, "random")
     assert simulate_direct("1f1b", 8, 1, 300, 8, ints, 1 << 38) == _reference("1f1b", 8, 1, 300, 8, ints, 1 << 38)
+    assert checks == [1]     # the shortcut was taken, its check refused, and the long step ran in full
 
 
 def test_reach_bounds_hold_on_every_small_shape_and_deep_ones() -> None:
