@@ -1,9 +1,12 @@
-"""Exact steady-state fast path of the pipeline simulator, and its result memo.
+"""Exact steady-state fast path of the pipeline simulator on compiled plans, and its result memo.
 
 For schedules whose per-rank orders repeat every few microbatches, a shorter step that
 reaches its steady state is simulated and extrapolated with the same bits as the full
 simulation (the argument is below); `_simulate` is what `projection.pipeline.simulate_pipeline`
-calls. `projection.fast_paths.disabled()` turns the shortcut and the memo off.
+calls. A shape's first run (a cold projection) takes the one-pass simulation with its own
+shortcut (`projection.pipeline_direct`: no plan compiled, never more ops than the plain pass);
+later runs of the shape try the compiled-plan shortcut here (its small plans are compiled once
+per shape and reused). `projection.fast_paths.disabled()` turns both shortcuts and the memo off.
 """
 
 from __future__ import annotations
@@ -37,9 +40,12 @@ _MAX_CYCLE = 16           # longest repetition period searched, in periods
 _PROBE_PERIODS = 8        # periods of the small plan that measures the dependency reach
 _RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
 _RESULT_CACHE_SIZE = 1 << 14
-# Shapes (schedule, pp, vpp, m, group) simulated in full before: the first run of a shape takes the direct
-# pass (projection.pipeline_direct, with its own shortcut), later ones compile the shape's plan and reuse it.
-_SHAPES_SEEN_CACHE: dict[tuple[object, ...], bool] = {}
+# Runs so far of each shape (schedule, pp, vpp, m, group): its first _ONE_PASS_RUNS runs take the one-pass
+# simulation (projection.pipeline_direct, with its own shortcut), later ones compile the shape's plans and reuse
+# them.  Compiling a plan costs a few one-pass runs and each run of it a fifth of one: a shape projected once
+# or twice (a cold projection, a compare) never pays for it, a shape a search projects many times does.
+_SHAPES_SEEN_CACHE: dict[tuple[object, ...], int] = {}
+_ONE_PASS_RUNS = 2
 
 
 @functools.lru_cache(maxsize=256)
@@ -158,9 +164,10 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
             return cached
     ints, p2p, den = _exact_ints(durations, p2p_s)
     shape = (schedule, pp, vpp, m, group)
-    if fast and shape not in _SHAPES_SEEN_CACHE:
-        # first run of this shape (e.g. a cold projection): one timed drain with its own shortcut, no plan to build
-        _SHAPES_SEEN_CACHE[shape] = True
+    runs = _SHAPES_SEEN_CACHE.get(shape, 0) if fast else 0
+    if fast and runs < _ONE_PASS_RUNS:
+        # first runs of this shape (e.g. a cold projection): one timed drain with its own shortcut, no plan to build
+        _SHAPES_SEEN_CACHE[shape] = runs + 1
         makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
         result = (makespan / den, in_flight, pending)
     elif fast and (steady := _steady_makespan(schedule, pp, vpp, m, group, ints, p2p)) is not None:
