@@ -33,7 +33,7 @@ from projection.pipeline_plan import _BW, _F, _NUM_KINDS, Schedule, _one_f_one_b
 _PAUSE = -1                 # what a rank yields at the horizon (done keys are >= 0)
 _NO_HORIZON = 1 << 62
 _FIRST_CHECK = 12           # periods simulated before the first repetition test (a cycle needs 8 + c)
-_MIN_OPS = 1 << 14          # shorter steps take no shortcut: the plain pass costs ~5 ms, the tests could cost more than they save
+_MIN_OPS = 1 << 14          # shorter steps take no shortcut (plain pass ~5 ms: tests could cost more than saved)
 _GROWTH = 1.5               # each further test after this many times the periods of the last one
 _WINDOW = 8                 # periods a cycle must repeat over (at least one cycle) before the shortcut is taken
 
@@ -173,6 +173,15 @@ def _recent_cycle(done: list[int | None], step: _Step, warmups: list[int], per: 
     return None
 
 
+def shortcut_applies(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> bool:
+    """Whether `simulate_direct` tests a step of this shape for a repetition: 1f1b and interleaved with a
+    periodic middle of at least twice the first test's periods, and at least `_MIN_OPS` ops."""
+    if schedule not in REACH_BOUNDS or 2 * pp * vpp * m < _MIN_OPS:
+        return False
+    shape = periodic_shape(schedule, pp, vpp, m, group)
+    return shape is not None and min(shape[3]) >= 2 * _FIRST_CHECK
+
+
 class _Shortcut:
     """The shortcut's state over one run: the next horizon, and once taken, the shorter step (K, c, D)."""
 
@@ -182,7 +191,7 @@ class _Shortcut:
         self.shape = shape
         self.taken: tuple[int, int, int, tuple[int, ...]] | None = None   # K, c, D, counts of the shorter step
         self.periods = _NO_HORIZON
-        if shape is not None and min(shape[3]) >= 2 * _FIRST_CHECK and 2 * pp * vpp * m >= _MIN_OPS:
+        if shortcut_applies(schedule, pp, vpp, m, group):
             self.periods = _FIRST_CHECK
 
     def horizon(self) -> int:

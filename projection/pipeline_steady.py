@@ -3,10 +3,11 @@
 For schedules whose per-rank orders repeat every few microbatches, a shorter step that
 reaches its steady state is simulated and extrapolated with the same bits as the full
 simulation (the argument is below); `_simulate` is what `projection.pipeline.simulate_pipeline`
-calls. A shape's first run (a cold projection) takes the one-pass simulation with its own
-shortcut (`projection.pipeline_direct`: no plan compiled, never more ops than the plain pass);
-later runs of the shape try the compiled-plan shortcut here (its small plans are compiled once
-per shape and reused). `projection.fast_paths.disabled()` turns both shortcuts and the memo off.
+calls. A long step's first run in a process that has run few shapes (a cold deep-pipeline
+projection) takes the one-pass simulation with its own shortcut (`projection.pipeline_direct`:
+no plan compiled, never more ops than the plain pass); other runs try the compiled-plan shortcut
+here (its small plans are compiled once per shape and reused, as a search does).
+`projection.fast_paths.disabled()` turns both shortcuts and the memo off.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from projection import fast_paths
+from projection.pipeline_direct import shortcut_applies
 from projection.pipeline_direct import simulate_direct as _simulate_direct
 from projection.pipeline_period import PeriodicShape, needed_periods, periodic_shape, repetition, room
 from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
@@ -40,12 +42,14 @@ _MAX_CYCLE = 16           # longest repetition period searched, in periods
 _PROBE_PERIODS = 8        # periods of the small plan that measures the dependency reach
 _RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
 _RESULT_CACHE_SIZE = 1 << 14
-# Runs so far of each shape (schedule, pp, vpp, m, group): its first _ONE_PASS_RUNS runs take the one-pass
-# simulation (projection.pipeline_direct, with its own shortcut), later ones compile the shape's plans and reuse
-# them.  Compiling a plan costs a few one-pass runs and each run of it a fifth of one: a shape projected once
-# or twice (a cold projection, a compare) never pays for it, a shape a search projects many times does.
-_SHAPES_SEEN_CACHE: dict[tuple[object, ...], int] = {}
-_ONE_PASS_RUNS = 2
+# Shapes (schedule, pp, vpp, m, group) run before.  A shape's first run takes the one-pass simulation
+# (projection.pipeline_direct): with its own shortcut first when the step is long enough for it
+# (`shortcut_applies`) and the process has run at most _ONE_PASS_SHAPES shapes (a cold projection, a compare:
+# no plan compiled), else after the compiled-plan shortcut here missed.  Later runs compile the shape's plan
+# and reuse it.  Compiling costs a few one-pass runs and pays off over many runs of a shape, as in a search,
+# which runs many shapes: past its first few it compiles at once (a one-pass run first would be extra work).
+_SHAPES_SEEN_CACHE: dict[tuple[object, ...], bool] = {}
+_ONE_PASS_SHAPES = 4
 
 
 @functools.lru_cache(maxsize=256)
@@ -164,15 +168,20 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
             return cached
     ints, p2p, den = _exact_ints(durations, p2p_s)
     shape = (schedule, pp, vpp, m, group)
-    runs = _SHAPES_SEEN_CACHE.get(shape, 0) if fast else 0
-    if fast and runs < _ONE_PASS_RUNS:
-        # first runs of this shape (e.g. a cold projection): one timed drain with its own shortcut, no plan to build
-        _SHAPES_SEEN_CACHE[shape] = runs + 1
+    first = fast and shape not in _SHAPES_SEEN_CACHE
+    if first:
+        _SHAPES_SEEN_CACHE[shape] = True
+    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES and shortcut_applies(schedule, pp, vpp, m, group):
+        # a long step's first run (e.g. a cold deep-pipeline projection): the one-pass shortcut, no plan to build
         makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
         result = (makespan / den, in_flight, pending)
     elif fast and (steady := _steady_makespan(schedule, pp, vpp, m, group, ints, p2p)) is not None:
         makespan, plan = steady
         result = (makespan / den, plan.peak_in_flight, plan.peak_pending_weight_grad)
+    elif first:
+        # first full run of this shape: one timed drain, no plan to build
+        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
+        result = (makespan / den, in_flight, pending)
     else:
         plan = _compile_plan(schedule, pp, vpp, m, group)
         fin = _run_plan(plan, ints, p2p)
