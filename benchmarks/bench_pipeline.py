@@ -1,6 +1,6 @@
 """Time `simulate_pipeline` on the sizes the layout search calls it with, and cold deep-pipeline projections.
 
-Run: PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--cold [--runs N]]
+Run: PYTHONPATH=. python3 benchmarks/bench_pipeline.py [--cold [--runs N] [--baseline DIR]]
 Warm (default): targets (CPython, warm op-graph cache) < 1 ms for 1f1b pp=8, m=64 and
 < 5 ms for interleaved pp=16, vpp=4, m=128. Per call: with the steady-state
 fast path, and the full simulation (fast paths off); the result memo is
@@ -10,11 +10,14 @@ cleared before every call.
 `projection.engine.project` call of a fresh Python process, after its imports and after `load_model` /
 `load_hardware` (so every memo cache is empty, the catalog files of the projection path included; the spec
 loaders' own files are read before the clock starts).  Each case runs in three modes, N processes each,
-alternating: ``fast`` (production: the one-pass simulation with its steady-state shortcut),
-``one-pass`` (the same pass, shortcut off: the plain simulator a cold projection would otherwise run) and
-``exact`` (fast paths off: the compiled op graph, the reference the tests compare against).  Printed: medians
-of the call's CPU time (process_time) and wall time, and of the pipeline simulation's share.  Target: the
-1T-parameter PP-64 full-recompute case <= 40 ms, and ``fast`` no slower than ``one-pass`` on every case.
+alternating: ``fast`` (production: for a long 1f1b / interleaved step the one-pass simulation with its
+steady-state shortcut, else the compiled-plan shortcut, else the one-pass simulation), ``one-pass`` (the
+one-pass simulation and no shortcut: the plain simulator a cold projection runs without one) and ``exact``
+(fast paths off: the compiled op graph, the reference the tests compare against); with ``--baseline DIR``
+(``git archive <commit> | tar -x -C DIR``) that commit's production path as a fourth.  Printed: medians of the
+call's CPU time (process_time) and wall time, and of the pipeline simulation's CPU time; every mode must give
+the same step time.  Targets: the 1T-parameter PP-64 full-recompute case <= 40 ms, and ``fast`` no slower than
+``one-pass`` on any case.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ def _cold_child(case: str, mode: str) -> None:
         from projection import pipeline_direct, pipeline_steady
 
         pipeline_steady._simulate_direct = functools.partial(pipeline_direct.simulate_direct, shortcut=False)
+        pipeline_steady._steady_makespan = lambda *args: None   # no compiled-plan shortcut either
     spent = [0.0]
     simulate = engine.simulate_pipeline
 
