@@ -3,8 +3,8 @@
 For schedules whose per-rank orders repeat every few microbatches, a shorter step that
 reaches its steady state is simulated and extrapolated with the same bits as the full
 simulation (the argument is below); `_simulate` is what `projection.pipeline.simulate_pipeline`
-calls. A long step's first run in a process that has run few shapes (a cold deep-pipeline
-projection) takes the one-pass simulation with its own shortcut (`projection.pipeline_direct`:
+calls. A shape's first run in a process that has run few shapes (a cold projection) takes the
+one-pass simulation, with its own shortcut on a long step (`projection.pipeline_direct`:
 no plan compiled, never more ops than the plain pass); other runs try the compiled-plan shortcut
 here (its small plans are compiled once per shape and reused, as a search does).
 `projection.fast_paths.disabled()` turns both shortcuts and the memo off.
@@ -18,7 +18,6 @@ from collections.abc import Sequence
 import numpy as np
 
 from projection import fast_paths
-from projection.pipeline_direct import shortcut_applies
 from projection.pipeline_direct import simulate_direct as _simulate_direct
 from projection.pipeline_period import PeriodicShape, needed_periods, periodic_shape, repetition, room
 from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
@@ -43,9 +42,9 @@ _PROBE_PERIODS = 8        # periods of the small plan that measures the dependen
 _RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
 _RESULT_CACHE_SIZE = 1 << 14
 # Shapes (schedule, pp, vpp, m, group) run before.  A shape's first run takes the one-pass simulation
-# (projection.pipeline_direct): with its own shortcut first when the step is long enough for it
-# (`shortcut_applies`) and the process has run at most _ONE_PASS_SHAPES shapes (a cold projection, a compare:
-# no plan compiled), else after the compiled-plan shortcut here missed.  Later runs compile the shape's plan
+# (projection.pipeline_direct): at once when the process has run at most _ONE_PASS_SHAPES shapes (a cold
+# projection, a compare: no plan compiled; its own shortcut on a long step), else after the compiled-plan
+# shortcut here missed.  Later runs compile the shape's plan
 # and reuse it.  Compiling costs a few one-pass runs and pays off over many runs of a shape, as in a search,
 # which runs many shapes: past its first few it compiles at once (a one-pass run first would be extra work).
 _SHAPES_SEEN_CACHE: dict[tuple[object, ...], bool] = {}
@@ -171,8 +170,9 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
     first = fast and shape not in _SHAPES_SEEN_CACHE
     if first:
         _SHAPES_SEEN_CACHE[shape] = True
-    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES and shortcut_applies(schedule, pp, vpp, m, group):
-        # a long step's first run (e.g. a cold deep-pipeline projection): the one-pass shortcut, no plan to build
+    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES:
+        # a shape's first run in a process that has run few (a cold projection): one pass, with its own shortcut
+        # on a long step (`shortcut_applies`), no plan to build
         makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
         result = (makespan / den, in_flight, pending)
     elif fast and (steady := _steady_makespan(schedule, pp, vpp, m, group, ints, p2p)) is not None:
