@@ -7,8 +7,8 @@ tests/tools/test_search_core_vector.py); the switch exists so that a benchmark c
         ...  # the full pipeline simulation, no result memo, the scalar pruning bound
 
 Covered: :func:`projection.pipeline.simulate_pipeline` (steady-state extrapolation, its result memo, and
-the one-pass simulation of a shape's first run) and :mod:`tools.search_core` (the vectorised throughput
-bound and the batch memory screen of :mod:`projection.memory_batch`).
+the one-pass simulation of a shape's first run, with its own steady-state shortcut) and :mod:`tools.search_core`
+(the vectorised throughput bound and the batch memory screen of :mod:`projection.memory_batch`).
 """
 
 from __future__ import annotations

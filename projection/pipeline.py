@@ -205,7 +205,7 @@ def simulate_pipeline(
     Args:
         stages: One StageTimes per pipeline rank, all with the same number of chunks.
         num_microbatches: Microbatches per step (per data-parallel replica).
-        schedule: Which per-rank op order to run (see the `_order_*` builders).
+        schedule: Which per-rank op order to run (see `pipeline_plan._rank_arrays`).
         p2p_s: Latency of one activation or gradient send between ranks, s.
         microbatch_group_size: Interleaved only: Megatron's
             `microbatch_group_size_per_vp_stage`, consecutive microbatches run on

@@ -3,22 +3,22 @@
 Each pipeline rank runs a static list of ops (forward F, backward-input B, backward-weight W of
 one microbatch on one of its virtual chunks), built per schedule the way Megatron-LM
 (`megatron/core/pipeline_parallel/schedules.py`) and the Primus-Pipeline tables do: the
-builders `_order_*` (one rank, op by op: the readable reference) and `_rank_arrays` (every
-rank at once in numpy, the same orders; tests/projection/test_pipeline_steady.py). The
+orders of every rank at once in numpy (`_rank_arrays`; ZB-V from the greedy `_order_zbv`). The
 compiler turns them into flat arrays in one topological order; `_run_plan` is the max-plus
-pass over it, on exact integers (`_exact_ints`).
+pass over it, on exact integers (`_exact_ints`): the exact simulator the tests compare every
+fast path against.
 
 Names: pp = number of pipeline ranks, vpp = number of virtual chunks per rank,
 m = number of microbatches, vs = virtual stage (0 .. pp*vpp - 1, data order).
 
-The module is over 400 lines because the five order builders, their numpy twin, the ZB-V
-greedy and the graph compiler share one op encoding.
+The module is near 400 lines because the orders, the ZB-V greedy and the graph compiler share one
+op encoding.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -55,7 +55,7 @@ class _Plan:
     """Per rank, the global (1-based) index of each op in the rank's execution order."""
 
 
-RankOrder = list[tuple[int, int, int]]  # (kind, microbatch, chunk) in execution order
+RankOrder = list[tuple[int, int, int]]  # (kind, microbatch, chunk) in execution order (zbv's greedy builds these)
 _Fifo = list[tuple[int, int]]  # (ready time, microbatch), read from a head index
 
 
@@ -64,79 +64,6 @@ def _virtual_stage(schedule: Schedule, pp: int, rank: int, chunk: int) -> int:
     if schedule == "zbv" and chunk == 1:
         return 2 * pp - 1 - rank
     return chunk * pp + rank
-
-
-def _order_1f1b(pp: int, m: int, rank: int, zero_bubble: bool) -> RankOrder:
-    """Build 1F1B (Megatron non-interleaved) or ZB-H1 for one rank.
-
-    1F1B: min(pp - rank - 1, m) warm-up forwards, then F and B+W alternating,
-    then the cool-down backwards.
-
-    ZB-H1 (Qi et al. 2024, arXiv 2401.10241, Sec. 3.1) keeps the 1F1B order of F
-    and B and lets rank r run each W r microbatches late (the last r W ops at the
-    end), so B ops chain through the pipeline and deferred W ops fill the
-    cool-down. F-done-W-not-done then peaks at pp on every rank, as on 1F1B
-    rank 0. On uniform stages with T_W <= min(T_F, T_B) and m >= pp it idles
-    (p-1)(T_F + T_B - T_W), the paper's ZB-H1 bubble (tested); with T_W > T_F a
-    W no longer fits the gap before the next B and it idles (p-1) * T_B.
-    """
-    num_warmup = min(pp - rank - 1, m)
-    order: RankOrder = [(_F, mb, 0) for mb in range(num_warmup)]
-    back_kind = _B if zero_bubble else _BW
-    next_w = 0
-    for mb_b in range(m):
-        if num_warmup + mb_b < m:
-            order.append((_F, num_warmup + mb_b, 0))
-        order.append((back_kind, mb_b, 0))
-        # Defer W by `rank` microbatches; in the cool-down keep one W per B.
-        if zero_bubble and mb_b - next_w >= rank:
-            order.append((_W, next_w, 0))
-            next_w += 1
-    if zero_bubble:
-        order.extend((_W, mb, 0) for mb in range(next_w, m))
-    return order
-
-
-def _order_gpipe(m: int) -> RankOrder:
-    """Build GPipe for one rank: all forwards, then all backwards."""
-    return [(_F, mb, 0) for mb in range(m)] + [(_BW, mb, 0) for mb in range(m)]
-
-
-def _interleaved_table(vpp: int, m: int, group: int) -> list[tuple[int, int]]:
-    """Return (microbatch, chunk) of the k-th forward, as Megatron's `get_schedule_table`.
-
-    Microbatches go in groups of `group` (`microbatch_group_size_per_vp_stage`,
-    default pp); each group runs through chunk 0, 1, ..., vpp-1. The last group
-    holds the m % group leftover microbatches when m is not a multiple of group.
-    """
-    table: list[tuple[int, int]] = []
-    for first in range(0, m, group):
-        last = min(first + group, m)
-        table.extend((mb, c) for c in range(vpp) for mb in range(first, last))
-    return table
-
-
-def _order_interleaved(pp: int, vpp: int, m: int, group: int, rank: int) -> RankOrder:
-    """Build Megatron's interleaved 1F1B for one rank.
-
-    As `forward_backward_pipelining_with_interleaving` in Megatron core
-    releases with `microbatch_group_size_per_vp_stage`: warm-up
-    (pp - rank - 1) * 2 + (vpp - 1) * group forwards, capped at m * vpp; then
-    one forward and one backward per step; then the remaining backwards. The
-    k-th backward runs the k-th table entry with its chunk reversed. (Older
-    releases also ran every forward first when m == pp; not modelled.)
-    """
-    table = _interleaved_table(vpp, m, group)
-    total = len(table)
-    num_warmup = min((pp - rank - 1) * 2 + (vpp - 1) * group, total)
-    order: RankOrder = [(_F, mb, c) for mb, c in table[:num_warmup]]
-    for k in range(total):
-        if num_warmup + k < total:
-            mb, c = table[num_warmup + k]
-            order.append((_F, mb, c))
-        mb, c = table[k]
-        order.append((_BW, mb, vpp - 1 - c))
-    return order
 
 
 def _order_zbv(pp: int, m: int) -> list[RankOrder]:
@@ -240,17 +167,6 @@ def _zbv_pick(
     return None
 
 
-def _rank_orders(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> list[RankOrder]:
-    """Return the static op order of every rank."""
-    if schedule == "zbv":
-        return _order_zbv(pp, m)
-    if schedule == "interleaved":
-        return [_order_interleaved(pp, vpp, m, group, r) for r in range(pp)]
-    if schedule == "gpipe":
-        return [_order_gpipe(m) for _ in range(pp)]
-    return [_order_1f1b(pp, m, r, schedule == "zero-bubble") for r in range(pp)]
-
-
 def _place(order: np.ndarray, rows: np.ndarray, positions: np.ndarray, kind: int | np.ndarray, mb: np.ndarray,
            chunk: np.ndarray | int) -> None:
     """Write ops (kind, microbatch, chunk) at their per-rank positions of a (pp, ops, 3) order."""
@@ -260,11 +176,30 @@ def _place(order: np.ndarray, rows: np.ndarray, positions: np.ndarray, kind: int
 
 
 def _rank_arrays(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> np.ndarray:
-    """Return `_rank_orders` as one (pp, ops, 3) int array of (kind, microbatch, chunk), without op loops.
+    """Return the static op order of every rank: one (pp, ops, 3) int array of (kind, microbatch, chunk).
 
-    Every rank runs the same number of ops, so each op's position in its rank's order has a
-    closed form (below, per schedule); tests/projection/test_pipeline_steady.py checks the
-    result equal to the builders above. zbv, built by a greedy, is converted from `_order_zbv`.
+    Every rank runs the same number of ops, so each op's position in its rank's order has a closed
+    form, written below per schedule without op loops:
+
+    - gpipe: all forwards, then all backwards (B+W).
+    - 1f1b (Megatron non-interleaved 1F1B): min(pp - rank - 1, m) warm-up forwards, then F and B+W
+      alternating, then the cool-down backwards.
+    - interleaved (Megatron's `forward_backward_pipelining_with_interleaving`, releases with
+      `microbatch_group_size_per_vp_stage`): the forwards follow `_one_f_one_b_table` (Megatron's
+      `get_schedule_table`: microbatches in groups of `group`, each group through chunk 0 .. vpp-1);
+      warm-up (pp - rank - 1) * 2 + (vpp - 1) * group forwards, capped at m * vpp; then one forward and
+      one backward per step; then the remaining backwards.  The k-th backward runs the k-th table entry
+      with its chunk reversed.  (Older releases also ran every forward first when m == pp; not modelled.)
+    - zero-bubble (ZB-H1, Qi et al. 2024, arXiv 2401.10241, Sec. 3.1): the 1F1B order of F and B, and
+      rank r runs each W r microbatches late (the last r W ops at the end), so B ops chain through the
+      pipeline and deferred W ops fill the cool-down.  F-done-W-not-done then peaks at pp on every rank,
+      as on 1F1B rank 0.  On uniform stages with T_W <= min(T_F, T_B) and m >= pp it idles
+      (p-1)(T_F + T_B - T_W), the paper's ZB-H1 bubble (tested); with T_W > T_F a W no longer fits the
+      gap before the next B and it idles (p-1) * T_B.
+    - zbv: built by the greedy `_order_zbv`.
+
+    tests/projection/test_pipeline_orders.py pins small orders op for op and checks the rules above on
+    every small shape.
     """
     if schedule == "zbv":
         return np.array(_order_zbv(pp, m), dtype=np.int64).reshape(pp, 6 * m, 3)
@@ -403,8 +338,9 @@ def _one_f_one_b_table(schedule: Schedule, pp: int, vpp: int, m: int, group: int
                        ) -> tuple[np.ndarray, np.ndarray, int, list[int]]:
     """(microbatch, chunk) of each forward-table entry, the table's length and each rank's warm-up forwards.
 
-    The forward order of :func:`_order_interleaved` (:func:`_interleaved_table`) and :func:`_order_1f1b`
-    (chunk 0 only), as :func:`_rank_arrays` builds it.
+    The forward order of interleaved (Megatron's `get_schedule_table`: microbatches in groups of ``group``,
+    each group through chunk 0 .. vpp-1, the last group holding the m % group leftovers) and of 1f1b
+    (chunk 0 only), read by :func:`_rank_arrays` and the one-pass simulation (projection/pipeline_direct.py).
     """
     if schedule == "interleaved":
         full, per = m // group, group * vpp
@@ -418,166 +354,6 @@ def _one_f_one_b_table(schedule: Schedule, pp: int, vpp: int, m: int, group: int
         total = m * vpp
         return table_mb, table_c, total, [min((pp - r - 1) * 2 + (vpp - 1) * group, total) for r in range(pp)]
     return np.arange(m, dtype=np.int64), np.zeros(m, dtype=np.int64), m, [min(pp - r - 1, m) for r in range(pp)]
-
-
-def _one_f_one_b_rank(done: list[int | None], ends: list[int], r: int, keys_f: list[int], keys_b: list[int],
-                      times_f: Sequence[int], times_b: Sequence[int], warmup: int, p2p: int) -> Iterator[int]:
-    """Run rank r of 1f1b / interleaved: its warm-up forwards, then F and B+W pairs, then the cool-down B+W.
-
-    Yields the done key it waits for whenever its next input is not done (and resumes when it is);
-    stores its end in ``ends[r]``.  Keys (see :func:`_direct_one_f_one_b`): its F of table entry e is
-    ``keys_f[e] + 3r`` and reads the key 3 below, its B+W ``keys_b[e] + 3r`` and reads the key 3 above.
-    """
-    t = 0
-    off = 3 * r
-    total = len(keys_f)
-    for e in range(warmup):
-        key = keys_f[e] + off
-        f = done[key - 3]
-        while f is None:
-            yield key - 3
-            f = done[key - 3]
-        t = (t if t > f else f) + times_f[e]
-        done[key] = t + p2p
-    for e in range(total - warmup):
-        key = keys_f[warmup + e] + off
-        f = done[key - 3]
-        while f is None:
-            yield key - 3
-            f = done[key - 3]
-        t = (t if t > f else f) + times_f[warmup + e]
-        done[key] = t + p2p
-        key = keys_b[e] + off
-        f = done[key + 3]
-        while f is None:
-            yield key + 3
-            f = done[key + 3]
-        t = (t if t > f else f) + times_b[e]
-        done[key] = t + p2p
-    for e in range(total - warmup, total):
-        key = keys_b[e] + off
-        f = done[key + 3]
-        while f is None:
-            yield key + 3
-            f = done[key + 3]
-        t = (t if t > f else f) + times_b[e]
-        done[key] = t + p2p
-    ends[r] = t
-
-
-def _picker(indices: list[int]) -> Callable[[Sequence[int]], tuple[int, ...]]:
-    """``seq -> tuple(seq[i] for i in indices)``, in C (itemgetter returns a bare item for one index)."""
-    if len(indices) == 1:
-        only = indices[0]
-        return lambda seq: (seq[only],)
-    return itemgetter(*indices)
-
-
-def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int
-                        ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """:func:`_simulate_direct` of 1f1b and interleaved, without per-op arrays: each rank runs as a generator.
-
-    Done keys (mb*(pp*vpp + 2) + vs + 1)*3 + slot (F 0, B+W 1) pad each microbatch with a virtual stage
-    -1 and pp*vpp that are never written and hold 0: then every F reads the key 3 below its own (the F
-    one virtual stage before, or nothing on stage 0) and every B+W the key 3 above (the B one stage
-    after, or on the last stage nothing: its input is its own F on the same rank, earlier).  With
-    pp > 1 every other input is on the next or previous rank, so a blocked rank is resumed after one
-    of its two neighbours ran.  Peaks: w warm-up forwards, then one F and one B+W per step, so
-    min(w + 1, table length) in flight; no W waits.
-    """
-    table_mb, table_c, total, warmups = _one_f_one_b_table(schedule, pp, vpp, m, group)
-    back_c = vpp - 1 - table_c
-    stride = pp * vpp + 2
-    keys_f = ((table_mb * stride + table_c * pp + 1) * 3).tolist()
-    keys_b = ((table_mb * stride + back_c * pp + 1) * 3 + 1).tolist()
-    done: list[int | None] = [None] * (m * stride * 3)
-    for mb in range(m):                    # the padding stages: F and B slots of vs -1 and pp*vpp
-        low, high = mb * stride * 3, (mb * stride + stride - 1) * 3
-        done[low] = done[low + 1] = done[high] = done[high + 1] = 0
-    ends = [0] * pp
-    latency = p2p if pp > 1 else 0         # pp = 1: every input on the same rank
-    pick_f, pick_b = _picker(table_c.tolist()), _picker(back_c.tolist())   # a rank's chunk times -> per entry
-    runs = []
-    for r in range(pp):
-        row = durations[r * vpp * _NUM_KINDS:(r + 1) * vpp * _NUM_KINDS]
-        runs.append(_one_f_one_b_rank(done, ends, r, keys_f, keys_b, pick_f(row[_F::_NUM_KINDS]),
-                                      pick_b(row[_BW::_NUM_KINDS]), warmups[r], latency))
-    waits: list[int | None] = [None] * pp        # the key a rank waits for
-    finished = [False] * pp
-    # the next rank is pushed last, so it runs first: it takes the forwards just made (fewer resumes)
-    neighbours = [((r - 1) % pp, (r + 1) % pp) for r in range(pp)]
-    ready = list(range(pp - 1, -1, -1))
-    while ready:
-        r = ready.pop()
-        k = waits[r]
-        if finished[r] or (k is not None and done[k] is None):
-            continue
-        waits[r] = next(runs[r], None)
-        finished[r] = waits[r] is None
-        for other in neighbours[r]:
-            k = waits[other]
-            if k is not None and done[k] is not None:
-                ready.append(other)
-    assert all(finished), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    return max(ends), tuple(min(w + 1, total) for w in warmups), (0,) * pp
-
-
-def _simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int
-                     ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
-    """Return (makespan, peak in flight, peak pending W) in one drain that times each op as it is placed.
-
-    The drain of :func:`_compile_plan` with :func:`_run_plan`'s recurrence folded in (an op ends at
-    max(its rank's previous op, its input + p2p when that ran on another rank) + its time, on the
-    same exact integers), without building a plan: cheaper for a shape seen once (a cold
-    projection); a shape seen again compiles its plan, which later runs reuse.  Same results
-    (tests/projection/test_pipeline_direct.py).  Two rewrites of that recurrence, both exact: an input
-    on the same rank ran earlier on it, so it never ends after the rank's previous op and is dropped
-    (read as the key -1); every other input is on another rank, so each op stores its end + p2p, the
-    time its output reaches a reader.
-    """
-    if schedule in ("1f1b", "interleaved"):
-        return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p)
-    kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    dep_keys = np.where(crosses, dep_keys, -1)
-    in_flight, pending_w = _peaks_arrays(kind)
-    # when each done key's output reaches another rank (its end + p2p; None: not done yet); the extra
-    # last slot, read by the key -1 (no input from another rank), holds 0
-    done: list[int | None] = [None] * (m * pp * vpp * 3) + [0]
-    times = np.asarray(durations, dtype=object)[dur_keys].tolist()       # exact Python ints
-    # each rank resumes its own iterator over (input key, time, own key); a blocked op waits in `held`
-    ops = [zip(d, t, o, strict=True) for d, t, o in zip(dep_keys.tolist(), times, own_keys.tolist(), strict=True)]
-    held: list[tuple[int, int, int] | None] = [None] * pp
-    last = [0] * pp
-    # the rank blocked on each done key, -1: none (a key is the input of at most one op on another rank)
-    waiting = [-1] * len(done)
-    ready = list(range(pp - 1, -1, -1))
-    wake = ready.append
-    while ready:
-        r = ready.pop()
-        t = last[r]
-        op = held[r]
-        if op is not None:                    # woken: its input is done now
-            k, d, own = op
-            f = done[k]
-            t = (t if t > f else f) + d       # type: ignore[operator]
-            done[own] = t + p2p
-            if waiting[own] >= 0:
-                wake(waiting[own])
-        for k, d, own in ops[r]:
-            f = done[k]
-            if f is None:
-                waiting[k] = r
-                held[r] = (k, d, own)
-                break
-            t = (t if t > f else f) + d
-            done[own] = t + p2p
-            if waiting[own] >= 0:
-                wake(waiting[own])
-        else:
-            held[r] = None
-        last[r] = t
-    assert all(op is None for op in held), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    return max(last), in_flight, pending_w
 
 
 def _peaks_arrays(kind: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:

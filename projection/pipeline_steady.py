@@ -1,21 +1,26 @@
-"""Exact steady-state fast path of the pipeline simulator, and its result memo.
+"""Exact steady-state fast path of the pipeline simulator on compiled plans, and its result memo.
 
 For schedules whose per-rank orders repeat every few microbatches, a shorter step that
 reaches its steady state is simulated and extrapolated with the same bits as the full
 simulation (the argument is below); `_simulate` is what `projection.pipeline.simulate_pipeline`
-calls. `projection.fast_paths.disabled()` turns the shortcut and the memo off.
+calls. A shape's first run in a process that has run few shapes (a cold projection) takes the
+one-pass simulation, with its own shortcut on a long step (`projection.pipeline_direct`:
+no plan compiled, never more ops than the plain pass); other runs try the compiled-plan shortcut
+here (its small plans are compiled once per shape and reused, as a search does).
+`projection.fast_paths.disabled()` turns both shortcuts and the memo off.
 """
 
 from __future__ import annotations
 
 import functools
-import operator
 from collections.abc import Sequence
 
 import numpy as np
 
 from projection import fast_paths
-from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan, _simulate_direct
+from projection.pipeline_direct import simulate_direct as _simulate_direct
+from projection.pipeline_period import PeriodicShape, needed_periods, periodic_shape, repetition, room
+from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
 
 # --- Steady-state fast path ------------------------------------------------------------
 #
@@ -32,40 +37,18 @@ from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan
 # critical cycles); both are measured, not assumed, and when the small step shows no
 # repetition with room to spare the full simulation runs.
 
-_PeriodicShape = tuple[int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 _MAX_CYCLE = 16           # longest repetition period searched, in periods
 _PROBE_PERIODS = 8        # periods of the small plan that measures the dependency reach
 _RESULT_CACHE: dict[tuple[object, ...], tuple[float, tuple[int, ...], tuple[int, ...]]] = {}
 _RESULT_CACHE_SIZE = 1 << 14
-# Shapes (schedule, pp, vpp, m, group) simulated in full before: the first run of a shape takes the direct
-# pass (pipeline_plan._simulate_direct), later ones compile the shape's plan and reuse it.
+# Shapes (schedule, pp, vpp, m, group) run before.  A shape's first run takes the one-pass simulation
+# (projection.pipeline_direct): at once when the process has run at most _ONE_PASS_SHAPES shapes (a cold
+# projection, a compare: no plan compiled; its own shortcut on a long step), else after the compiled-plan
+# shortcut here missed.  Later runs compile the shape's plan
+# and reuse it.  Compiling costs a few one-pass runs and pays off over many runs of a shape, as in a search,
+# which runs many shapes: past its first few it compiles at once (a one-pass run first would be extra work).
 _SHAPES_SEEN_CACHE: dict[tuple[object, ...], bool] = {}
-
-
-def _periodic_shape(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _PeriodicShape | None:
-    """Return (shift, heads, lengths, counts) of the periodic middle of every rank's order, or None.
-
-    shift: microbatches per period; heads[r]: ops of rank r before its first period;
-    lengths[r]: ops per period; counts[r]: periods (all grow by 1 when m grows by shift).
-    See `_order_1f1b` and `_order_interleaved` for the orders these read off.
-    """
-    if schedule == "1f1b" and m >= pp:
-        # warm-up pp-r-1 F, then (F, B+W) pairs for m-(pp-r-1) microbatches, then the cool-down
-        return (1, tuple(pp - r - 1 for r in range(pp)), (2,) * pp, tuple(m - (pp - r - 1) for r in range(pp)))
-    if schedule == "zero-bubble" and m >= pp:
-        # warm-up pp-r-1 F and r (F, B) pairs, then (F, B, W) for m-pp+1 microbatches, then (B, W) and W
-        return (1, tuple(pp - r - 1 + 2 * r for r in range(pp)), (3,) * pp, (m - pp + 1,) * pp)
-    if schedule == "interleaved":
-        # warm-up w_r forwards, then steps of (F, B+W); a period is one full microbatch group
-        # (group*vpp table entries) of the F stream; the last full group and the remainder are tail
-        per = group * vpp
-        full = (m // group) * per
-        heads = tuple((pp - r - 1) * 2 + (vpp - 1) * group for r in range(pp))
-        counts = tuple((full - w) // per if full >= w else 0 for w in heads)
-        if min(counts) < 1:
-            return None
-        return (group, heads, (2 * per,) * pp, counts)
-    return None
+_ONE_PASS_SHAPES = 4
 
 
 @functools.lru_cache(maxsize=256)
@@ -77,7 +60,7 @@ def _reach(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> tuple[i
     tail_reach: the most periods before its rank's end of an op that depends on a tail op.
     """
     plan = _compile_plan(schedule, pp, vpp, m, group)
-    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    shape = periodic_shape(schedule, pp, vpp, m, group)
     assert shape is not None
     _, heads, lengths, counts = shape
     # per op (global index, 0 = sentinel): its period (< 0 head, >= its rank's count: tail)
@@ -105,48 +88,13 @@ def _reach(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> tuple[i
     return lag, head_reach, tail_reach
 
 
-def _repetition(plan: _Plan, fin: list[int], shape: _PeriodicShape, cycles: Sequence[int]
+def _repetition(plan: _Plan, fin: list[int], shape: PeriodicShape, cycles: Sequence[int]
                 ) -> tuple[int, int, int] | None:
-    """Return (c, D, t): from period t on, every op finishes D after its twin c periods before; or None.
-
-    The same D on every rank and slot, exact (integers); among the cycles c that repeat at the
-    end, the one with the shortest transient t + c wins.
-    """
+    """`pipeline_period.repetition` of a compiled plan's finish times: (c, D, t) or None."""
     _, heads, lengths, counts = shape
     sequences = [[fin[op] for op in ops[h:h + n * length]]
                  for ops, h, n, length in zip(plan.rank_ops, heads, counts, lengths, strict=True)]
-    shortest = min(counts)
-    best: tuple[int, int, int] | None = None
-    for c in cycles:
-        if 3 * c > shortest or (best is not None and c >= best[0] + best[2]):
-            break    # a longer cycle cannot have a shorter t + c
-        D = sequences[0][-1] - sequences[0][-1 - c * lengths[0]]
-        # cheap test first: the last two cycles of every rank repeat with D
-        if not all(all(map(D.__eq__, map(operator.sub, seq[-2 * c * length:], seq[-3 * c * length:-c * length])))
-                   for seq, length in zip(sequences, lengths, strict=True)):
-            continue
-        t = 0
-        for seq, length in zip(sequences, lengths, strict=True):
-            step = c * length
-            unequal = list(map(D.__ne__, map(operator.sub, seq[step:], seq)))   # unequal[k]: op k + step vs op k
-            if True in unequal:
-                last_bad = len(unequal) - 1 - unequal[::-1].index(True)
-                t = max(t, -(-(last_bad + 1) // length))   # first period whose ops all repeat, to the end
-        if best is None or t + c < best[2] + best[0]:
-            best = (c, D, t)
-    return best
-
-
-def _room(lag: int, tail_reach: int, c: int) -> int:
-    """Periods from the transient's end to the shortest rank's end that the argument above needs.
-
-    The small step is the long one with K*c periods fewer; its ops compute the same values as the
-    long step's as far as their inputs are the same (inserting periods at a = t + lag changes
-    no input of an op before a + c, and by the repetition, from a - lag on, none after it either
-    but for the shift). That needs the repetition from a - lag, and a + c + lag before the last
-    periods whose ops read tail ops.
-    """
-    return 2 * lag + c + max(0, tail_reach + 1) + 2
+    return repetition(sequences, lengths, cycles)
 
 
 def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int,
@@ -158,7 +106,7 @@ def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duration
     """
     lag, head_reach, tail_reach = _reach(schedule, pp, vpp, small_m, group)
     plan = _compile_plan(schedule, pp, vpp, small_m, group)
-    shape = _periodic_shape(schedule, pp, vpp, small_m, group)
+    shape = periodic_shape(schedule, pp, vpp, small_m, group)
     assert shape is not None
     fin = _run_plan(plan, durations, p2p)
     makespan = max(fin[i] for i in plan.last_op)
@@ -167,7 +115,7 @@ def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duration
         return makespan, plan, 0, 0, 0
     c, D, t = found
     # periods whose ops read head ops are boundary, not pattern: the transient lasts at least past them
-    return makespan, plan, c, D, max(t, head_reach + 1) + _room(lag, tail_reach, c)
+    return makespan, plan, c, D, needed_periods((lag, head_reach, tail_reach), c, t)
 
 
 def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int],
@@ -180,7 +128,7 @@ def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     most a third more than the full simulation); attempts grow from the dependency reach to
     what the measured transient needs, or double.
     """
-    shape = _periodic_shape(schedule, pp, vpp, m, group)
+    shape = periodic_shape(schedule, pp, vpp, m, group)
     if shape is None:
         return None
     shift, _, _, counts = shape
@@ -188,7 +136,7 @@ def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     if shortest < 2 * _PROBE_PERIODS:
         return None
     lag, _, tail_reach = _reach(schedule, pp, vpp, m - (shortest - _PROBE_PERIODS) * shift, group)
-    keep = max(_PROBE_PERIODS, _room(lag, tail_reach, 1) + 4)
+    keep = max(_PROBE_PERIODS, room(lag, tail_reach, 1) + 4)
     spent = 0                                          # periods simulated so far: at most 3/4 of a full step
     while 4 * (spent + keep) <= 3 * shortest and (spent or 3 * keep <= shortest):
         spent += keep
@@ -218,14 +166,20 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
         if cached is not None:
             return cached
     ints, p2p, den = _exact_ints(durations, p2p_s)
-    steady = _steady_makespan(schedule, pp, vpp, m, group, ints, p2p) if fast else None
     shape = (schedule, pp, vpp, m, group)
-    if steady is not None:
+    first = fast and shape not in _SHAPES_SEEN_CACHE
+    if first:
+        _SHAPES_SEEN_CACHE[shape] = True
+    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES:
+        # a shape's first run in a process that has run few (a cold projection): one pass, with its own shortcut
+        # on a long step (`shortcut_applies`), no plan to build
+        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
+        result = (makespan / den, in_flight, pending)
+    elif fast and (steady := _steady_makespan(schedule, pp, vpp, m, group, ints, p2p)) is not None:
         makespan, plan = steady
         result = (makespan / den, plan.peak_in_flight, plan.peak_pending_weight_grad)
-    elif fast and shape not in _SHAPES_SEEN_CACHE:
-        # first full run of this shape (e.g. a cold projection): one timed drain, no plan to build
-        _SHAPES_SEEN_CACHE[shape] = True
+    elif first:
+        # first full run of this shape: one timed drain, no plan to build
         makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
         result = (makespan / den, in_flight, pending)
     else:

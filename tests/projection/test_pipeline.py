@@ -23,7 +23,7 @@ from projection.pipeline import (
     peak_in_flight_closed_form,
     simulate_pipeline,
 )
-from projection.pipeline_plan import _rank_orders
+from projection.pipeline_plan import _rank_arrays
 
 REL = 1e-9
 VPP_OF: dict[str, int] = {"1f1b": 1, "zero-bubble": 1, "gpipe": 1, "zbv": 2, "interleaved": 2}
@@ -241,7 +241,7 @@ def test_peak_in_flight_matches_closed_form(schedule: Schedule, pp: int, vpp: in
 def _alive_peaks(schedule: Schedule, pp: int, vpp: int, m: int) -> list[tuple[int, int]]:
     """Per rank: peak of (F done, W not done) and of 2*(F done, B not done) + pending W."""
     peaks = []
-    for order in _rank_orders(schedule, pp, vpp, m, pp):
+    for order in _rank_arrays(schedule, pp, vpp, m, pp).tolist():
         forward_done = backward_done = weight_done = 0
         peak_f_to_w = peak_half_sets = 0
         for kind, _, _ in order:

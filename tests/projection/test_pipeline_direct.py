@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from projection import fast_paths, pipeline_steady
 from projection.pipeline import Schedule, StageTimes, _duration_table, _validate_shape, simulate_pipeline
-from projection.pipeline_plan import _compile_plan, _exact_ints, _run_plan, _simulate_direct
+from projection.pipeline_direct import simulate_direct as _simulate_direct
+from projection.pipeline_plan import _compile_plan, _exact_ints, _run_plan
 
 SCHEDULES: tuple[Schedule, ...] = ("1f1b", "zero-bubble", "interleaved", "zbv", "gpipe")
 
@@ -74,7 +75,7 @@ def test_first_and_later_runs_of_a_shape_equal_the_full_simulation(schedule: Sch
     monkeypatch.setattr(pipeline_steady, "_simulate_direct", counted)
     rng = random.Random(3)
     pp, vpp, m = (4, 2, 12) if schedule == "zbv" else (4, 3, 8) if schedule == "interleaved" else (4, 1, 9)
-    for _ in range(3):   # same shape, new times: first run direct, the rest on the compiled plan
+    for _ in range(3):   # same shape, new times: the first run one-pass, the rest on the compiled plan
         stages = [StageTimes(forward_s=tuple(rng.uniform(0.5, 2) for _ in range(vpp)),
                              backward_input_s=tuple(rng.uniform(0.5, 2) for _ in range(vpp)),
                              backward_weight_s=tuple(rng.uniform(0, 1) for _ in range(vpp))) for _ in range(pp)]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from projection import fast_paths
 from projection.pipeline import PipelineResult, Schedule, StageTimes, _duration_table, simulate_pipeline
-from projection.pipeline_plan import _exact_ints, _rank_arrays, _rank_orders
+from projection.pipeline_plan import _exact_ints
 from projection.pipeline_steady import _steady_makespan
 
 FAST_SCHEDULES: tuple[Schedule, ...] = ("1f1b", "zero-bubble", "interleaved")
@@ -117,20 +117,3 @@ def test_fast_path_equals_full_simulation_property(case: tuple[list[StageTimes],
     stages, m, schedule, p2p_s = case
     fast, full = _both(stages, m, schedule, p2p_s)
     assert fast == full
-
-
-@pytest.mark.parametrize("schedule", ["1f1b", "zero-bubble", "gpipe", "interleaved", "zbv"])
-def test_numpy_orders_equal_the_op_by_op_builders(schedule: Schedule) -> None:
-    """The compiler's numpy orders (`_rank_arrays`) are the readable builders' orders, op for op."""
-    vpps = {"interleaved": (2, 3, 4), "zbv": (2,)}.get(schedule, (1,))
-    for pp in (1, 2, 3, 5, 8):
-        for m in range(1, 26):
-            for vpp in vpps:
-                groups = [pp]
-                if schedule == "interleaved":
-                    if m < pp:
-                        continue
-                    groups = [g for g in range(pp, m + 1) if not 0 < m % g < pp]
-                for group in groups:
-                    arrays = [list(map(tuple, rank.tolist())) for rank in _rank_arrays(schedule, pp, vpp, m, group)]
-                    assert arrays == _rank_orders(schedule, pp, vpp, m, group), (pp, vpp, m, group)
