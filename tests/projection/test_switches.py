@@ -251,6 +251,21 @@ def test_kernel_dispatchers_move_the_tokens_faster_than_the_all_to_all(monkeypat
     assert same.breakdown.ep_comm_s == pytest.approx(times["alltoall"].breakdown.ep_comm_s)
 
 
+def test_hybridep_permutes_inside_its_dispatch_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HybridEP's dispatch / combine kernels leave the rows in expert order (Megatron-LM ``_HybridEPManager``), so its
+    step drops DeepEP's separate permute + unpermute passes; at the same all-to-all price it is faster by them."""
+    config = TrainingConfig(tp=1, ep=8, pp=1, mbs=2, gbs=128, seq_len=4096, zero=1, framework="megatron",
+                            comm_overlap=())
+    deepep = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "deepep"}), profile=PROFILE)
+    hybridep = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "hybridep"}), profile=PROFILE)
+    assert hybridep.breakdown.ep_comm_s == pytest.approx(deepep.breakdown.ep_comm_s)
+    assert hybridep.iteration_time_s < deepep.iteration_time_s * 0.999
+    monkeypatch.setattr(workload, "PERMUTE_FUSED_DISPATCHERS", frozenset())
+    _clear()
+    unfused = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "hybridep"}), profile=PROFILE)
+    assert unfused.iteration_time_s == pytest.approx(deepep.iteration_time_s)
+
+
 def test_compute_module_keeps_the_graph_constant() -> None:
     assert compute.CUDA_GRAPH_GAP_SAVING_S == CUDA_GRAPH_GAP_SAVING_S
 
