@@ -69,11 +69,12 @@ def test_every_framework_states_its_switch_defaults() -> None:
                             ).attention_backend == "unfused"
     mds = resolve_switches(TrainingConfig(framework="megatron-deepspeed"), framework_profile("megatron-deepspeed"))
     assert mds.overlaps == frozenset() and mds.attention_backend == "unfused" and mds.grad_reduce_bytes == 2
-    # megatron-core overlaps every communication by default; the expert exchange only where it can (EP, no full
-    # recompute, VPP under PP: projection.switches.ep_overlap_blockers)
-    assert resolve_switches(TrainingConfig(ep=2), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS)
-    assert resolve_switches(TrainingConfig(), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
-    assert "ep" not in resolve_switches(TrainingConfig(ep=2, recompute="full"), framework_profile(None)).overlaps
+    # megatron-core overlaps DP, TP, PP and CP by default, but not the expert exchange: overlap_moe_expert_parallel_comm
+    # defaults to False (TransformerConfig), so a MoE run overlaps it only where its record says comm_overlap with ep
+    megatron = framework_profile(None)
+    assert resolve_switches(TrainingConfig(ep=2), megatron).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
+    assert resolve_switches(TrainingConfig(), megatron).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
+    assert "ep" in resolve_switches(TrainingConfig(ep=2, comm_overlap=COMM_OVERLAPS), megatron).overlaps
 
 
 def test_a_run_value_overrides_the_default() -> None:
