@@ -38,6 +38,7 @@ from projection.errors import ProjtuneError
 from projection.framework import framework_profile, framework_record
 from projection.framework_profile import FrameworkProfile
 from projection.profile_priors import member_profile, parameter_bounds, physical, prior_profile, silicon_group
+from projection.switches import resolve_switches
 
 MIN_RUNS_PER_ID = 4            # a silicon group with fewer complete runs shares its family's profile
 MIN_RUNS_PER_PARAM = 3         # runs that must exercise a parameter (and runs per fitted parameter) to fit it
@@ -159,8 +160,15 @@ def exercises(item: FitRun, name: str) -> bool:
         "scale_out_efficiency": crosses_scale_up_domain(item),
         "dp_overlap_fraction": dp * config.cp > 1 and config.finetune != "lora",
         "tp_overlap_fraction": config.tp > 1,
-        "ep_overlap_fraction": model.is_moe and config.ep > 1,
+        "ep_overlap_fraction": model.is_moe and config.ep > 1 and ep_overlapped(item),
     }.get(name, True)
+
+
+def ep_overlapped(item: FitRun) -> bool:
+    """Whether the run hides its MoE token exchange under compute (its ``comm_overlap``, else its framework's
+    default): only then does ``ep_overlap_fraction`` change its step time."""
+    config = item.specs.config
+    return resolve_switches(config, framework_profile(config.framework)).overlapped("ep")
 
 
 def fitted_parameters(items: Sequence[FitRun]) -> tuple[str, ...]:

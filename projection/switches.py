@@ -54,8 +54,8 @@ def ep_overlap_blockers(config: TrainingConfig) -> list[str]:
     return [why for bad, why in ((config.ep == 1, "it needs expert parallelism"),
                                  (config.pp > 1 and config.vpp == 1, "it needs VPP under PP"),
                                  (config.recompute == "full", "it excludes full recompute"),
-                                 (config.moe_dispatcher not in ("alltoall", "deepep"), "it needs the alltoall or flex "
-                                  "dispatcher")) if bad]
+                                 (config.moe_dispatcher == "allgather", "it needs the alltoall or flex (DeepEP / "
+                                  "HybridEP) dispatcher")) if bad]
 
 
 def resolve_switches(config: TrainingConfig, framework: FrameworkProfile) -> Switches:

@@ -29,6 +29,18 @@ DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency
 # same bytes as the all-to-all (one bf16 row per routed token copy, dispatch and combine) at DEEPEP_A2A_FACTOR of
 # its time.  No public HybridEP-vs-DeepEP bandwidth ratio for these fabrics was found, so HybridEP takes DeepEP's.
 KERNEL_DISPATCHERS = frozenset({"deepep", "hybridep"})
+# Dispatchers that permute tokens into per-expert order inside the dispatch kernel and restore them inside the combine
+# kernel, so the MoE block runs no separate permute / unpermute pass.  HybridEP: "dispatch(): Permute tokens for
+# communication, perform all-to-all communication, and permute tokens for experts in single step; combine(): Unpermute
+# tokens for communication, perform all-to-all communication, and unpermute tokens for attention in single step"
+# (NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py ``_HybridEPManager``, whose
+# ``get_permuted_hidden_states_by_experts`` / ``get_restored_hidden_states_by_experts`` return the rows untouched; at
+# 0d8e0714 and b0cc2706, the Megatron-LM submodules of Megatron-Bridge v0.2.0 and v0.3.0, releases 25.11 and 26.02).
+# DeepEP is not one of them: ``_DeepepManager`` still calls ``permute`` / ``unpermute`` on the received rows there,
+# as the alltoall dispatcher does.
+PERMUTE_FUSED_DISPATCHERS = frozenset({"hybridep"})
+# Bytes per routed row element of the separate permute + unpermute: each reads and writes one bf16 row (forward).
+PERMUTE_PASS_BYTES = 4 * ACT_BYTES
 # Element-wise kernels per layer forward, counted from Megatron-core's TransformerLayer with Transformer
 # Engine fusions (2 norms, rope, 2 residual adds, activation, casts, ...); an estimate, not a trace.
 # They multiply the profile's fitted kernel_overhead_s, so the count only sets how that cost scales.
@@ -732,8 +744,10 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
         g.launches += 2 * host_extra
         if cf == 1.0:     # dropless: the expert block stays outside the layer's CUDA graph (host_dispatch_s)
             ungraphed = KERNELS_PER_MOE_FWD + 2 * host_extra + 2
-        # permute + unpermute (the einsum path's dispatch and combine einsums replace them) and the activation
-        stream_bytes += (0 if einsum_path else 4 * ACT_BYTES * routed * h) + 3 * ACT_BYTES * routed * ffn_local
+        # permute + unpermute (the einsum path's dispatch and combine einsums replace them; HybridEP does them inside
+        # its dispatch and combine kernels, PERMUTE_FUSED_DISPATCHERS) and the activation
+        separate_permute = not (einsum_path or config.moe_dispatcher in PERMUTE_FUSED_DISPATCHERS)
+        stream_bytes += (PERMUTE_PASS_BYTES * routed * h if separate_permute else 0) + 3 * ACT_BYTES * routed * ffn_local
         stream_bytes += ragged_buffer_bytes(model, config, dims, tokens / t, local_experts, ffn_local)
         kernels += KERNELS_PER_MOE_FWD
         bias_bytes, bias_kernels = expert_bias_apply(model, config, routed, local_experts)

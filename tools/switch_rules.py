@@ -6,7 +6,8 @@ the fastest setting the launch framework supports; each rule is cited:
 - Megatron-LM / Megatron-Bridge / Primus (Megatron-core): every communication overlap exists as a switch
   (``--overlap-grad-reduce``/``--overlap-param-gather``, ``--tp-comm-overlap`` with sequence parallelism,
   ``overlap_p2p_comm`` for the interleaved schedule, TE context-parallel attention; Megatron-LM
-  megatron/training/arguments.py).  CUDA graphs (``--enable-cuda-graph``, ``TransformerConfig.enable_cuda_graph``)
+  megatron/training/arguments.py), and the expert all-to-all overlap (``--overlap-moe-expert-parallel-comm``, off by
+  default) where ``TransformerConfig.__post_init__`` accepts it (projection.switches.ep_overlap_blockers).  CUDA graphs (``--enable-cuda-graph``, ``TransformerConfig.enable_cuda_graph``)
   capture each transformer layer, but megatron-core 0.16.1 ``TransformerConfig.__post_init__`` refuses them with
   full recompute ("full recompute is only supported with full iteration CUDA graph") and with selective recompute
   when attention dropout is on ("attention dropout is not supported with graphed attention recomputation"), which
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
-from projection.vocabulary import COMM_OVERLAPS
 from projection.framework import resolve_framework
+from projection.switches import ep_overlap_blockers
+from projection.vocabulary import COMM_OVERLAPS
 
 
 def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: TrainingConfig) -> bool:
@@ -41,8 +43,9 @@ def switch_variants(framework: str | None, model: ModelSpec, config: TrainingCon
     if not resolve_framework(framework or "megatron").megatron_core:
         return variants
     update: dict[str, object] = {}
-    if config.comm_overlap is None:
-        update["comm_overlap"] = COMM_OVERLAPS
+    if config.comm_overlap is None:      # the expert all-to-all overlap only where megatron-core allows it
+        blocked = ep_overlap_blockers(config)
+        update["comm_overlap"] = tuple(c for c in COMM_OVERLAPS if not (c == "ep" and blocked))
     if config.cuda_graphs is None and cuda_graphs_allowed(framework, model, config):
         update["cuda_graphs"] = True
     if update:

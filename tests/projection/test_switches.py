@@ -69,11 +69,12 @@ def test_every_framework_states_its_switch_defaults() -> None:
                             ).attention_backend == "unfused"
     mds = resolve_switches(TrainingConfig(framework="megatron-deepspeed"), framework_profile("megatron-deepspeed"))
     assert mds.overlaps == frozenset() and mds.attention_backend == "unfused" and mds.grad_reduce_bytes == 2
-    # megatron-core overlaps every communication by default; the expert exchange only where it can (EP, no full
-    # recompute, VPP under PP: projection.switches.ep_overlap_blockers)
-    assert resolve_switches(TrainingConfig(ep=2), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS)
-    assert resolve_switches(TrainingConfig(), framework_profile(None)).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
-    assert "ep" not in resolve_switches(TrainingConfig(ep=2, recompute="full"), framework_profile(None)).overlaps
+    # megatron-core overlaps DP, TP, PP and CP by default, but not the expert exchange: overlap_moe_expert_parallel_comm
+    # defaults to False (TransformerConfig), so a MoE run overlaps it only where its record says comm_overlap with ep
+    megatron = framework_profile(None)
+    assert resolve_switches(TrainingConfig(ep=2), megatron).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
+    assert resolve_switches(TrainingConfig(), megatron).overlaps == frozenset(COMM_OVERLAPS) - {"ep"}
+    assert "ep" in resolve_switches(TrainingConfig(ep=2, comm_overlap=COMM_OVERLAPS), megatron).overlaps
 
 
 def test_a_run_value_overrides_the_default() -> None:
@@ -249,6 +250,21 @@ def test_kernel_dispatchers_move_the_tokens_faster_than_the_all_to_all(monkeypat
     _clear()
     same = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "hybridep"}), profile=PROFILE)
     assert same.breakdown.ep_comm_s == pytest.approx(times["alltoall"].breakdown.ep_comm_s)
+
+
+def test_hybridep_permutes_inside_its_dispatch_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HybridEP's dispatch / combine kernels leave the rows in expert order (Megatron-LM ``_HybridEPManager``), so its
+    step drops DeepEP's separate permute + unpermute passes; at the same all-to-all price it is faster by them."""
+    config = TrainingConfig(tp=1, ep=8, pp=1, mbs=2, gbs=128, seq_len=4096, zero=1, framework="megatron",
+                            comm_overlap=())
+    deepep = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "deepep"}), profile=PROFILE)
+    hybridep = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "hybridep"}), profile=PROFILE)
+    assert hybridep.breakdown.ep_comm_s == pytest.approx(deepep.breakdown.ep_comm_s)
+    assert hybridep.iteration_time_s < deepep.iteration_time_s * 0.999
+    monkeypatch.setattr(workload, "PERMUTE_FUSED_DISPATCHERS", frozenset())
+    _clear()
+    unfused = project(MOE, H100, config.model_copy(update={"moe_dispatcher": "hybridep"}), profile=PROFILE)
+    assert unfused.iteration_time_s == pytest.approx(deepep.iteration_time_s)
 
 
 def test_compute_module_keeps_the_graph_constant() -> None:

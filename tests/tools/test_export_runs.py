@@ -221,8 +221,10 @@ def test_lora_is_exported_as_projected(framework: str, expected: dict[str, Any])
 
 def test_megatron_export_carries_what_the_projection_assumed() -> None:
     """FP8 param gather, MoE all-to-all overlap, rotary base, gpt-oss windows and biases (issue 28)."""
-    spec, cluster = load_model("gpt-oss-120b"), Cluster(gpu="b200", num_gpus=64)
-    config = TrainingConfig(tp=1, ep=8, mbs=1, gbs=256, seq_len=4096, zero=1, precision="fp8")
+    # H100: the hopper profile's ep_overlap_fraction is fitted on runs that overlap the exchange (no Blackwell run does)
+    spec, cluster = load_model("gpt-oss-120b"), Cluster(gpu="h100-sxm", num_gpus=64)
+    config = TrainingConfig(tp=1, ep=8, mbs=1, gbs=256, seq_len=4096, zero=1, precision="fp8",
+                            comm_overlap=("dp", "tp", "pp", "ep", "cp"))
     options = export_launch_config(spec, cluster, config, "megatron").options
     assert options["--fp8-param-gather"] is True and options["--rotary-base"] == 150000
     assert options["--window-size"] == "127,0" and options["--window-attn-skip-freq"].startswith("[1,0,1,0")
@@ -231,8 +233,11 @@ def test_megatron_export_carries_what_the_projection_assumed() -> None:
     assert options["--overlap-moe-expert-parallel-comm"] is True  # ... so the export turns the overlap on
     full = config.model_copy(update={"recompute": "full"})
     blocked = export_launch_config(spec, cluster, full, "megatron")
-    assert "--overlap-moe-expert-parallel-comm" not in blocked.options
-    assert not Job(spec, cluster, full).ep_overlap()   # megatron-core forbids it: the projection does not assume it
+    assert "--overlap-moe-expert-parallel-comm" not in blocked.options   # megatron-core forbids it: said, not written
+    assert any("--overlap-moe-expert-parallel-comm" in w for w in blocked.warnings)
+    default = config.model_copy(update={"comm_overlap": None})
+    assert not Job(spec, cluster, default).ep_overlap()   # megatron-core's default: the exchange is not overlapped
+    assert "--overlap-moe-expert-parallel-comm" not in export_launch_config(spec, cluster, default, "megatron").options
     dense = export_launch_config(load_model("llama3.1-405b"), Cluster(gpu="h100-sxm", num_gpus=1024), TrainingConfig(
         tp=8, pp=8, vpp=2, mbs=1, gbs=512, seq_len=8192, zero=1, sequence_parallel=True, recompute="full",
         recompute_num_layers=4, pp_schedule="interleaved"), "megatron")

@@ -60,6 +60,14 @@ def test_search_turns_on_cuda_graphs_where_megatron_allows_them() -> None:
     assert switch_variants("maxtext", LLAMA, LAYOUT) == [LAYOUT]
 
 
+def test_search_overlaps_the_expert_exchange_only_where_megatron_core_accepts_it() -> None:
+    moe = load_model("mixtral-8x7b")
+    interleaved = TrainingConfig(tp=1, pp=2, vpp=2, ep=8, mbs=1, gbs=64, seq_len=4096, framework="megatron")
+    assert "ep" in switch_variants("megatron", moe, interleaved)[-1].comm_overlap
+    plain_pp = interleaved.model_copy(update={"vpp": 1})        # PP without VPP: overlap_moe_expert_parallel_comm refused
+    assert "ep" not in switch_variants("megatron", moe, plain_pp)[-1].comm_overlap
+
+
 def test_megatron_export_emits_the_switches_and_reads_them_back() -> None:
     config = LAYOUT.model_copy(update={"comm_overlap": ("dp", "tp", "cp"), "cuda_graphs": True})
     launch = export_launch_config(LLAMA, CLUSTER, config, "megatron")
