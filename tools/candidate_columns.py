@@ -196,7 +196,7 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
                 for ep, etp in expert_options(space, tp, cp, dp):
                     for vpp, schedule, split in pipeline_options(space, pp):
                         s_code, p_code = schedules(schedule), splits(split)
-                        for mbs in mbs_values(space, dp):
+                        for mbs in mbs_values(space, dp, cp):
                             if not schedule_fits(schedule, pp, space.gbs // (mbs * dp)):
                                 continue
                             for zero in zero_values(space, tp, pp):

@@ -10,7 +10,18 @@ The space (kept sane on purpose, each rule with its reason):
   a pipeline layout string with vpp 2 or 4, the Megatron-Bridge DeepSeek-V3 presets' shape), searched only
   where no PP > 1 splits evenly on the cluster (:func:`uneven_searched`).  VPP > 1
   with the interleaved schedule; zero-bubble (ZB-H1) only with vpp 1 and pp > 1.
-- CP only when seq_len >= 16384 (or the constraints name cp), with seq_len divisible by 2*cp.
+- CP: degrees dividing the GPU count with seq_len divisible by 2*cp (Megatron-core/Transformer Engine load-balanced
+  causal CP cuts each sequence into 2*cp chunks; torchtitan also needs tp*2*cp, tools/framework_rules.py, which the
+  search applies when a framework launches the layouts).  From seq_len 16384 on (or when the constraints name cp)
+  every such degree up to legality.MAX_CP.  Below 16384, a search bound, not a legality rule (a pinned or
+  constrained CP layout is still projected): CP > 1 only where the job has fewer sequences per iteration than GPUs
+  (gbs < num_gpus: DP cannot give every GPU its own sequence, so every layout shares one sequence over
+  tp*pp*cp > 1 ranks, and CP is the way to share it that adds neither pipeline bubble nor per-layer TP
+  all-reduces; llama3.1-405b on 16,384 H100 at gbs 2048: the best layout, CP 4, is projected 24% faster than
+  the best without CP, while where gbs >= num_gpus the benchmark jobs gain under 3%); at most cp 8 and
+  2,048 tokens per CP rank (chunks of 1,024 tokens: attention kernels and the KV ring exchange lose efficiency
+  below that); and only with mbs 1 (CP c with mbs m does the per-rank work of CP c/2 with mbs m/2 and twice the
+  DP, plus a ring exchange of K/V the latter does not pay, so the space keeps the latter).
 - EP only for MoE: divisors of the expert count with ep*etp dividing tp*cp*dp; etp 1 (MoE parallel
   folding, the Megatron-core recommendation), or 1 and tp when the constraints name etp.
 - MBS powers of two up to 16 with gbs divisible by mbs*dp.
@@ -64,7 +75,9 @@ from projection.vocabulary import (
 )
 from tools.constraints import SWITCH_PINS, Constraints
 
-CP_MIN_SEQ_LEN = 16384            # CP is searched from this sequence length on (or when constrained)
+CP_MIN_SEQ_LEN = 16384            # CP degrees up to legality.MAX_CP from this sequence length on (module docstring)
+SHORT_SEQ_MAX_CP = 8              # below it: CP up to 8 (module docstring)
+CP_MIN_LOCAL_TOKENS = 2048        # below it: at least this many tokens of a sequence per CP rank (module docstring)
 FP8_RECIPES = SEARCHED_FP8_RECIPES
 FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
 TIE_TOLERANCE = 1e-3              # throughputs within 0.1% are a tie (below the engine's resolution)
@@ -101,12 +114,20 @@ def tp_values(space: SearchSpace, cp: int) -> list[int]:
             and (t == 1 or (space.seq_len // cp) % t == 0) and _ok(space, "tp", t)]
 
 
+def short_sequence_cp(space: SearchSpace) -> bool:
+    """Whether the short-sequence bounds of CP apply (seq_len below :data:`CP_MIN_SEQ_LEN`, no cp constraint)."""
+    return space.seq_len < CP_MIN_SEQ_LEN and space.constraints.cp is None
+
+
 def cp_values(space: SearchSpace) -> list[int]:
-    """CP degrees: 1, or (long sequences or a cp constraint) divisors of the GPU count splitting seq_len in 2*cp."""
-    searched = space.seq_len >= CP_MIN_SEQ_LEN or space.constraints.cp is not None
-    if not searched:
-        return [1] if _ok(space, "cp", 1) else []
-    return [c for c in cp_degrees(space.cluster.num_gpus, space.seq_len) if _ok(space, "cp", c)]
+    """CP degrees: divisors of the GPU count splitting seq_len in 2*cp (:func:`projection.legality.cp_degrees`); under
+    :func:`short_sequence_cp`, 1 plus (fewer sequences per iteration than GPUs) up to :data:`SHORT_SEQ_MAX_CP` with at
+    least :data:`CP_MIN_LOCAL_TOKENS` per rank (module docstring); any when a cp constraint names them."""
+    degrees = cp_degrees(space.cluster.num_gpus, space.seq_len)
+    if short_sequence_cp(space):
+        degrees = [c for c in degrees if c == 1 or (space.gbs < space.cluster.num_gpus and c <= SHORT_SEQ_MAX_CP
+                                                    and space.seq_len // c >= CP_MIN_LOCAL_TOKENS)]
+    return [c for c in degrees if _ok(space, "cp", c)]
 
 
 UNEVEN_VPPS = (1, 2, 4)   # virtual stages of the uneven splits searched (the published DeepSeek-V3 recipes use 1, 2, 4)
@@ -180,11 +201,11 @@ def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[
             if stage_ranks % (e * et) == 0 and _ok(space, "ep", e) and _ok(space, "etp", et)]
 
 
-def mbs_values(space: SearchSpace, dp: int) -> list[int]:
+def mbs_values(space: SearchSpace, dp: int, cp: int = 1) -> list[int]:
     """Micro-batch sizes: powers of two up to MAX_MBS (legality.MICRO_BATCH_SIZES), up to the first whose mbs*dp
-    does not divide gbs."""
+    does not divide gbs; 1 only with cp > 1 under :func:`short_sequence_cp` (module docstring)."""
     values = []
-    for mbs in MICRO_BATCH_SIZES:
+    for mbs in MICRO_BATCH_SIZES[:1] if cp > 1 and short_sequence_cp(space) else MICRO_BATCH_SIZES:
         if space.gbs % (mbs * dp):
             break
         if _ok(space, "mbs", mbs):
@@ -337,7 +358,7 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
         return False
     if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(space, c.tp, c.cp, dp):
         return False
-    if (c.vpp, c.schedule, c.pipeline_split) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp):
+    if (c.vpp, c.schedule, c.pipeline_split) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp, c.cp):
         return False
     if not schedule_fits(c.schedule, c.pp, space.gbs // (c.mbs * dp)):
         return False

@@ -64,7 +64,7 @@ def _reference(space: SearchSpace, template: TrainingConfig) -> Iterator[Trainin
                     continue
                 for ep, etp in expert_options(space, tp, cp, dp):
                     for vpp, schedule, split in pipeline_options(space, pp):
-                        for mbs in mbs_values(space, dp):
+                        for mbs in mbs_values(space, dp, cp):
                             if not schedule_fits(schedule, pp, space.gbs // (mbs * dp)):
                                 continue
                             for zero in zero_values(space, tp, pp):
