@@ -93,8 +93,9 @@ def test_unreachable_headroom_is_explained() -> None:
 
 
 def test_gbs_that_no_dp_divides_is_explained() -> None:
-    # 512 GPUs: tp*pp <= 8*32 leaves dp >= 2, and an odd gbs splits over no dp
-    result = run_search(SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=512, gbs=3, seq_len=4096))
+    # 1,024 GPUs: tp*pp*cp <= 8*32*2 (cp <= 2 at 4,096 tokens: 2,048 per CP rank) leaves dp >= 2, and an odd gbs
+    # splits over no dp (on 512 GPUs TP8 PP32 CP2 DP1 takes gbs 3)
+    result = run_search(SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1024, gbs=3, seq_len=4096))
     assert not result.ranked
     assert "gbs=3 is not divisible" in (result.message or "")
 
