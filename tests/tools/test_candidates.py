@@ -39,12 +39,22 @@ def test_every_candidate_is_legal_and_unique(model: str, gpu: str, n: int, gbs: 
 
 
 def test_cp_only_for_long_sequences() -> None:
+    # gbs >= num_gpus: short sequences keep CP 1 (tools/candidates.py docstring)
     *_, short = _space("llama3-8b", "h100-sxm", 16, 64, 8192)
     *_, long = _space("llama3-8b", "h100-sxm", 16, 64, 32768)
     assert {c.cp for c in short} == {1}
     assert max(c.cp for c in long) > 1
     *_, pinned = _space("llama3-8b", "h100-sxm", 16, 64, 8192, Constraints(cp=2))
     assert {c.cp for c in pinned} == {2}
+
+
+def test_short_sequence_cp_where_gpus_outnumber_sequences() -> None:
+    # gbs 8 < 64 GPUs at 8k tokens: CP 2 and 4 (>= 2,048 tokens per rank), only with mbs 1; gbs 64 on 16: none
+    *_, short = _space("llama3-8b", "h100-sxm", 64, 8, 8192)
+    assert {c.cp for c in short} == {1, 2, 4}
+    assert {c.mbs for c in short if c.cp > 1} == {1} and max(c.mbs for c in short) > 1
+    *_, at_4k = _space("llama3-8b", "h100-sxm", 64, 8, 4096)
+    assert {c.cp for c in at_4k} == {1, 2}
 
 
 def test_ep_only_for_moe() -> None:
