@@ -358,7 +358,9 @@ def in_space(space: SearchSpace, config: TrainingConfig, finetune: str | None = 
         return False
     if c.sequence_parallel != (c.tp > 1) or (c.ep, c.etp) not in expert_options(space, c.tp, c.cp, dp):
         return False
-    if (c.vpp, c.schedule, c.pipeline_split) not in pipeline_options(space, c.pp) or c.mbs not in mbs_values(space, dp, c.cp):
+    if (c.vpp, c.schedule, c.pipeline_split) not in pipeline_options(space, c.pp):
+        return False
+    if c.mbs not in mbs_values(space, dp, c.cp):
         return False
     if not schedule_fits(c.schedule, c.pp, space.gbs // (c.mbs * dp)):
         return False
