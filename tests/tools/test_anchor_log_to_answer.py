@@ -22,7 +22,7 @@ from projection.uncertainty import anchor_class, shared_weight
 from tools.search import SearchRequest, run_search
 
 GBS, SEQ = 256, 8192
-A = {"tp": 1, "pp": 1, "mbs": 2, "recompute": "full", "zero": 1, "precision": "bf16"}
+A = {"tp": 1, "pp": 1, "mbs": 1, "recompute": "full", "zero": 1, "precision": "bf16"}
 B = {"tp": 4, "pp": 1, "mbs": 1, "sequence_parallel": True, "zero": 1, "recompute": "selective", "precision": "bf16"}
 ANCHOR = {"tp": 1, "pp": 1, "mbs": 1, "gbs": 32, "seq_len": SEQ, "precision": "bf16", "recompute": "none", "zero": 1}
 COMPUTE_FACTOR = 1.4
