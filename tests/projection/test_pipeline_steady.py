@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projection import fast_paths
+from projection import fast_paths, pipeline_steady
 from projection.pipeline import PipelineResult, Schedule, StageTimes, _duration_table, simulate_pipeline
 from projection.pipeline_plan import _exact_ints
 from projection.pipeline_steady import _steady_makespan
@@ -117,3 +117,25 @@ def test_fast_path_equals_full_simulation_property(case: tuple[list[StageTimes],
     stages, m, schedule, p2p_s = case
     fast, full = _both(stages, m, schedule, p2p_s)
     assert fast == full
+
+
+@pytest.mark.parametrize("hits_on_try", [None, 2])
+def test_a_shape_that_keeps_missing_stops_trying_the_shortcut(hits_on_try: int | None,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two misses and no hit: later runs of the shape simulate at once (same bits); a shape that hit keeps trying."""
+    monkeypatch.setattr(pipeline_steady, "_SHAPES_SEEN_CACHE", {("other", i): True for i in range(8)})
+    monkeypatch.setattr(pipeline_steady, "_RESULT_CACHE", {})
+    monkeypatch.setattr(pipeline_steady, "_STEADY_MISSES_CACHE", {})
+    real = pipeline_steady._steady_makespan
+    tries: list[int] = []
+
+    def shortcut(*args: object) -> object:
+        tries.append(1)
+        return real(*args) if len(tries) == hits_on_try else None   # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline_steady, "_steady_makespan", shortcut)
+    rng = random.Random(11)
+    for _ in range(6):    # one shape, new stage times each run
+        fast, full = _both(_stages(rng, 8, 1, "random"), 1024, "1f1b", 1e-5)
+        assert fast == full
+    assert len(tries) == (pipeline_steady._GIVE_UP_MISSES if hits_on_try is None else 6)
