@@ -158,10 +158,9 @@ def read_measurement(path: Path) -> Measurement:
 
 def cache_dir() -> Path:
     """``$PROJTUNE_CACHE/bench`` when set, else ``~/.cache/projtune/bench``."""
-    from projection.settings import load_settings
+    from projection.settings import cache_folder
 
-    root = load_settings().cache
-    return root.expanduser() / "bench" if root else Path.home() / ".cache" / "projtune" / "bench"
+    return cache_folder("bench")
 
 
 def cache_key(*, device_name: str, driver_version: str | None, torch_version: str, what: dict[str, object],

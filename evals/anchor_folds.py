@@ -36,10 +36,9 @@ fingerprint so changing them does not refit."""
 
 def cache_dir() -> Path:
     """``$PROJTUNE_CACHE/anchor-folds`` when set (projection/settings.py), else ``~/.cache/projtune/anchor-folds``."""
-    from projection.settings import load_settings
+    from projection.settings import cache_folder
 
-    root = load_settings().cache
-    return (root.expanduser() if root else Path.home() / ".cache" / "projtune") / "anchor-folds"
+    return cache_folder("anchor-folds")
 
 
 def code_fingerprint() -> str:

@@ -91,6 +91,13 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
+def cache_folder(name: str) -> Path:
+    """``$PROJTUNE_CACHE/<name>`` when set, else ``~/.cache/projtune/<name>``: the one place the cache root is
+    resolved (measured mode's ``bench``, the anchored eval's ``anchor-folds``)."""
+    root = load_settings().cache
+    return (root.expanduser() if root else Path.home() / ".cache" / "projtune") / name
+
+
 def load_settings(**flags: Any) -> ProjtuneSettings:
     """The settings: flags given (not None) over ``PROJTUNE_*`` variables over defaults.
 

@@ -201,7 +201,7 @@ def expert_options(space: SearchSpace, tp: int, cp: int, dp: int) -> list[tuple[
             if stage_ranks % (e * et) == 0 and _ok(space, "ep", e) and _ok(space, "etp", et)]
 
 
-def mbs_values(space: SearchSpace, dp: int, cp: int = 1) -> list[int]:
+def mbs_values(space: SearchSpace, dp: int, cp: int) -> list[int]:
     """Micro-batch sizes: powers of two up to MAX_MBS (legality.MICRO_BATCH_SIZES), up to the first whose mbs*dp
     does not divide gbs; 1 only with cp > 1 under :func:`short_sequence_cp` (module docstring)."""
     values = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from agent.text.constraints_text import axis_of, extract_constraints
@@ -119,30 +120,32 @@ def _pairs(known: Known, trials: list[dict[str, Any]]) -> None:
                     known.add("time", value - other)
 
 
+def _each_leaf(node: Any) -> Iterator[Any]:
+    """Every value of a nest of dicts, lists and tuples that is none of them, depth first."""
+    if isinstance(node, dict):
+        for v in node.values():
+            yield from _each_leaf(v)
+    elif isinstance(node, list | tuple):
+        for v in node:
+            yield from _each_leaf(v)
+    else:
+        yield node
+
+
 def _strings(known: Known, node: Any) -> None:
     """Numbers written in the tools' strings (explain lines, decision, reasons, layouts), with their kinds."""
-    if isinstance(node, str):
-        for n in read_numbers(normalise(node)):
+    for leaf in _each_leaf(node):
+        if not isinstance(leaf, str):
+            continue
+        for n in read_numbers(normalise(leaf)):
             known.add(n.kind if n.kind != "plain" else "plain", n.value, n.axis)
             if n.kind in PERCENT_KINDS or n.kind == "plain":
                 known.add("percent" if n.kind == "plain" else n.kind, n.value)
-    elif isinstance(node, dict):
-        for v in node.values():
-            _strings(known, v)
-    elif isinstance(node, list | tuple):
-        for v in node:
-            _strings(known, v)
 
 
 def _leaves(known: Known, node: Any) -> None:
-    if isinstance(node, dict):
-        for v in node.values():
-            _leaves(known, v)
-    elif isinstance(node, list | tuple):
-        for v in node:
-            _leaves(known, v)
-    else:
-        known.add("plain", node)
+    for leaf in _each_leaf(node):
+        known.add("plain", leaf)
 
 
 def known_numbers(facts: dict[str, Any]) -> Known:
