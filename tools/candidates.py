@@ -76,8 +76,9 @@ from projection.vocabulary import (
 from tools.constraints import SWITCH_PINS, Constraints
 
 CP_MIN_SEQ_LEN = 16384            # CP degrees up to legality.MAX_CP from this sequence length on (module docstring)
-SHORT_SEQ_MAX_CP = 8              # below it: CP up to 8 (module docstring)
-CP_MIN_LOCAL_TOKENS = 2048        # below it: at least this many tokens of a sequence per CP rank (module docstring)
+SHORT_SEQ_MAX_CP = 8              # below it: CP degree at most 8 (a search bound, module docstring; not a legality rule)
+CP_MIN_LOCAL_TOKENS = 2048        # below it: tokens of a sequence per CP rank, at least (a search bound chosen with the
+#                                   one above, not a measured kernel limit; module docstring)
 FP8_RECIPES = SEARCHED_FP8_RECIPES
 FSDP_MAX_TP = 8                   # FSDP (zero 3) is searched with pp 1 and tp <= 8 only
 TIE_TOLERANCE = 1e-3              # throughputs within 0.1% are a tie (below the engine's resolution)
