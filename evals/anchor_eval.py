@@ -5,7 +5,10 @@ Two evaluations over the scored runs of the sweep files (``evals.eval_run`` proj
 - **in-sweep**: every run is projected with one other run of its sweep as anchor (same model, GPU type,
   framework, source, scale), for every such other run in turn; MAPE and band coverage are over these
   (target, anchor) pairs, and top-1 over (sweep, anchor) choices: the anchored projections of all runs
-  of the sweep (the anchor's own measured value included) pick a best layout.
+  of the sweep pick a best layout as ``search --anchor`` ranks them (the anchor's own layout at its anchored
+  projection too, the correction of its own cell, not its measured value: a shrunk correction of the others
+  against a fully known anchor would reorder layouts on a shrinkage artefact, not on evidence that the error
+  differs by layout).
 - **restore from one node**: runs are grouped into *series* (same source file, model, GPU type and
   framework); a series that spans two or more GPU counts is restored from its smallest-scale run(s):
   every larger run is projected with a smallest-scale run as its only anchor.
@@ -124,6 +127,9 @@ class Pair:
     """Share of the target's step the anchor never exercised (scale-out targets only, projection.anchor)."""
     alike: bool = True
     """Target and anchor within COMM_SHARE_SPREAD in communication share (the weight's cell)."""
+    anchor_self: float = 0.0
+    """The anchor's own layout projected with the pair's anchor, shrunk by the weight of its own cell (same scale,
+    alike in communication), in the anchor's metric: what a search ranks the anchor's layout at."""
 
     @property
     def target_residual(self) -> float:
@@ -372,26 +378,30 @@ def held_out_runs(fitting: Sequence[LoadedSweep], scored: Sequence[LoadedSweep],
     return out
 
 
-def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0) -> Pair:
+def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0, self_weight: float = 1.0) -> Pair:
     """The target projected with ``anchor`` as its only anchor, the factors shrunk by ``weight`` (band assigned
-    later); ``full_shift`` is the fully trusted anchor's correction of the target (what the weight regresses on)."""
+    later); ``full_shift`` is the fully trusted anchor's correction of the target (what the weight regresses on);
+    ``anchor_self`` the anchor's own layout corrected with ``self_weight`` (its own cell's weight)."""
     point = anchor_point(anchor.label, anchor.projection, anchor.measured_time_s,
                          measured_peak_gib=anchor.measured_peak_gib)
     full = solve_corrections([point])
     full_time = anchored_projection(target.projection, full).iteration_time_s
     corrections = full if weight == 1.0 else solve_corrections([point], weight)
+    own = full if self_weight == 1.0 else solve_corrections([point], self_weight)
     anchored = anchored_projection(target.projection, corrections)
     parts = step_parts(target.projection.breakdown)
     cls = anchor_class(target.num_gpus, corrections.anchor_gpus)
     return Pair(kind=kind, target=target, anchor=anchor, corrections=corrections,
                 anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0), anchor_class=cls,
                 full_shift=math.log(full_time / target.projection.iteration_time_s),
-                uninformed=band_uninformed(cls, parts, corrections), alike=alike_in_communication(parts, corrections))
+                uninformed=band_uninformed(cls, parts, corrections), alike=alike_in_communication(parts, corrections),
+                anchor_self=anchor.value_at(anchored_projection(anchor.projection, own).iteration_time_s))
 
 
-def _reweighted(pair: Pair, weight: float) -> Pair:
-    """The pair re-solved with another shared-error weight."""
-    return _pair(pair.kind, pair.target, pair.anchor, weight)
+def _reweighted(pair: Pair, weights: dict[str, SharedWeight]) -> Pair:
+    """The pair re-solved with the shared-error weights of its cell (and its anchor's own, same scale and alike)."""
+    return _pair(pair.kind, pair.target, pair.anchor, weight_for(weights, pair),
+                 weights[weight_key(SCALE_GROUPS[0], True)].weight)
 
 
 def estimate_weight(pairs: Sequence[Pair], group: str, alike: bool | None = True) -> SharedWeight:
@@ -508,8 +518,13 @@ def series_of(runs: Sequence[ScoredRun]) -> dict[tuple[str, ...], list[ScoredRun
 
 def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, float]]:
     """(sweep, anchored hit, unanchored hit, anchored regret, unanchored regret) of every (sweep, anchor) choice whose
-    runs share one metric: the anchored projections of the sweep's runs (the anchor's own measured value included)
-    pick a best layout; regret is the throughput the pick loses against the measured best (0: the best)."""
+    runs share one metric: the anchored projections of the sweep's runs pick a best layout as ``search --anchor``
+    ranks candidates (tools/search.py: every layout, the anchor's own included, at its anchored projection,
+    :attr:`Pair.anchor_self`); regret is the throughput the pick loses against the measured best (0: the best).
+
+    The anchor's own measured value is not what it competes with: against the others' shrunk corrections it would
+    favour the anchor whenever it was underestimated (and the others whenever it was overestimated), an artefact
+    of the shrinkage, not evidence that the error differs by layout."""
     groups: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         if p.kind == "in-sweep":
@@ -520,7 +535,7 @@ def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, f
         same = [anchor, *(p.target for p in members)]
         if len({r.metric for r in same}) != 1:
             continue
-        values = {anchor.label: throughput(anchor.metric, anchor.measured)}
+        values = {anchor.label: throughput(anchor.metric, members[0].anchor_self)}
         values |= {p.target.label: throughput(p.target.metric, p.anchored) for p in members}
         best = max(throughput(r.metric, r.measured) for r in same)
         pick = max(same, key=lambda r: values[r.label])
@@ -541,7 +556,7 @@ def evaluate_setting(setting: str, runs: list[ScoredRun], table: AnchoredBandTab
     for file in sorted({p.target.file for p in full}):
         weights = shared_weights([p for p in full + estimation if p.target.file != file])
         result.weights_by_source[file] = {g: w.weight for g, w in weights.items()}
-        pairs += [_reweighted(p, weight_for(weights, p)) for p in full if p.target.file == file]
+        pairs += [_reweighted(p, weights) for p in full if p.target.file == file]
     result.pairs = pairs
     result.top1 = top1_outcomes(pairs)
     if table is None:

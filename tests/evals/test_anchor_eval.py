@@ -97,3 +97,19 @@ def test_each_source_is_scored_with_weights_estimated_without_it() -> None:
     by_source = data["shared_weights_by_source"]
     assert set(by_source) == {"megatron-bridge-26.02.yaml", "megatron-bridge-25.09.yaml"}
     assert by_source["megatron-bridge-26.02.yaml"] != by_source["megatron-bridge-25.09.yaml"]
+
+
+def test_top1_ranks_the_anchor_layout_at_its_anchored_projection(result) -> None:
+    """Top-1 ranks as ``search --anchor`` does: the anchor's layout competes at its own anchored projection (its
+    cell's weight), not at its measured value against the others' shrunk corrections."""
+    from evals.anchor_eval import _pair, top1_outcomes
+
+    p = next(p for p in result.pairs if p.kind == "in-sweep")
+    again = _pair(p.kind, p.target, p.anchor, 0.5, 0.3)
+    assert again.anchor_self == pytest.approx(_pair(p.kind, p.anchor, p.anchor, 0.3).anchored, rel=1e-12)
+    if again.anchor_self != p.anchor.measured:
+        rigged = _pair(p.kind, p.target, p.anchor, 0.5, 0.3)
+        rigged.anchor_self = 1e30 if p.target.metric != "iteration_time_s" else 1e-30   # the anchor must win
+        assert top1_outcomes([rigged])[0][1] == (p.anchor.measured == max(p.anchor.measured, p.target.measured)
+                                                 if p.target.metric != "iteration_time_s"
+                                                 else p.anchor.measured == min(p.anchor.measured, p.target.measured))
