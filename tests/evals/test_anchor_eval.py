@@ -103,13 +103,14 @@ def test_top1_ranks_the_anchor_layout_at_its_anchored_projection(result) -> None
     """Top-1 ranks as ``search --anchor`` does: the anchor's layout competes at its own anchored projection (its
     cell's weight), not at its measured value against the others' shrunk corrections."""
     from evals.anchor_eval import _pair, top1_outcomes
+    from evals.scoring import throughput
 
-    p = next(p for p in result.pairs if p.kind == "in-sweep")
+    p = next(p for p in result.pairs if p.kind == "in-sweep" and p.anchor.measured != p.target.measured)
     again = _pair(p.kind, p.target, p.anchor, 0.5, 0.3)
     assert again.anchor_self == pytest.approx(_pair(p.kind, p.anchor, p.anchor, 0.3).anchored, rel=1e-12)
-    if again.anchor_self != p.anchor.measured:
-        rigged = _pair(p.kind, p.target, p.anchor, 0.5, 0.3)
-        rigged.anchor_self = 1e30 if p.target.metric != "iteration_time_s" else 1e-30   # the anchor must win
-        assert top1_outcomes([rigged])[0][1] == (p.anchor.measured == max(p.anchor.measured, p.target.measured)
-                                                 if p.target.metric != "iteration_time_s"
-                                                 else p.anchor.measured == min(p.anchor.measured, p.target.measured))
+    best = max(throughput(r.metric, r.measured) for r in (p.anchor, p.target))
+    slow, fast = (1e30, 1e-30) if p.target.metric == "iteration_time_s" else (1e-30, 1e30)
+    for value, picked in ((fast, p.anchor), (slow, p.target)):       # the anchor's ranked value decides the pick
+        again.anchor_self = value
+        regret = top1_outcomes([again])[0][3]
+        assert regret == pytest.approx(1 - throughput(picked.metric, picked.measured) / best, abs=1e-12)
