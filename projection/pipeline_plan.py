@@ -40,13 +40,14 @@ class _Plan:
 
     Op i (1-based; index 0 is a zero-time sentinel) waits for op prev[i-1] (the
     previous op on its rank) and op dep[i-1] (its data input); dur_key[i-1]
-    indexes the per-call duration table; cross[i-1] is 1 when the input comes
-    from another rank.
+    indexes the per-call duration table; cross_dep[i-1] is dep[i-1] when the input
+    comes from another rank, else 0 (what `_run_plan` reads: an input on the same
+    rank ran earlier on it, so it never ends after the rank's previous op).
     """
 
     prev: tuple[int, ...]
     dep: tuple[int, ...]
-    cross: tuple[int, ...]
+    cross_dep: tuple[int, ...]
     dur_key: tuple[int, ...]
     last_op: tuple[int, ...]
     peak_in_flight: tuple[int, ...]
@@ -322,10 +323,11 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     done_arr = np.asarray(done, dtype=np.int64)
     dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
     in_flight, pending_w = _peaks_arrays(kind)
+    dep = tuple(dep_rm[order_of].tolist())
     return _Plan(
         prev=tuple(prev_rm[order_of].tolist()),
-        dep=tuple(dep_rm[order_of].tolist()),
-        cross=tuple(crosses.ravel()[order_of].astype(np.int64).tolist()),
+        dep=dep,
+        cross_dep=tuple(d if x else 0 for d, x in zip(dep, crosses.ravel()[order_of].tolist(), strict=True)),
         dur_key=tuple(dur_keys.ravel()[order_of].tolist()),
         last_op=tuple(global_index[:, -1].tolist()),
         peak_in_flight=in_flight,
@@ -383,19 +385,27 @@ def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], in
 
 
 def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:
-    """Return every op's finish time (index 0: the sentinel) by one max-plus pass in topological order."""
+    """Return every op's finish time (index 0: the sentinel, 0) by one max-plus pass in topological order.
+
+    An op ends at max(its rank's previous op, its input + p2p when that ran on another rank) + its time.
+    Inputs on the same rank are dropped (``cross_dep`` reads the sentinel: they never end after the
+    rank's previous op), so every input read adds p2p.  The sentinel holds -p2p during the pass: a
+    first op of a rank then reads -p2p as its previous op's end, and an op without an input reads
+    -p2p + p2p = 0; since an input's end + p2p is >= 0, max(-p2p, b) = max(0, b) = b: the same
+    values as a sentinel of 0 that adds no p2p (exact integers).
+    """
     dur = itemgetter(*plan.dur_key)(durations)
-    fin = [0]  # fin[0] is the sentinel "nothing to wait for"
+    fin = [-p2p]
     append = fin.append
     if p2p == 0:
-        for p, d, t in zip(plan.prev, plan.dep, dur):
+        for p, d, t in zip(plan.prev, plan.cross_dep, dur):
             a = fin[p]
             b = fin[d]
             append((a if a > b else b) + t)
     else:
-        extra = itemgetter(*plan.cross)((0, p2p))
-        for p, d, x, t in zip(plan.prev, plan.dep, extra, dur):
+        for p, d, t in zip(plan.prev, plan.cross_dep, dur):
             a = fin[p]
-            b = fin[d] + x
+            b = fin[d] + p2p
             append((a if a > b else b) + t)
+    fin[0] = 0
     return fin
