@@ -285,42 +285,46 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     needs each op's input to be placed first, loops (over ready checks alone).
     """
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    # Global index (1-based) of the finished op of each done key; 0 = not yet.
-    done = [0] * (m * pp * vpp * 3)
-    rank_ops: list[list[int]] = [[] for _ in range(pp)]
-    pos = [0] * pp
-    dep_lists = dep_keys.tolist()
-    own_lists = own_keys.tolist()
+    # Global index (1-based) of the finished op of each done key; 0 = not yet.  The extra last slot, read by
+    # the key -1 (no input), counts as done.
+    done = [0] * (m * pp * vpp * 3) + [-1]
     n = kind.shape[1]
     placed = 0
     # A rank drains until an input is missing, then waits on that key; finishing the key wakes it.
     # Each op is placed once and each wait is registered once (no rounds over idle ranks).  Any
     # topological order gives the same finish times (exact integers, max-plus), hence the same results.
-    waiting: dict[int, list[int]] = {}
+    # A key is waited on by at most one rank (an input on the same rank is placed before its reader):
+    # waiting[key] is that rank, -1 none; held[r] is the own key of rank r's blocked op.
+    waiting = [-1] * len(done)
+    held: list[int | None] = [None] * pp
+    runs = [zip(deps, owns) for deps, owns in zip(dep_keys.tolist(), own_keys.tolist(), strict=True)]
     ready = list(range(pp - 1, -1, -1))
+    wake = ready.append
     while ready:
         r = ready.pop()
-        i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
-        while i < n:
-            k = deps[i]
-            if k >= 0 and done[k] == 0:
-                waiting.setdefault(k, []).append(r)
+        own = held[r]
+        if own is not None:                # woken: its input is done now
+            placed += 1
+            done[own] = placed
+            if waiting[own] >= 0:
+                wake(waiting[own])
+            held[r] = None
+        for k, own in runs[r]:
+            if not done[k]:
+                waiting[k] = r
+                held[r] = own
                 break
             placed += 1
-            own = owns[i]
             done[own] = placed
-            ops.append(placed)
-            if own in waiting:
-                ready += waiting.pop(own)
-            i += 1
-        pos[r] = i
+            if waiting[own] >= 0:
+                wake(waiting[own])
     assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     # rank-major arrays -> topological order
-    global_index = np.array(rank_ops, dtype=np.int64)
+    done_arr = np.asarray(done, dtype=np.int64)
+    global_index = done_arr[own_keys]
     order_of = np.empty(pp * n, dtype=np.int64)
     order_of[global_index.ravel() - 1] = np.arange(pp * n)
     prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
-    done_arr = np.asarray(done, dtype=np.int64)
     dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
     in_flight, pending_w = _peaks_arrays(kind)
     dep = tuple(dep_rm[order_of].tolist())
@@ -332,7 +336,7 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
         last_op=tuple(global_index[:, -1].tolist()),
         peak_in_flight=in_flight,
         peak_pending_weight_grad=pending_w,
-        rank_ops=tuple(map(tuple, rank_ops)),
+        rank_ops=tuple(map(tuple, global_index.tolist())),
     )
 
 
