@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from projection import fast_paths
+from projection.pipeline_direct import shortcut_applies as _direct_tests
 from projection.pipeline_direct import simulate_direct as _simulate_direct
 from projection.pipeline_period import PeriodicShape, needed_periods, periodic_shape, repetition, room
 from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
@@ -210,6 +211,28 @@ def _steady_attempt(shape: tuple[Schedule, int, int, int, int], durations: list[
     return steady
 
 
+def _one_pass_first(shape: tuple[Schedule, int, int, int, int]) -> bool:
+    """Whether a search's first run of a shape takes the one pass that tests its step for a repetition (rather
+    than the compiled-plan shortcut): when the one pass tests (`shortcut_applies`) and no shape of its family
+    hit (once one hit, the compiled plans of the small steps, reused by later runs, pay off at once)."""
+    return _direct_tests(*shape) and not _STEADY_FAMILY_CACHE.get(_family(shape), ((),))[0]
+
+
+def _note_direct(shape: tuple[Schedule, int, int, int, int], repeated: list[bool]) -> None:
+    """Record what a one-pass run that tested the whole step for a repetition found: a hit (later runs try the
+    compiled-plan shortcut), or none up to half its periods (the compiled-plan shortcut, which simulates at most
+    3/4 of them, would likely miss too: later runs simulate at once, as after _GIVE_UP_MISSES misses)."""
+    if not repeated:
+        return
+    hit, gave_up = _STEADY_FAMILY_CACHE.setdefault(_family(shape), ([], []))
+    if repeated[0]:
+        _STEADY_MISSES_CACHE[shape] = -1
+        hit.append(shape[3])
+    else:
+        _STEADY_MISSES_CACHE[shape] = _GIVE_UP_MISSES
+        gave_up.append(shape[3])
+
+
 def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[float], p2p_s: float
               ) -> tuple[float, tuple[int, ...], tuple[int, ...]]:
     """Return (makespan s, peak in flight, peak pending W); the fast paths give the same bits."""
@@ -224,10 +247,14 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
     first = fast and shape not in _SHAPES_SEEN_CACHE
     if first:
         _SHAPES_SEEN_CACHE[shape] = True
-    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES:
-        # a shape's first run in a process that has run few (a cold projection): one pass, with its own shortcut
-        # on a long step (`shortcut_applies`), no plan to build
-        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
+    if first and (len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES or _one_pass_first(shape)):
+        # a shape's first run in a process that has run few (a cold projection), or one whose one pass tests the
+        # step for a repetition (its own shortcut on a long step, `shortcut_applies`: never more ops than the
+        # plain pass): one pass, no plan to build; what its test found decides whether later runs try the
+        # compiled-plan shortcut
+        repeated: list[bool] = []
+        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p, repeated=repeated)
+        _note_direct(shape, repeated)
         result = (makespan / den, in_flight, pending)
     elif fast and _steady_worth_trying(shape) and (
             steady := _steady_attempt(shape, ints, p2p)) is not None:
