@@ -6,7 +6,10 @@ simulation (the argument is below); `_simulate` is what `projection.pipeline.sim
 calls. A shape's first run in a process that has run few shapes (a cold projection) takes the
 one-pass simulation, with its own shortcut on a long step (`projection.pipeline_direct`:
 no plan compiled, never more ops than the plain pass); other runs try the compiled-plan shortcut
-here (its small plans are compiled once per shape and reused, as a search does).
+here (its small plans are compiled once per shape and reused, as a search does).  Whether a run tries
+it is chosen by what the shape and its family (same schedule, pp, vpp, group; other m) showed before:
+two misses, a one pass that found no repetition, or a longer step of the family that gave up, and
+the run simulates at once (the same bits: the shortcut is exact when it applies).
 `projection.fast_paths.disabled()` turns both shortcuts and the memo off.
 """
 
