@@ -239,7 +239,7 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     chunks_by_rank = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)
     zbv = effective_schedule(config) == "zbv"
     head_rank, head_chunk = (0, 0) if zbv else (dims.pp - 1, dims.vpp - 1)
-    stages: list[StageTimes] = []
+    rows: list[tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]] = []
     parts: dict[str, list[float]] = {"compute": [], "tp": [], "cp": [], "ep": []}
     for rank, chunks in enumerate(chunks_by_rank):
         stage_layer_count = sum(len(c) for c in chunks)
@@ -280,12 +280,15 @@ def _stage_times(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
             fwd.append(f)
             b_in.append(bi)
             b_w.append(bw)
-        stages.append(StageTimes(forward_s=tuple(fwd), backward_input_s=tuple(b_in), backward_weight_s=tuple(b_w)))
+        rows.append((tuple(fwd), tuple(b_in), tuple(b_w)))
         parts["compute"].append(compute)
         parts["tp"].append(2 * tp_sum)
         parts["cp"].append(2 * cp_sum)
         parts["ep"].append(2 * ep_sum)
-    return stages, parts
+    every = [x for row in rows for times in row for x in times]
+    checked = min(every) >= 0.0 and math.isfinite(sum(every))      # StageTimes' checks, on all at once
+    build = StageTimes.trusted if checked else StageTimes          # (a failing value: its own error)
+    return [build(forward_s=f, backward_input_s=b, backward_weight_s=w) for f, b, w in rows], parts
 
 
 def _stage_times_vector(model: ModelSpec, config: TrainingConfig, dims: ParallelDims,

@@ -191,7 +191,8 @@ class _Shortcut:
         self.shape = shape
         self.taken: tuple[int, int, int, tuple[int, ...]] | None = None   # K, c, D, counts of the shorter step
         self.periods = _NO_HORIZON
-        if shortcut_applies(schedule, pp, vpp, m, group):
+        self.tests = shortcut_applies(schedule, pp, vpp, m, group)   # whether the run tests for a repetition
+        if self.tests:
             self.periods = _FIRST_CHECK
 
     def horizon(self) -> int:
@@ -255,7 +256,8 @@ class _Shortcut:
 
 
 def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int,
-                        shortcut: bool = True) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+                        shortcut: bool = True, repeated: list[bool] | None = None
+                        ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """`simulate_direct` of 1f1b and interleaved, without per-op arrays: each rank runs as a generator.
 
     Done keys pad each microbatch with a virtual stage -1 and pp*vpp that are never written and hold 0:
@@ -305,8 +307,12 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
         ready = paused[::-1]
     assert all(finished), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     makespan = max(ends)
+    extrapolated = None
     if plan is not None and plan.taken is not None:
         extrapolated = plan.extrapolate(done, step, warmups, makespan)
+    if repeated is not None and plan is not None and plan.tests:
+        repeated.append(extrapolated is not None)
+    if plan is not None and plan.taken is not None:
         if extrapolated is None:           # the shorter step did not repeat to its end: the long step in full
             return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p, shortcut=False)
         makespan = extrapolated
@@ -314,7 +320,8 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
 
 
 def simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int], p2p: int,
-                    shortcut: bool = True) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
+                    shortcut: bool = True, repeated: list[bool] | None = None
+                    ) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Return (makespan, peak in flight, peak pending W) in one drain that times each op as it is placed.
 
     The drain of `pipeline_plan._compile_plan` with `_run_plan`'s recurrence folded in (an op ends at
@@ -323,9 +330,12 @@ def simulate_direct(schedule: Schedule, pp: int, vpp: int, m: int, group: int, d
     on it, so it never ends after the rank's previous op and is dropped (read as the key -1); every other
     input is on another rank, so each op stores its end + p2p, the time its output reaches a reader.
     ``shortcut``: 1f1b and interleaved take the steady-state shortcut of the module docstring.
+    ``repeated``: when given and the run tested for a repetition (`shortcut_applies`), it gets True when the
+    shortcut was taken and held, False when no repetition extrapolated (the caller's evidence for whether
+    the compiled-plan shortcut, `pipeline_steady`, is worth trying on later runs of the shape).
     """
     if schedule in ("1f1b", "interleaved"):
-        return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p, shortcut)
+        return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p, shortcut, repeated)
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
     dep_keys = np.where(crosses, dep_keys, -1)
     in_flight, pending_w = _peaks_arrays(kind)

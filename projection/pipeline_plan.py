@@ -40,13 +40,14 @@ class _Plan:
 
     Op i (1-based; index 0 is a zero-time sentinel) waits for op prev[i-1] (the
     previous op on its rank) and op dep[i-1] (its data input); dur_key[i-1]
-    indexes the per-call duration table; cross[i-1] is 1 when the input comes
-    from another rank.
+    indexes the per-call duration table; cross_dep[i-1] is dep[i-1] when the input
+    comes from another rank, else 0 (what `_run_plan` reads: an input on the same
+    rank ran earlier on it, so it never ends after the rank's previous op).
     """
 
     prev: tuple[int, ...]
     dep: tuple[int, ...]
-    cross: tuple[int, ...]
+    cross_dep: tuple[int, ...]
     dur_key: tuple[int, ...]
     last_op: tuple[int, ...]
     peak_in_flight: tuple[int, ...]
@@ -284,53 +285,58 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     needs each op's input to be placed first, loops (over ready checks alone).
     """
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    # Global index (1-based) of the finished op of each done key; 0 = not yet.
-    done = [0] * (m * pp * vpp * 3)
-    rank_ops: list[list[int]] = [[] for _ in range(pp)]
-    pos = [0] * pp
-    dep_lists = dep_keys.tolist()
-    own_lists = own_keys.tolist()
+    # Global index (1-based) of the finished op of each done key; 0 = not yet.  The extra last slot, read by
+    # the key -1 (no input), counts as done.
+    done = [0] * (m * pp * vpp * 3) + [-1]
     n = kind.shape[1]
     placed = 0
     # A rank drains until an input is missing, then waits on that key; finishing the key wakes it.
     # Each op is placed once and each wait is registered once (no rounds over idle ranks).  Any
     # topological order gives the same finish times (exact integers, max-plus), hence the same results.
-    waiting: dict[int, list[int]] = {}
+    # A key is waited on by at most one rank (an input on the same rank is placed before its reader):
+    # waiting[key] is that rank, -1 none; held[r] is the own key of rank r's blocked op.
+    waiting = [-1] * len(done)
+    held: list[int | None] = [None] * pp
+    runs = [zip(deps, owns) for deps, owns in zip(dep_keys.tolist(), own_keys.tolist(), strict=True)]
     ready = list(range(pp - 1, -1, -1))
+    wake = ready.append
     while ready:
         r = ready.pop()
-        i, deps, owns, ops = pos[r], dep_lists[r], own_lists[r], rank_ops[r]
-        while i < n:
-            k = deps[i]
-            if k >= 0 and done[k] == 0:
-                waiting.setdefault(k, []).append(r)
+        own = held[r]
+        if own is not None:                # woken: its input is done now
+            placed += 1
+            done[own] = placed
+            if waiting[own] >= 0:
+                wake(waiting[own])
+            held[r] = None
+        for k, own in runs[r]:
+            if not done[k]:
+                waiting[k] = r
+                held[r] = own
                 break
             placed += 1
-            own = owns[i]
             done[own] = placed
-            ops.append(placed)
-            if own in waiting:
-                ready += waiting.pop(own)
-            i += 1
-        pos[r] = i
+            if waiting[own] >= 0:
+                wake(waiting[own])
     assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     # rank-major arrays -> topological order
-    global_index = np.array(rank_ops, dtype=np.int64)
+    done_arr = np.asarray(done, dtype=np.int64)
+    global_index = done_arr[own_keys]
     order_of = np.empty(pp * n, dtype=np.int64)
     order_of[global_index.ravel() - 1] = np.arange(pp * n)
     prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
-    done_arr = np.asarray(done, dtype=np.int64)
     dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
     in_flight, pending_w = _peaks_arrays(kind)
+    dep = tuple(dep_rm[order_of].tolist())
     return _Plan(
         prev=tuple(prev_rm[order_of].tolist()),
-        dep=tuple(dep_rm[order_of].tolist()),
-        cross=tuple(crosses.ravel()[order_of].astype(np.int64).tolist()),
+        dep=dep,
+        cross_dep=tuple(d if x else 0 for d, x in zip(dep, crosses.ravel()[order_of].tolist(), strict=True)),
         dur_key=tuple(dur_keys.ravel()[order_of].tolist()),
         last_op=tuple(global_index[:, -1].tolist()),
         peak_in_flight=in_flight,
         peak_pending_weight_grad=pending_w,
-        rank_ops=tuple(map(tuple, rank_ops)),
+        rank_ops=tuple(map(tuple, global_index.tolist())),
     )
 
 
@@ -383,19 +389,27 @@ def _exact_ints(durations: Sequence[float], p2p_s: float) -> tuple[list[int], in
 
 
 def _run_plan(plan: _Plan, durations: list[int], p2p: int) -> list[int]:
-    """Return every op's finish time (index 0: the sentinel) by one max-plus pass in topological order."""
+    """Return every op's finish time (index 0: the sentinel, 0) by one max-plus pass in topological order.
+
+    An op ends at max(its rank's previous op, its input + p2p when that ran on another rank) + its time.
+    Inputs on the same rank are dropped (``cross_dep`` reads the sentinel: they never end after the
+    rank's previous op), so every input read adds p2p.  The sentinel holds -p2p during the pass: a
+    first op of a rank then reads -p2p as its previous op's end, and an op without an input reads
+    -p2p + p2p = 0; since an input's end + p2p is >= 0, max(-p2p, b) = max(0, b) = b: the same
+    values as a sentinel of 0 that adds no p2p (exact integers).
+    """
     dur = itemgetter(*plan.dur_key)(durations)
-    fin = [0]  # fin[0] is the sentinel "nothing to wait for"
+    fin = [-p2p]
     append = fin.append
     if p2p == 0:
-        for p, d, t in zip(plan.prev, plan.dep, dur):
+        for p, d, t in zip(plan.prev, plan.cross_dep, dur):
             a = fin[p]
             b = fin[d]
             append((a if a > b else b) + t)
     else:
-        extra = itemgetter(*plan.cross)((0, p2p))
-        for p, d, x, t in zip(plan.prev, plan.dep, extra, dur):
+        for p, d, t in zip(plan.prev, plan.cross_dep, dur):
             a = fin[p]
-            b = fin[d] + x
+            b = fin[d] + p2p
             append((a if a > b else b) + t)
+    fin[0] = 0
     return fin

@@ -6,7 +6,10 @@ simulation (the argument is below); `_simulate` is what `projection.pipeline.sim
 calls. A shape's first run in a process that has run few shapes (a cold projection) takes the
 one-pass simulation, with its own shortcut on a long step (`projection.pipeline_direct`:
 no plan compiled, never more ops than the plain pass); other runs try the compiled-plan shortcut
-here (its small plans are compiled once per shape and reused, as a search does).
+here (its small plans are compiled once per shape and reused, as a search does).  Whether a run tries
+it is chosen by what the shape and its family (same schedule, pp, vpp, group; other m) showed before:
+two misses, a one pass that found no repetition, or a longer step of the family that gave up, and
+the run simulates at once (the same bits: the shortcut is exact when it applies).
 `projection.fast_paths.disabled()` turns both shortcuts and the memo off.
 """
 
@@ -18,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from projection import fast_paths
+from projection.pipeline_direct import shortcut_applies as _direct_tests
 from projection.pipeline_direct import simulate_direct as _simulate_direct
 from projection.pipeline_period import PeriodicShape, needed_periods, periodic_shape, repetition, room
 from projection.pipeline_plan import Schedule, _compile_plan, _exact_ints, _Plan, _run_plan
@@ -56,6 +60,15 @@ _ONE_PASS_SHAPES = 4
 # bench_search_space case e, 1.1 CPU-s of 6.1) each miss costs up to 3/4 of a full run on top of it.
 _STEADY_MISSES_CACHE: dict[tuple[object, ...], int] = {}
 _GIVE_UP_MISSES = 2
+# Per family (schedule, pp, vpp, group: the shapes that differ only in m), the m of its shapes that hit and of
+# those that gave up after trying (a step too short for the shortcut tries nothing and counts for neither).  A
+# new shape starts given up when a shape of its family with at least its m gave up and none with at most its m
+# hit: a longer step has more room for the repetition, so in a search, which runs each family at several m with
+# stage times of the same make, where a long step of a family shows no repetition (near-equal stage times whose
+# ties break in the last bits: transients longer than any step) a shorter one does not either (405B at PP 32
+# and 64 in bench_search_space case e: every shape gave up, each after two misses that compiled and ran small
+# plans for nothing).  Exact either way: a shape not tried runs the full simulation.
+_STEADY_FAMILY_CACHE: dict[tuple[object, ...], tuple[list[int], list[int]]] = {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -125,6 +138,13 @@ def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duration
     return makespan, plan, c, D, needed_periods((lag, head_reach, tail_reach), c, t)
 
 
+def _steady_tries(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> bool:
+    """Whether `_steady_makespan` simulates anything for this shape: a periodic middle of at least
+    2 * _PROBE_PERIODS periods on every rank."""
+    shape = periodic_shape(schedule, pp, vpp, m, group)
+    return shape is not None and min(shape[3]) >= 2 * _PROBE_PERIODS
+
+
 def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int],
                      p2p: int) -> tuple[int, _Plan] | None:
     """Return the exact makespan of m microbatches from a shorter step that reaches its steady state.
@@ -135,13 +155,10 @@ def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     most a third more than the full simulation); attempts grow from the dependency reach to
     what the measured transient needs, or double.
     """
-    shape = periodic_shape(schedule, pp, vpp, m, group)
-    if shape is None:
+    if not _steady_tries(schedule, pp, vpp, m, group):
         return None
-    shift, _, _, counts = shape
+    shift, _, _, counts = periodic_shape(schedule, pp, vpp, m, group)   # type: ignore[misc]
     shortest = min(counts)
-    if shortest < 2 * _PROBE_PERIODS:
-        return None
     lag, _, tail_reach = _reach(schedule, pp, vpp, m - (shortest - _PROBE_PERIODS) * shift, group)
     keep = max(_PROBE_PERIODS, room(lag, tail_reach, 1) + 4)
     spent = 0                                          # periods simulated so far: at most 3/4 of a full step
@@ -163,16 +180,60 @@ def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     return None
 
 
+def _family(shape: tuple[Schedule, int, int, int, int]) -> tuple[Schedule, int, int, int]:
+    """(schedule, pp, vpp, group): what a shape's family shares (its shapes differ only in m)."""
+    schedule, pp, vpp, _, group = shape
+    return schedule, pp, vpp, group
+
+
+def _steady_worth_trying(shape: tuple[Schedule, int, int, int, int]) -> bool:
+    """Whether to try the compiled-plan shortcut on a run of this shape: fewer than _GIVE_UP_MISSES misses or a
+    hit; a shape not tried before, unless its family tells it would miss (`_STEADY_FAMILY_CACHE`)."""
+    misses = _STEADY_MISSES_CACHE.get(shape)
+    if misses is not None:
+        return misses < _GIVE_UP_MISSES
+    hit, gave_up = _STEADY_FAMILY_CACHE.get(_family(shape), ((), ()))
+    m = shape[3]
+    return not any(g >= m for g in gave_up) or any(h <= m for h in hit)
+
+
 def _steady_attempt(shape: tuple[Schedule, int, int, int, int], durations: list[int], p2p: int
                     ) -> tuple[int, _Plan] | None:
-    """`_steady_makespan` of a shape, counting its misses until its first hit (-1: it hit, keep trying)."""
+    """`_steady_makespan` of a shape, counting its misses until its first hit (-1: it hit, keep trying), and
+    recording in its family a hit, or the shape giving up after trying (a step too short tries nothing)."""
     steady = _steady_makespan(*shape, durations, p2p)
     misses = _STEADY_MISSES_CACHE.get(shape, 0)
+    hit, gave_up = _STEADY_FAMILY_CACHE.setdefault(_family(shape), ([], []))
     if steady is not None:
         _STEADY_MISSES_CACHE[shape] = -1
+        hit.append(shape[3])
     elif misses >= 0:
         _STEADY_MISSES_CACHE[shape] = misses + 1
+        if misses + 1 == _GIVE_UP_MISSES and _steady_tries(*shape):
+            gave_up.append(shape[3])
     return steady
+
+
+def _one_pass_first(shape: tuple[Schedule, int, int, int, int]) -> bool:
+    """Whether a search's first run of a shape takes the one pass that tests its step for a repetition (rather
+    than the compiled-plan shortcut): when the one pass tests (`shortcut_applies`) and no shape of its family
+    hit (once one hit, the compiled plans of the small steps, reused by later runs, pay off at once)."""
+    return _direct_tests(*shape) and not _STEADY_FAMILY_CACHE.get(_family(shape), ((),))[0]
+
+
+def _note_direct(shape: tuple[Schedule, int, int, int, int], repeated: list[bool]) -> None:
+    """Record what a one-pass run that tested the whole step for a repetition found: a hit (later runs try the
+    compiled-plan shortcut), or none up to half its periods (the compiled-plan shortcut, which simulates at most
+    3/4 of them, would likely miss too: later runs simulate at once, as after _GIVE_UP_MISSES misses)."""
+    if not repeated:
+        return
+    hit, gave_up = _STEADY_FAMILY_CACHE.setdefault(_family(shape), ([], []))
+    if repeated[0]:
+        _STEADY_MISSES_CACHE[shape] = -1
+        hit.append(shape[3])
+    else:
+        _STEADY_MISSES_CACHE[shape] = _GIVE_UP_MISSES
+        gave_up.append(shape[3])
 
 
 def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[float], p2p_s: float
@@ -189,12 +250,16 @@ def _simulate(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duratio
     first = fast and shape not in _SHAPES_SEEN_CACHE
     if first:
         _SHAPES_SEEN_CACHE[shape] = True
-    if first and len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES:
-        # a shape's first run in a process that has run few (a cold projection): one pass, with its own shortcut
-        # on a long step (`shortcut_applies`), no plan to build
-        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p)
+    if first and (len(_SHAPES_SEEN_CACHE) <= _ONE_PASS_SHAPES or _one_pass_first(shape)):
+        # a shape's first run in a process that has run few (a cold projection), or one whose one pass tests the
+        # step for a repetition (its own shortcut on a long step, `shortcut_applies`: never more ops than the
+        # plain pass): one pass, no plan to build; what its test found decides whether later runs try the
+        # compiled-plan shortcut
+        repeated: list[bool] = []
+        makespan, in_flight, pending = _simulate_direct(schedule, pp, vpp, m, group, ints, p2p, repeated=repeated)
+        _note_direct(shape, repeated)
         result = (makespan / den, in_flight, pending)
-    elif fast and _STEADY_MISSES_CACHE.get(shape, 0) < _GIVE_UP_MISSES and (
+    elif fast and _steady_worth_trying(shape) and (
             steady := _steady_attempt(shape, ints, p2p)) is not None:
         makespan, plan = steady
         result = (makespan / den, plan.peak_in_flight, plan.peak_pending_weight_grad)

@@ -68,9 +68,9 @@ def test_first_and_later_runs_of_a_shape_equal_the_full_simulation(schedule: Sch
     direct_runs = []
     real = pipeline_steady._simulate_direct
 
-    def counted(*args: object) -> object:
+    def counted(*args: object, **options: object) -> object:
         direct_runs.append(args[:4])
-        return real(*args)   # type: ignore[arg-type]
+        return real(*args, **options)   # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline_steady, "_simulate_direct", counted)
     rng = random.Random(3)

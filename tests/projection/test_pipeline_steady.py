@@ -139,3 +139,67 @@ def test_a_shape_that_keeps_missing_stops_trying_the_shortcut(hits_on_try: int |
         fast, full = _both(_stages(rng, 8, 1, "random"), 1024, "1f1b", 1e-5)
         assert fast == full
     assert len(tries) == (pipeline_steady._GIVE_UP_MISSES if hits_on_try is None else 6)
+
+
+def _fresh_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process past its first few shapes (a search), with empty memos and shortcut records."""
+    monkeypatch.setattr(pipeline_steady, "_SHAPES_SEEN_CACHE", {("other", i): True for i in range(8)})
+    monkeypatch.setattr(pipeline_steady, "_RESULT_CACHE", {})
+    monkeypatch.setattr(pipeline_steady, "_STEADY_MISSES_CACHE", {})
+    monkeypatch.setattr(pipeline_steady, "_STEADY_FAMILY_CACHE", {})
+
+
+@pytest.mark.parametrize("family_hit", [False, True])
+def test_a_family_that_gave_up_on_a_longer_step_skips_the_shortcut_on_shorter_ones(
+        family_hit: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """zero-bubble m = 600 gave up after trying: m = 300 and 200 of the same family never try the compiled-plan
+    shortcut (same bits as the full simulation); with a hit at m <= theirs recorded, they try it."""
+    _fresh_search(monkeypatch)
+    tries: list[int] = []
+    real = pipeline_steady._steady_makespan
+
+    def shortcut(*args: object) -> object:
+        tries.append(args[3])   # type: ignore[arg-type]
+        return None if args[3] == 600 else real(*args)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline_steady, "_steady_makespan", shortcut)
+    rng = random.Random(5)
+    if family_hit:
+        pipeline_steady._STEADY_FAMILY_CACHE[("zero-bubble", 8, 1, 8)] = ([100], [])
+    for m in (600, 600, 600, 300, 300, 200):
+        fast, full = _both(_stages(rng, 8, 1, "random"), m, "zero-bubble", 1e-5)
+        assert fast == full
+    expected = [600, 600] + ([300, 300, 200] if family_hit else [])
+    assert tries == expected
+
+
+@pytest.mark.parametrize("found", [False, True])
+def test_what_the_first_one_pass_run_found_decides_whether_later_runs_try_the_shortcut(
+        found: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search's first run of a long 1f1b step takes the one pass that tests for a repetition: none found (as on
+    near-equal stage times whose ties break in the last bits), later runs of the shape simulate at once; one
+    found, they try the compiled-plan shortcut.  Same bits either way."""
+    _fresh_search(monkeypatch)
+    tries: list[tuple[object, ...]] = []
+    real_steady, real_direct = pipeline_steady._steady_makespan, pipeline_steady._simulate_direct
+
+    def shortcut(*args: object) -> object:
+        tries.append(args[:4])
+        return real_steady(*args)   # type: ignore[arg-type]
+
+    def one_pass(*args: object, repeated: list[bool] | None = None, **options: object) -> object:
+        result = real_direct(*args, repeated=repeated, **options)   # type: ignore[arg-type]
+        if repeated:
+            repeated[:] = [found]    # what the test found, as this case wants it
+        return result
+
+    monkeypatch.setattr(pipeline_steady, "_steady_makespan", shortcut)
+    monkeypatch.setattr(pipeline_steady, "_simulate_direct", one_pass)
+    rng = random.Random(9)
+    pp, m = 16, 640                  # 20,480 ops: the one pass tests for a repetition
+    for _ in range(3):
+        fast, full = _both(_stages(rng, pp, 1, "random"), m, "1f1b", 1e-5)
+        assert fast == full
+    assert pipeline_steady._STEADY_MISSES_CACHE[("1f1b", pp, 1, m, pp)] == (
+        -1 if found else pipeline_steady._GIVE_UP_MISSES)
+    assert len(tries) == (2 if found else 0)
