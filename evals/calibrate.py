@@ -310,7 +310,8 @@ def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DevicePr
     for name in BORROWED:
         if cited_prior(group, name) or getattr(profile, name) != getattr(pristine_profile(group), name):
             continue
-        fitted = [getattr(p, name) for g, p in profiles.items() if getattr(p, name) != getattr(pristine_profile(g), name)]
+        fitted = [getattr(p, name) for g, p in profiles.items()
+                  if getattr(p, name) != getattr(pristine_profile(g), name)]
         if fitted:
             low, high = profile_bounds(group, name)
             update[name] = min(max(statistics.median(fitted), low), high)

@@ -123,7 +123,8 @@ def test_a_held_out_family_borrows_fitted_kernel_efficiencies_only_where_its_pri
     cdna3 = replace(a100, device_group="mi300x", specs=replace(a100.specs, hardware=load_hardware("mi300x")))
     fitted = {"h100-sxm": prior_profile("h100-sxm").model_copy(update={"attention_efficiency": 0.40,
                                                                        "moe_efficiency": 0.60}),
-              "mi355x": prior_profile("mi355x").model_copy(update={"attention_efficiency": 0.30, "moe_efficiency": 0.50}),
+              "mi355x": prior_profile("mi355x").model_copy(update={"attention_efficiency": 0.30,
+                                                                   "moe_efficiency": 0.50}),
               "a100-80gb": prior_profile("a100-80gb")}          # fitted nothing of these: left out of the median
     assert set(BORROWED) == {"attention_efficiency", "moe_efficiency"}
     assert not cited_prior("b200", "attention_efficiency") and cited_prior("mi300x", "attention_efficiency")
