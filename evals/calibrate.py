@@ -73,7 +73,9 @@ from projection.device_profile import FITTABLE, DeviceProfile, default_profile, 
 from projection.errors import ProjtuneError
 from projection.framework import framework_profile
 from projection.framework_profile import FrameworkProfile
-from projection.profile_priors import family_of, member_profile, silicon_group, silicon_members
+from projection.profile_priors import (cited_prior, family_of, member_profile, physical, silicon_group,
+                                      silicon_members)
+from projection.profile_priors import parameter_bounds as profile_bounds
 from projection.evidence import evidence_path_for, write_evidence
 from projection.uncertainty import band_table, write_table
 
@@ -285,23 +287,53 @@ def _fold_text(train: Sequence[FitRun], parameters: dict[str, list[str]]) -> str
 # fitted borrows them (median over the fold's fitted groups) instead of the DeviceProfile defaults.
 TRANSFERRED = ("scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fraction", "tp_overlap_fraction",
                "ep_overlap_fraction", "kernel_overhead_s", "moe_layer_overhead_s")
+# Kernel efficiencies a held-out run's profile borrows when its family has no cited prior for them in
+# projection/catalog/priors/priors.yaml (so its value would be the DeviceProfile default) and its own group did not
+# fit them in this fold: the median over the fold's groups that did fit them (value moved off their own prior),
+# kept inside the run's family bounds.  Why these two transfer across dies:
+# - moe_efficiency is a ratio to the same die's dense GEMM efficiency (projection/workload.py), so the die's
+#   throughput cancels; what is left is the grouped GEMM's ragged-tile penalty and the MoE block's extra passes,
+#   which the software stack (Megatron-core / Transformer Engine grouped GEMM, XLA ragged dot) sets, as it sets the
+#   TRANSFERRED parameters.
+# - attention_efficiency: the default 0.55 is no measurement of any NVIDIA die's fused attention forward + backward
+#   (FlashAttention-2 reaches 35% of H100's peak, Shah et al. 2024, arXiv 2407.08608, Sec. 1; its A100 forward
+#   figure is 73%, Dao 2023); the fitted fused-attention fractions of the development set's dies (H100, B200, B300,
+#   A100, MI300X, MI355X, shipped profiles of 2026-12-02: 0.36-0.53) are the evidence there is for a die without
+#   its own fit.  A family with a cited prior (CDNA3/CDNA4 kernel measurements) keeps it.
+BORROWED = ("moe_efficiency", "attention_efficiency")
+
+
+def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
+    """``profile`` with each :data:`BORROWED` parameter that sits at an uncited default prior replaced by the median
+    of the fold's groups that fitted it (bounded by the run's family); unchanged when none did."""
+    group, update = item.device_group, {}
+    for name in BORROWED:
+        if cited_prior(group, name) or getattr(profile, name) != getattr(pristine_profile(group), name):
+            continue
+        fitted = [getattr(p, name) for g, p in profiles.items()
+                  if getattr(p, name) != getattr(pristine_profile(g), name)]
+        if fitted:
+            low, high = profile_bounds(group, name)
+            update[name] = min(max(statistics.median(fitted), low), high)
+    return physical(profile.model_copy(update=update)) if update else profile
 
 
 def held_out_profile(item: FitRun, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
     """The fold's profile for a held-out run: its group's; else its silicon's; else a fitted one of its
-    family; else its family prior with the stack/network parameters transferred from the fitted groups."""
+    family; else its family prior with the stack/network parameters transferred from the fitted groups.
+    Kernel efficiencies left at an uncited default borrow the fitted groups' median (:data:`BORROWED`)."""
     for group in (item.device_group, silicon_group(item.specs.hardware.id)):
         if group in profiles:
-            return profiles[group]
+            return _borrowed(item, profiles[group], profiles)
     family = item.specs.hardware.family
     same_family = [p for g, p in profiles.items() if family_of(g) == family]
     if same_family:
-        return same_family[0]
+        return _borrowed(item, same_family[0], profiles)
     prior = pristine_profile(item.device_group)
     if not profiles:
         return prior
-    return prior.model_copy(update={name: statistics.median(getattr(p, name) for p in profiles.values())
-                                    for name in TRANSFERRED})
+    return _borrowed(item, prior.model_copy(update={name: statistics.median(getattr(p, name) for p in profiles.values())
+                                                    for name in TRANSFERRED}), profiles)
 
 
 def held_out_sources(runs: Sequence[FitRun], hold_out: Sequence[str] | None) -> list[str]:

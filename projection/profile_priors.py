@@ -78,6 +78,12 @@ def parameter_bounds(group: str, name: str) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def cited_prior(group: str, name: str) -> bool:
+    """Whether ``priors.yaml`` lists a cited prior value of ``name`` for the group's family (else the prior is the
+    DeviceProfile default, which has no source for that family)."""
+    return name in (_table()["families"].get(family_of(group), {}).get("prior") or {})
+
+
 def prior_profile(group: str) -> DeviceProfile:
     """The profile every fit of ``group`` starts from and is pulled towards: DeviceProfile defaults
     overridden by the family's listed priors, each clipped into its bounds."""

@@ -22,6 +22,7 @@ from evals.grouped_cv import (
 from evals.sweep_file import load_sweep_files
 from projection.errors import ProjtuneError
 from projection.evidence import Novelty
+from projection.hardware import load_hardware
 from projection.uncertainty import band_for, build_table
 from projtune.cli import app
 
@@ -106,3 +107,34 @@ def test_nested_bands_never_see_their_own_group() -> None:
     first = next(b for r, b in pairs if r.source == "src0")
     assert first == pytest.approx(band_for(expected, "hopper", "megatron", False))
     assert all(math.isfinite(lo) and lo <= 1 <= hi for _, (lo, hi) in pairs)
+
+
+def test_a_held_out_family_borrows_fitted_kernel_efficiencies_only_where_its_prior_is_uncited() -> None:
+    """evals.calibrate.BORROWED: a Blackwell run (no cited attention / MoE prior) held out of a fold takes the median of
+    the groups that fitted them; groups still at their own prior do not count; a CDNA3 run keeps its cited prior."""
+    from dataclasses import replace
+
+    from evals.calibrate import BORROWED, held_out_profile
+    from projection.profile_priors import cited_prior, prior_profile
+
+    runs = collect_fit_runs(load_sweep_files([KORTHIKANTI]).sweeps)
+    a100 = runs[0]
+    blackwell = replace(a100, device_group="b200", specs=replace(a100.specs, hardware=load_hardware("b200")))
+    cdna3 = replace(a100, device_group="mi300x", specs=replace(a100.specs, hardware=load_hardware("mi300x")))
+    fitted = {"h100-sxm": prior_profile("h100-sxm").model_copy(update={"attention_efficiency": 0.40,
+                                                                       "moe_efficiency": 0.60}),
+              "mi355x": prior_profile("mi355x").model_copy(update={"attention_efficiency": 0.30,
+                                                                   "moe_efficiency": 0.50}),
+              "a100-80gb": prior_profile("a100-80gb")}          # fitted nothing of these: left out of the median
+    assert set(BORROWED) == {"attention_efficiency", "moe_efficiency"}
+    assert not cited_prior("b200", "attention_efficiency") and cited_prior("mi300x", "attention_efficiency")
+    borrowed = held_out_profile(blackwell, fitted)
+    assert borrowed.attention_efficiency == pytest.approx(0.35)
+    assert borrowed.moe_efficiency == pytest.approx(0.55)
+    kept = held_out_profile(cdna3, fitted)
+    assert kept.attention_efficiency == prior_profile("mi300x").attention_efficiency
+    assert kept.moe_efficiency == prior_profile("mi300x").moe_efficiency
+    # a group that fitted the parameter itself keeps its own value
+    own = {**fitted, "b200": prior_profile("b200").model_copy(update={"attention_efficiency": 0.45})}
+    assert held_out_profile(blackwell, own).attention_efficiency == pytest.approx(0.45)
+    assert held_out_profile(blackwell, own).moe_efficiency == pytest.approx(0.55)
