@@ -17,7 +17,6 @@ from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
 from projection.framework import WorkloadTraits, framework_record, memory_traits
-from projection.hybridep import in_domain_exchange_s
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 
@@ -28,8 +27,7 @@ DEEPEP_A2A_FACTOR = 0.65       # Primus projection: DeepEP all-to-all efficiency
 # DeepEP fuses the permutation into TMA/RDMA dispatch and combine kernels on a few SMs and sends each token once per
 # destination node, NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md "DeepEP / HybridEP"): both move the
 # same bytes as the all-to-all (one bf16 row per routed token copy, dispatch and combine) at DEEPEP_A2A_FACTOR of
-# its time.  HybridEP across NVLink domains takes DeepEP's factor; inside one domain it is priced from its own
-# measured bandwidth and its one-row-per-reached-rank exchange (projection.hybridep).
+# its time.  No public HybridEP-vs-DeepEP bandwidth ratio for these fabrics was found, so HybridEP takes DeepEP's.
 KERNEL_DISPATCHERS = frozenset({"deepep", "hybridep"})
 # Dispatchers that permute tokens into per-expert order inside the dispatch kernel and restore them inside the combine
 # kernel, so the MoE block runs no separate permute / unpermute pass.  HybridEP: "dispatch(): Permute tokens for
@@ -765,12 +763,7 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
             one = all_gather_s(dispatch_bytes / model.top_k * groups.ep.size, groups.ep, net)
         else:
             one = all_to_all_s(dispatch_bytes, groups.ep, net)
-            if config.moe_dispatcher == "hybridep" and groups.ep.num_domains == 1 and net.fabric == "nvswitch":
-                # inside one NVLink domain: its rows per reached rank at its measured bandwidth (projection.hybridep)
-                one = in_domain_exchange_s(dispatch_bytes, model.num_experts, model.top_k, groups.ep.size,
-                                           net.scale_up_bytes_per_s, net.scale_up_latency_s)
-            elif config.moe_dispatcher in KERNEL_DISPATCHERS:
-                one *= DEEPEP_A2A_FACTOR
+            one *= DEEPEP_A2A_FACTOR if config.moe_dispatcher in KERNEL_DISPATCHERS else 1.0
         ep_comm = 2.0 * one  # dispatch + combine
     else:
         linear(tokens, mats * model.ffn_hidden_size / t, h, parts=(1.0 / mats,) * mats)
