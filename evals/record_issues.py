@@ -23,10 +23,6 @@ from collections.abc import Sequence
 from evals.fit import FitRun
 
 DOCUMENTED_RECORD_ISSUES: dict[tuple[str, int], str] = {
-    **{(f"narayanan-sc21-gpt-{name}", 0): "CHECKS.md 15: ZeRO-3 layout needs recompute the record lacks"
-       for name in ("175b-a100-80gb-384g-gbs1536-s2k", "175b-a100-80gb-768g-gbs1536-s2k",
-                    "175b-a100-80gb-1536g-gbs1536-s2k", "530b-a100-80gb-640g-gbs2560-s2k",
-                    "530b-a100-80gb-1120g-gbs2240-s2k", "530b-a100-80gb-2240g-gbs2240-s2k")},
     ("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
     ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
     ("megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k", 0): "CHECKS.md 17: PP/VP cells lost",

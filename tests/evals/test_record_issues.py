@@ -1,7 +1,8 @@
 """Runs whose record cannot describe the run are scored but never fitted on (``evals.record_issues``).
 
 Files: megatron-lm.yaml (3 H100 runs; the 8B and 405B rows record plain DDP and no recompute, CHECKS.md 16)
-and narayanan-sc21.yaml (its six DeepSpeed ZeRO-3 rows need a recompute their records lack, CHECKS.md 15).
+and narayanan-sc21.yaml (its six DeepSpeed ZeRO-3 rows now record the recompute SC'21 states, CHECKS.md 15, so
+they are fit evidence; the unfitted-framework rule is tested by marking them documented).
 """
 
 from __future__ import annotations
@@ -57,19 +58,35 @@ def test_calibrate_all_fits_profiles_on_described_runs_only(tmp_path: Path) -> N
     assert any(note.startswith("left 2 runs out of the fit") for note in notes)
 
 
-def test_a_framework_seen_only_in_left_out_runs_ships_unfitted(tmp_path: Path) -> None:
+def test_a_framework_seen_only_in_left_out_runs_ships_unfitted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
     frameworks = tmp_path / "frameworks"
     frameworks.mkdir()
     shipped = Path(__file__).resolve().parents[2] / "projection" / "catalog" / "frameworks" / "deepspeed.yaml"
     (frameworks / "deepspeed.yaml").write_text(shipped.read_text())
+    deepspeed_runs = [(r.sweep.sweep.name, r.run.index) for r in collect_fit_runs(load_sweep_files([NARAYANAN]).sweeps)
+                      if r.run.config.get("framework") == "deepspeed"]
+    assert len(deepspeed_runs) == 6
+    for key in deepspeed_runs:     # as if their records could not describe them
+        monkeypatch.setitem(DOCUMENTED_RECORD_ISSUES, key, "CHECKS.md 15: a record issue (test)")
     calibrate.calibrate_all(load_sweep_files([KORTHIKANTI, NARAYANAN]).sweeps, tmp_path / "profiles",
                             framework_dir=frameworks)
     written = yaml.safe_load((frameworks / "deepspeed.yaml").read_text())
-    # its multipliers would otherwise hold the recompute forward the records leave out (CHECKS.md 15)
     assert written["compute_efficiency"] == 1.0 and written["dp_comm_efficiency"] == 1.0
     assert written["fitted_on"] == [] and "not fitted" in written["fit_note"] and "CHECKS.md 15" in written["fit_note"]
     # the shipped file's documented facts are kept
     assert written["zero3_gathers_block_host"] is True
+
+
+def test_the_zero3_rows_record_the_recompute_sc21_states_and_are_fit_evidence() -> None:
+    # CHECKS.md 15: Narayanan et al. SC'21, Appendix ("we are using activation recomputation, which requires an
+    # additional forward pass before the backward pass") and Sec. 5.1 ("equation (3) assumes activation
+    # recomputation"), the FLOP count of every Table 2 row.
+    runs = [r for r in collect_fit_runs(load_sweep_files([NARAYANAN]).sweeps)
+            if r.run.config.get("framework") == "deepspeed"]
+    assert len(runs) == 6 and all(r.run.config.get("recompute") == "full" for r in runs)
+    kept, left_out = fit_evidence(runs)
+    assert len(kept) == 6 and not left_out
 
 
 def test_a_documented_run_still_counts_in_the_held_out_figures() -> None:
