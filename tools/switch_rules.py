@@ -36,18 +36,35 @@ def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: Trainin
             and config.recompute == "none" and config.ep == 1)
 
 
-def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:
-    """The layout with its switches as given, and (where the framework supports more) with every overlap on and
-    CUDA graphs where allowed; switches the config pins stay as they are."""
-    variants = [config]
+def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[dict[str, object]]:
+    """The switch settings the search gives a layout, best first: the fastest the launch framework supports, then
+    (only when that one turns on a switch that costs memory) the same without it.  Switches the config pins stay.
+
+    Why two at most (docs/architecture.md, "Run-time switches in the search"): every overlap is never slower
+    (projection.switches.overlap_fraction only hides communication) and the DP/TP/PP/CP overlaps cost no memory,
+    so they are simply on; the expert all-to-all overlap and CUDA graphs are never slower but cost memory
+    (projection.memory_terms.ep_overlap_buffer_bytes, cuda_graph_buffer_bytes), and never apply to the same layout
+    (graphs need ep 1, the expert overlap ep > 1).  So a layout's best setting is the first of these that fits
+    memory, which is what an exhaustive search over every switch combination picks per layout (equally fast
+    settings: the one with the switches on); tests/tools/test_switch_search.py checks it on small spaces.
+    An empty dict: the config as it is (a framework without switches the search varies)."""
     if not resolve_framework(framework or "megatron").megatron_core:
-        return variants
-    update: dict[str, object] = {}
-    if config.comm_overlap is None:      # the expert all-to-all overlap only where megatron-core allows it
-        blocked = ep_overlap_blockers(config)
-        update["comm_overlap"] = tuple(c for c in COMM_OVERLAPS if not (c == "ep" and blocked))
-    if config.cuda_graphs is None and cuda_graphs_allowed(framework, model, config):
-        update["cuda_graphs"] = True
-    if update:
-        variants.append(config.model_copy(update=update))
-    return variants
+        return [{}]
+    best: dict[str, object] = {}
+    fallback: dict[str, object] = {}
+    if config.comm_overlap is None:
+        free = tuple(c for c in COMM_OVERLAPS if c != "ep")
+        best["comm_overlap"] = fallback["comm_overlap"] = free
+        if not ep_overlap_blockers(config):          # the expert all-to-all overlap where megatron-core allows it
+            best["comm_overlap"] = COMM_OVERLAPS
+    if config.cuda_graphs is None:
+        best["cuda_graphs"] = cuda_graphs_allowed(framework, model, config)
+        fallback["cuda_graphs"] = False
+    costly = best != fallback
+    return [best, fallback] if costly else [best]
+
+
+def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:
+    """The layout under each of :func:`switch_choices` (best first)."""
+    return [config.model_copy(update=update) if update else config
+            for update in switch_choices(framework, model, config)]
