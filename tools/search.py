@@ -256,8 +256,11 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
     configs = evaluator.configs
     columns = evaluator.columns
     if columns is not None:
-        costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]])
-        evaluator.screen(costly.tolist())
+        # rows the search screened (the rest were skipped because their static memory alone misfits, which no
+        # switch changes, or pruned by bounds their fallback, as slow or slower with the same static headroom,
+        # also fails)
+        costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]]
+                                & evaluator.screened())
         second = {int(i): columns.switch_choices[columns.columns["switches"][i]][1] for i in costly.tolist()}
     else:
         second = {}

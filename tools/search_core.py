@@ -352,6 +352,11 @@ class Evaluator:
         if len(rows):
             self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
 
+    def screened(self) -> np.ndarray:
+        """Per candidate, whether the batch screen has its peak (columns: every layout whose sharding's static memory
+        could pass is screened up front, :meth:`_screen_live`)."""
+        return ~np.isnan(self._peaks[:, 0])
+
     def peak(self, index: int) -> tuple[float, float, float]:
         """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""
         if fast_paths.enabled():
