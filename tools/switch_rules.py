@@ -1,7 +1,8 @@
 """Which run-time switches a launch framework can turn on for a layout: the variants the search tries.
 
-The search ranks a layout with its framework's default switches (projection/catalog/frameworks/*.yaml) and with
-the fastest setting the launch framework supports; each rule is cited:
+The search gives each layout the fastest setting its launch framework supports that fits memory
+(:func:`switch_choices`: every overlap on, CUDA graphs / the expert overlap where allowed, else the same without the
+switch that costs memory; tools/search.py ``_search_fallbacks``); each rule is cited:
 
 - Megatron-LM / Megatron-Bridge / Primus (Megatron-core): every communication overlap exists as a switch
   (``--overlap-grad-reduce``/``--overlap-param-gather``, ``--tp-comm-overlap`` with sequence parallelism,
