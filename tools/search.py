@@ -24,6 +24,7 @@ from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
 from projection.legality import layout_violations
 from projection.memory import MemoryResult
+from projection.memory_batch import batcher_for
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
@@ -261,7 +262,11 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         # also fails)
         costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]]
                                 & evaluator.screened())
-        second = {int(i): columns.switch_choices[columns.columns["switches"][i]][1] for i in costly.tolist()}
+        failing = [i for i in costly.tolist() if not evaluator.passes(*_peak_pair(evaluator, i))]
+        rescued = _fallbacks_that_fit(job, evaluator, columns, np.asarray(failing, dtype=np.int64))
+        fallbacks = [configs[i].model_copy(update=columns.switch_choices[columns.columns["switches"][i]][1])
+                     for i in rescued]
+        return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
     else:
         second = {}
         unset = {k: pins.get(k) for k in ("comm_overlap", "cuda_graphs")}
@@ -271,6 +276,25 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
                 second[i] = choices[1]
     fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(
         evaluator, i))]
+    return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
+
+
+def _fallbacks_that_fit(job: Job, evaluator: Evaluator, columns: CandidateColumns, rows: np.ndarray) -> list[int]:
+    """The ``rows`` whose fallback switch setting passes the memory screen (batch peaks of the columns with each
+    row's fallback in place of its best setting)."""
+    if not len(rows):
+        return []
+    fallback = replace(columns, switch_choices=[choices[1:] or choices for choices in columns.switch_choices],
+                       _configs={})
+    peaks = batcher_for(job.model, job.hardware, job.profile).peaks_of_rows(fallback, rows)
+    return [i for i, peak, capacity in zip(rows.tolist(), peaks.peak_bytes.tolist(), peaks.capacity_bytes.tolist(),
+                                           strict=True) if evaluator.passes(peak, capacity)]
+
+
+def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadline: float | None, corrections: Any,
+                 configs: Sequence[TrainingConfig], fallbacks: list[TrainingConfig]) -> Sequence[TrainingConfig]:
+    """Search ``fallbacks`` as layouts of their own and add their outcomes to ``tally`` (see
+    :func:`_search_fallbacks`); the joined layouts."""
     if not fallbacks:
         return configs
     extra = Evaluator(job, fallbacks, [[k] for k in range(len(fallbacks))], evaluator.min_headroom,
