@@ -84,3 +84,33 @@ def test_switch_choice_equals_exhaustive_search(request_: SearchRequest) -> None
     assert pareto == sorted(front)
     # the switches matter here: some layout's best setting is not the framework default, and the answer says so
     assert any(c.config["cuda_graphs"] or "ep" in c.config["comm_overlap"] for c in result.ranked)
+
+
+def test_a_layout_that_fits_only_without_cuda_graphs_is_searched_without_them(monkeypatch) -> None:
+    """A minimum headroom between a layout's headroom with and without CUDA graphs: the search takes its fallback
+    (graphs off), and the answer still equals the exhaustive one."""
+    import tools.search as search
+    from tools.candidate_columns import enumerate_candidates
+
+    base = SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=16, gbs=64, seq_len=8192, top_k=5,
+                         constraints=Constraints.parse(["pp<=2", "mbs<=2", "precision=bf16", "cp=1", "zero<=1",
+                                                        "vpp=1", "tp<=2", "recompute=none,full"]))
+    job = resolve_request(base)
+    layouts = list(enumerate_candidates(job.model, job.hardware, job.cluster, base.constraints, base.gbs,
+                                        base.seq_len))
+    graphed = max((c for c in layouts if c.cuda_graphs), key=lambda c: screen_memory(job, c).headroom_fraction)
+    on = screen_memory(job, graphed).headroom_fraction
+    off = screen_memory(job, graphed.model_copy(update={"cuda_graphs": False})).headroom_fraction
+    assert off > on
+    request = base.model_copy(update={"constraints": base.constraints.model_copy(
+        update={"min_headroom": (on + off) / 2})})
+    searched: list[int] = []
+    more = search._search_more
+    monkeypatch.setattr(search, "_search_more", lambda *a: searched.append(len(a[7])) or more(*a))
+    result = run_search(request, workers=1)
+    assert searched and searched[0] >= 1
+    reference = sorted(_exhaustive(request, layouts), key=lambda r: (-r[1], -r[2]))
+    got = [(_bare(c.config), c.tokens_per_sec_per_gpu, c.headroom_fraction) for c in result.ranked]
+    assert got == reference[:request.top_k]
+    assert any(c.config["cuda_graphs"] is False and _bare(c.config) == _bare(graphed.model_dump(mode="json"))
+               for c in [*result.ranked, *result.pareto])
