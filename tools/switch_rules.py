@@ -8,7 +8,7 @@ switch that costs memory; tools/search.py ``_search_fallbacks``); each rule is c
   (``--overlap-grad-reduce``/``--overlap-param-gather``, ``--tp-comm-overlap`` with sequence parallelism,
   ``overlap_p2p_comm`` for the interleaved schedule, TE context-parallel attention; Megatron-LM
   megatron/training/arguments.py), and the expert all-to-all overlap (``--overlap-moe-expert-parallel-comm``, off by
-  default) where ``TransformerConfig.__post_init__`` accepts it (projection.switches.ep_overlap_blockers).  CUDA graphs (``--enable-cuda-graph``, ``TransformerConfig.enable_cuda_graph``)
+  default) where ``TransformerConfig.__post_init__`` accepts it (projection.switches.ep_overlap_blockers).  CUDA graphs (``--cuda-graph-impl local``, ``TransformerConfig.cuda_graph_impl``)
   capture each transformer layer, but megatron-core 0.16.1 ``TransformerConfig.__post_init__`` refuses them with
   full recompute ("full recompute is only supported with full iteration CUDA graph") and with selective recompute
   when attention dropout is on ("attention dropout is not supported with graphed attention recomputation"), which

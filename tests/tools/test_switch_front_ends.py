@@ -72,12 +72,12 @@ def test_megatron_export_emits_the_switches_and_reads_them_back() -> None:
     config = LAYOUT.model_copy(update={"comm_overlap": ("dp", "tp", "cp"), "cuda_graphs": True})
     launch = export_launch_config(LLAMA, CLUSTER, config, "megatron")
     for flag in ("--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap",
-                 "--no-overlap-p2p-communication", "--enable-cuda-graph"):
+                 "--no-overlap-p2p-communication", "--cuda-graph-impl local"):
         assert flag in launch.text, flag
     back = import_launch_config(launch.text, "megatron")
     assert back["comm_overlap"] == ["dp", "tp", "cp"] and back["cuda_graphs"] is True
     plain = export_launch_config(LLAMA, CLUSTER, LAYOUT.model_copy(update={"comm_overlap": ()}), "megatron")
-    assert "--overlap-grad-reduce" not in plain.text and "--enable-cuda-graph" not in plain.text
+    assert "--overlap-grad-reduce" not in plain.text and "--cuda-graph-impl" not in plain.text
 
 
 def test_megatron_export_with_overlap_and_graphs_passes_megatron_core() -> None:

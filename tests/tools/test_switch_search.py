@@ -54,14 +54,17 @@ def _exhaustive(request: SearchRequest, layouts) -> list[tuple[tuple, float, flo
     return best
 
 
-@pytest.mark.parametrize("request_", [
+REQUESTS = [
     SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=16, gbs=64, seq_len=8192, top_k=5,
                   constraints=Constraints.parse(["pp<=2", "mbs<=2", "precision=bf16", "cp=1", "zero<=1", "vpp=1", "tp<=2",
                                                  "recompute=none,full"])),
     SearchRequest(model="qwen3-30b-a3b", gpu="h100-sxm", num_gpus=16, gbs=32, seq_len=4096, top_k=5,
                   constraints=Constraints.parse(["pp=1", "mbs<=4", "precision=bf16", "cp=1", "tp<=2", "zero<=1",
                                                  "moe_dispatcher=alltoall", "recompute=none,full"])),
-], ids=["dense-graphs", "moe-expert-overlap"])
+]
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=["dense-graphs", "moe-expert-overlap"])
 def test_switch_choice_equals_exhaustive_search(request_: SearchRequest) -> None:
     from tools.candidate_columns import enumerate_candidates
 
@@ -114,3 +117,24 @@ def test_a_layout_that_fits_only_without_cuda_graphs_is_searched_without_them(mo
     assert got == reference[:request.top_k]
     assert any(c.config["cuda_graphs"] is False and _bare(c.config) == _bare(graphed.model_dump(mode="json"))
                for c in [*result.ranked, *result.pareto])
+
+
+@pytest.mark.parametrize(("index", "flags"), [
+    (0, ("--cuda-graph-impl local", "--overlap-grad-reduce", "--overlap-param-gather")),
+    (1, ("--overlap-moe-expert-parallel-comm", "--overlap-grad-reduce")),
+])
+def test_searched_switches_reach_the_megatron_export_and_pass_its_checks(index: int, flags: tuple[str, ...]) -> None:
+    pytest.importorskip("megatron.core")
+    from projection.training_config import TrainingConfig
+    from tools.exports import export_launch_config
+    from tools.exports.checks import validate
+
+    request = REQUESTS[index]
+    job = resolve_request(request)
+    result = run_search(request, workers=1)
+    chosen = next(c for c in result.ranked if c.config["cuda_graphs"] or "ep" in c.config["comm_overlap"])
+    config = TrainingConfig(**chosen.config)
+    launch = export_launch_config(job.model, job.cluster, config, "megatron")
+    for flag in flags:
+        assert flag in launch.text, flag
+    assert validate(launch, job.model, job.cluster) == []
