@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
-from projection.framework import resolve_framework
-from projection.switches import ep_overlap_blockers
+from projection.framework import framework_profile, resolve_framework
+from projection.switches import ep_overlap_blockers, resolve_switches
 from projection.vocabulary import COMM_OVERLAPS
 
 
@@ -49,20 +49,22 @@ def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConf
     memory, which is what an exhaustive search over every switch combination picks per layout (equally fast
     settings: the one with the switches on); tests/tools/test_switch_search.py checks it on small spaces.
     An empty dict: the config as it is (a framework without switches the search varies)."""
-    if not resolve_framework(framework or "megatron").megatron_core:
+    record = resolve_framework(framework or "megatron")
+    if not record.megatron_core:
         return [{}]
+    default = resolve_switches(config, framework_profile(config.framework))
+    # a setting equal to the framework's default stays unset (None), as a run that states no switch would have it;
+    # the fallback states every key the best one sets (None: back to the default)
     best: dict[str, object] = {}
     fallback: dict[str, object] = {}
     if config.comm_overlap is None:
         free = tuple(c for c in COMM_OVERLAPS if c != "ep")
-        best["comm_overlap"] = fallback["comm_overlap"] = free
-        if not ep_overlap_blockers(config):          # the expert all-to-all overlap where megatron-core allows it
-            best["comm_overlap"] = COMM_OVERLAPS
-    if config.cuda_graphs is None:
-        best["cuda_graphs"] = cuda_graphs_allowed(framework, model, config)
-        fallback["cuda_graphs"] = False
-    costly = best != fallback
-    return [best, fallback] if costly else [best]
+        fallback["comm_overlap"] = None if frozenset(free) == default.overlaps else free
+        best["comm_overlap"] = COMM_OVERLAPS if not ep_overlap_blockers(config) else fallback["comm_overlap"]
+    if config.cuda_graphs is None and cuda_graphs_allowed(framework, model, config) and not default.cuda_graphs:
+        best["cuda_graphs"], fallback["cuda_graphs"] = True, None
+    best = {k: v for k, v in best.items() if v is not None}
+    return [best, fallback] if best != {k: v for k, v in fallback.items() if v is not None} else [best]
 
 
 def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:
