@@ -143,7 +143,7 @@ def candidate(p: Projection, rank: int, reason: str = "", unanchored: Projection
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
     keys = ("tp", "pp", "vpp", "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout", "cp", "ep", "etp", "dp",
             "mbs", "precision", "recompute", "recompute_num_layers", "recompute_modules", "zero", "fsdp_size",
-            "moe_dispatcher", "pp_schedule")
+            "moe_dispatcher", "pp_schedule", "comm_overlap", "cuda_graphs")
     diffs = [f"{k} {b.get(k)}->{a.get(k)}" for k in keys if a.get(k) != b.get(k)]
     return ", ".join(diffs) if diffs else "nothing"
 
