@@ -36,6 +36,7 @@ from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory_terms import (
     BF16_BYTES,
+    CUDA_GRAPH_BACKWARD_SURFACES,
     GIB,
     StageMemory,
     _layer_tables_for,
@@ -43,8 +44,10 @@ from projection.memory_terms import (
     _stage_layers,
     _states,
     activation_context,
+    cuda_graph_buffer_bytes,
     moe_dispatch_buffer_bytes,
     stage_params,
+    switch_buffer_bytes,
     usable_capacity_bytes,
 )
 from projection.model_spec import ModelSpec
@@ -275,14 +278,16 @@ class MemoryBatcher:
 
     def _scalars(self, config: TrainingConfig, dims: ParallelDims) -> tuple[float, ...]:
         """A layout's per-layout scalars: micro-batches, vpp, embedding, loss, MoE buffer, workspace, fragmentation,
-        usable capacity."""
-        emb, loss = self._ends(config, self._context(config))
+        usable capacity, CUDA-graph hidden-state bytes, expert-overlap bytes (memory_terms.switch_buffer_bytes)."""
+        ctx = self._context(config)
+        emb, loss = self._ends(config, ctx)
         caching = memory_traits(config.framework).caching_allocator
         profile = self.profile
         return (dims.num_microbatches, dims.vpp, emb, loss,
                 moe_dispatch_buffer_bytes(self.model, config, dims, True, self.scale_up),
                 profile.memory_overhead_gib * GIB if caching else 0.0,
-                profile.memory_fragmentation if caching else 0.0, usable_capacity_bytes(self.hardware, config))
+                profile.memory_fragmentation if caching else 0.0, usable_capacity_bytes(self.hardware, config),
+                *switch_buffer_bytes(self.model, config, ctx))
 
     def _row_ids(self, config: TrainingConfig, dims: ParallelDims) -> list[int]:
         """A layout's row ids: states, activations, in flight, ZeRO-3 gather, LoRA transpose."""
@@ -294,7 +299,7 @@ class MemoryBatcher:
         ids = np.array([self._row_ids(c, d) for c, d in zip(configs, dims, strict=True)],
                        dtype=np.int64).reshape(-1, 5)
         cols = np.array([self._scalars(c, d) for c, d in zip(configs, dims, strict=True)],
-                        dtype=np.float64).reshape(-1, 8)
+                        dtype=np.float64).reshape(-1, _SCALARS)
         return self._combine(np.array([d.pp for d in dims], dtype=np.int64), ids, cols)
 
     def peaks_of_rows(self, candidates: Any, rows: np.ndarray) -> PeakBatch:
@@ -302,7 +307,7 @@ class MemoryBatcher:
         bit, read off the columns: each term is built once per distinct key of the columns it depends on (from
         the first layout with that key), then gathered for every row."""
         ids = np.empty((len(rows), 5), dtype=np.int64)
-        cols = np.empty((len(rows), 8), dtype=np.float64)
+        cols = np.empty((len(rows), _SCALARS), dtype=np.float64)
         c = candidates.columns
         cols[:, 0] = c["microbatches"][rows]
         cols[:, 1] = c["vpp"][rows]
@@ -316,7 +321,7 @@ class MemoryBatcher:
             reps, inverse = candidates.key_ids(names, rows)
             values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
                                for r in reps.tolist()],
-                              dtype=np.float64).reshape(-1, 8)
+                              dtype=np.float64).reshape(-1, _SCALARS)
             cols[:, at] = values[inverse][:, at]
         return self._combine(c["pp"][rows], ids, cols)
 
@@ -326,13 +331,15 @@ class MemoryBatcher:
         to :func:`projection.memory.stage_memory` of each rank: tests/projection/test_memory_every_rank.py)."""
         ids = self._row_ids(config, dims)
         states, acts, in_flight, gather, lora = (self._store[k] for k in ids)
-        microbatches, vpp, emb, loss, moe, workspace, fragmentation, _ = self._scalars(config, dims)
+        microbatches, vpp, emb, loss, moe, workspace, fragmentation, _, graph, overlap = self._scalars(config, dims)
         pp = dims.pp
         activations = in_flight * acts[0] / acts[1]
         activations[0] = activations[0] + min(in_flight[0], microbatches) * emb / vpp
         buffers = np.zeros(pp)
         buffers[pp - 1] = buffers[pp - 1] + loss
         buffers = buffers + acts[2] + gather + lora + np.where(acts[3] > 0, moe, 0.0)
+        buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight, graph > 0)
+        buffers = buffers + np.where(acts[3] > 0, overlap, 0.0)
         allocator = fragmentation * (activations + buffers)
         layers = self._ranks(dims).stage_layers.tolist()
         columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
@@ -343,7 +350,7 @@ class MemoryBatcher:
                      for rank, n, w, g, o, f, a, b, al, mif in columns)
 
     def _combine(self, pp_of: np.ndarray, ids: np.ndarray, cols: np.ndarray) -> PeakBatch:
-        """Peaks from per-layout row ids (n, 5) and scalars (n, 8): stage_memory's arithmetic, layouts of one pp at
+        """Peaks from per-layout row ids (n, 5) and scalars (n, _SCALARS): stage_memory's arithmetic, layouts of one pp at
         a time, the same operations in the same order."""
         n = len(pp_of)
         peak, static, capacity = np.empty(n), np.empty(n), np.empty(n)
@@ -367,6 +374,8 @@ class MemoryBatcher:
         buffers = buffers + gather
         buffers = buffers + lora
         buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
+        buffers = buffers + col[:, 8:9] * (in_flight + CUDA_GRAPH_BACKWARD_SURFACES)   # 0 x ... without graphs
+        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 9:10], 0.0)
         workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         allocator = col[:, 6:7] * (activations + buffers)
         w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
@@ -376,6 +385,7 @@ class MemoryBatcher:
         static[index] = fixed.max(axis=1)
 
 
+_SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)
 _CHUNK_ELEMENTS = 1 << 19   # (layout, rank) cells per combine step: bounds the temporaries (~4 MiB each)
 
 
@@ -419,4 +429,5 @@ _ROW_KEYS: tuple[tuple[str, ...], ...] = (
 _SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
     (("cp", "mbs", "tp", "low_precision", "recompute"), [2, 3, 5, 6, 7]),
     (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
+    (("cp", "mbs", "tp", "ep", "switches"), [8, 9]),
 )

@@ -26,7 +26,8 @@ Terms per GPU of one pipeline rank (bytes; ``StageMemory.terms``):
   the layer recompute rebuilds while its backward runs, gathered ZeRO-3 weights (current +
   prefetched layer), the FP8 transpose of a frozen LoRA layer, MoE dispatch buffers (DeepEP NVL/RDMA buffers; MaxText's ragged
   all-to-all receive buffer ``ep * per_device_batch * seq * top_k`` rows, ``RoutedMoE.sparse_matmul``
-  in ``MaxText/layers/moe.py``).
+  in ``MaxText/layers/moe.py``), the static graph buffers of CUDA graphs (:func:`cuda_graph_buffer_bytes`) and the
+  second micro-batch's token buffers of the expert-parallel overlap (:func:`ep_overlap_buffer_bytes`).
 - ``workspace``: CUDA context, NCCL/RCCL and cuBLAS workspaces (the device profile's fixed
   ``memory_overhead_gib``; XLA counts its workspaces in the compiled program's temp memory).
 - ``allocator``: CUDA caching-allocator fragmentation, the profile's ``memory_fragmentation``
@@ -68,7 +69,7 @@ from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit
 from projection.model_spec import ModelSpec
 from projection.params import embedding_params, layer_param_table, output_params
 from projection.pipeline import peak_in_flight_closed_form
-from projection.switches import grad_buffer_bytes
+from projection.switches import grad_buffer_bytes, resolve_switches
 from projection.training_config import TrainingConfig
 from projection.workload import KERNEL_DISPATCHERS
 
@@ -317,6 +318,69 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, config: TrainingConfig, dims: Pa
     return 0.0
 
 
+CUDA_GRAPH_BACKWARD_SURFACES = 2
+"""Hidden-state buffers a captured layer's backward graph holds while it replays: the static output-gradient copy
+(``_CudaGraphRunner.static_grad_outputs``, filled by ``cudagraph_output_grad.copy_(user_output_grad)``) and the
+static input gradient it writes (``static_grad_inputs``, kept by ``bwd_cudagraph_buffer`` until the previous layer's
+backward reads it); Megatron-LM core_v0.16.1 ``megatron/core/transformer/cuda_graphs.py``."""
+
+
+def hidden_state_bytes(ctx: ActivationContext, hidden_size: int) -> float:
+    """Bytes of one bf16 hidden-state tensor of a micro-batch on one GPU: ``b * s/cp * h``, ``/tp`` under sequence
+    parallelism (the layer-boundary tensor Megatron passes between transformer layers)."""
+    return BF16_BYTES * ctx.micro_batch * ctx.seq_len * hidden_size / (ctx.tp if ctx.sequence_parallel else 1)
+
+
+def cuda_graph_buffer_bytes(hidden_bytes: float, sets_in_flight: float, graphs: bool) -> float:
+    """Bytes CUDA graphs add to one pipeline rank (Megatron-core ``--cuda-graph-impl local``, per-layer capture).
+
+    Megatron-LM core_v0.16.1 ``megatron/core/transformer/cuda_graphs.py``: each captured layer replays with static
+    input and output surfaces taken from ``TensorReusePool``, which "maintains strong references to all tensors
+    created by this pool, so that they will never be freed by the memory allocator"; a layer's static output is the
+    next layer's static input (``cudagraph_reuse_ref_count``), so inside a chunk they are the layer inputs the
+    backward keeps anyway (already in ``activations``), but the first captured layer of every chunk copies its
+    input (the embedding output or the received pipeline tensor, ``can_skip_replay_copy = False`` for a fresh pool
+    buffer) into a static buffer: one more hidden state per (micro-batch, chunk) set in flight.  With pipeline
+    parallelism ``CudaGraphManager`` makes a runner per micro-batch ("Create cudagraphs for every microbatch"), each
+    with its own surfaces, so the copies scale with the sets in flight, not one per layer.  The backward replay
+    adds :data:`CUDA_GRAPH_BACKWARD_SURFACES` hidden states.  The activations the graphs save live in the graphs'
+    private pool (``torch.cuda.graph(pool=CudaGraphManager.global_mempool)``), captured in execution order so its
+    high-water mark is the eager one, already in ``activations``.  Never negative: graphs never lower memory.
+    """
+    if not graphs:
+        return 0.0
+    return hidden_bytes * (sets_in_flight + CUDA_GRAPH_BACKWARD_SURFACES)
+
+
+EP_OVERLAP_TOKEN_COPIES = 2
+"""Token buffers of the second micro-batch an overlapped MoE layer holds: its dispatched (permuted) tokens and the
+expert output waiting for the combine all-to-all."""
+
+
+def ep_overlap_buffer_bytes(model: ModelSpec, ctx: ActivationContext, overlapped: bool, has_moe: bool) -> float:
+    """Bytes the expert-parallel all-to-all overlap adds to a rank holding MoE layers.
+
+    Megatron-core ``--overlap-moe-expert-parallel-comm`` (with ``--delay-wgrad-compute``) "overlaps All-to-All with
+    computation by merging FWD-BWD passes of adjacent microbatches" (Megatron-LM core_v0.16.1
+    ``megatron/core/transformer/moe/README.md``, EP Communication Overlap; ``combined_1f1b.py``): while one
+    micro-batch's MoE layer runs its backward, the next micro-batch's forward MoE layer dispatches, so the token
+    buffers of two MoE layers are alive at once instead of one: :data:`EP_OVERLAP_TOKEN_COPIES` buffers of
+    ``b * s/cp * top_k`` routed rows of ``hidden_size`` bf16 elements (``/tp`` under sequence parallelism, as the
+    dispatcher's input) more.  Zero without MoE layers on the rank or without the overlap."""
+    if not (overlapped and has_moe and model.is_moe):
+        return 0.0
+    return EP_OVERLAP_TOKEN_COPIES * model.top_k * hidden_state_bytes(ctx, model.hidden_size)
+
+
+def switch_buffer_bytes(model: ModelSpec, config: TrainingConfig, ctx: ActivationContext) -> tuple[float, float]:
+    """(hidden-state bytes CUDA graphs copy per set in flight, 0 without graphs; expert-overlap bytes of a rank with
+    MoE layers) of a layout, from its resolved switches (:func:`projection.switches.resolve_switches`)."""
+    switches = resolve_switches(config, framework_profile(config.framework))
+    hidden = hidden_state_bytes(ctx, model.hidden_size)
+    return (hidden if switches.cuda_graphs else 0.0,
+            ep_overlap_buffer_bytes(model, ctx, switches.overlapped("ep") and config.ep > 1, True))
+
+
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
                  rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8) -> StageMemory:
     """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain).
@@ -372,6 +436,9 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     # (a dense model has no dispatch buffer whatever its layers: skip the scan)
     has_moe = model.is_moe and any(model.moe_layers[layer] for layer in layers)
     buffers += moe_dispatch_buffer_bytes(model, config, dims, has_moe, scale_up_gpus)
+    graph_hidden, ep_overlap = switch_buffer_bytes(model, config, ctx)
+    buffers += cuda_graph_buffer_bytes(graph_hidden, in_flight, graph_hidden > 0)
+    buffers += ep_overlap if has_moe else 0.0
     if traits.caching_allocator:
         workspace = profile.memory_overhead_gib * GIB
         allocator = profile.memory_fragmentation * (activations + buffers)

@@ -16,7 +16,9 @@ reads the columns.
 Columns (``int64``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
 ``schedule split dispatcher precision recompute`` (indices into :attr:`CandidateColumns.schedules`,
 ``splits``, ``dispatchers``, ``precisions``, ``recomputes``), ``microbatches`` (gbs / (mbs * dp)),
-``low_precision`` (1 for the 8- and 4-bit recipes: what activation memory reads of the precision).
+``low_precision`` (1 for the 8- and 4-bit recipes: what activation memory reads of the precision), ``switches``
+(index into :attr:`CandidateColumns.switch_choices`: the run-time switch settings the layout is searched with,
+best first, :func:`tools.switch_rules.switch_choices`; a row carries the first).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class CandidateColumns:
     recomputes: list[RecomputeVariant]
     variants: dict[int, list[int]]            # pp -> its recompute-variant codes, in enumeration order
     block_starts: np.ndarray                  # first row of every (outer row, precision) block, ascending
+    switch_choices: list[tuple[dict[str, Any], ...]] = field(default_factory=lambda: [({},)])  # best first
     _configs: dict[int, TrainingConfig] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -111,6 +114,7 @@ class CandidateColumns:
                 recompute_modules=modules, sequence_parallel=tp > 1, zero=int(c["zero"][i]),
                 pp_schedule=self.schedules[c["schedule"][i]], fsdp_size=fsdp or None,
                 moe_dispatcher=self.dispatchers[c["dispatcher"][i]], **split_fields(self.splits[c["split"][i]]),
+                **self.switch_choices[c["switches"][i]][0],
             ))
             if not keep:
                 del self._configs[i]
@@ -226,9 +230,33 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
     k = np.arange(len(precisions), dtype=np.int64)
     block_starts = (row_start[:, None] + k[None, :] * block[:, None]).reshape(-1)
     block_starts = block_starts[np.repeat(block, len(precisions)) > 0]
-    return CandidateColumns(template=template, columns=columns, schedules=schedules.values, splits=splits.values,
-                            dispatchers=disps.values, precisions=list(precisions), recomputes=recs.values,
-                            variants=variants, block_starts=block_starts)
+    columns["switches"] = np.zeros(len(columns["tp"]), dtype=np.int64)
+    result = CandidateColumns(template=template, columns=columns, schedules=schedules.values, splits=splits.values,
+                              dispatchers=disps.values, precisions=list(precisions), recomputes=recs.values,
+                              variants=variants, block_starts=block_starts)
+    _choose_switches(space, result)
+    return result
+
+
+SWITCH_KEYS = ("recompute", "ep", "zero", "pp", "vpp", "dispatcher")
+"""Columns the switch rules read (tools/switch_rules.py: CUDA graphs' recompute, EP and ZeRO exclusions; the
+expert overlap's EP, VPP, recompute and dispatcher rules); the pins come with the template."""
+
+
+def _choose_switches(space: SearchSpace, columns: CandidateColumns) -> None:
+    """Fill the ``switches`` column: each distinct :data:`SWITCH_KEYS` key's :func:`tools.switch_rules.switch_choices`
+    (computed once on its first row, with the template's switches)."""
+    from tools.switch_rules import switch_choices
+
+    if not len(columns):
+        return
+    reps, inverse = columns.key_ids(SWITCH_KEYS)
+    codes = _Codes()
+    key_codes = [codes(tuple(tuple(sorted(choice.items())) for choice in
+                             switch_choices(space.framework, space.model, columns.config(r, keep=False))))
+                 for r in reps.tolist()]
+    columns.switch_choices = [tuple(dict(choice) for choice in choices) for choices in codes.values]
+    columns.columns["switches"] = np.asarray(key_codes, dtype=np.int64)[inverse]
 
 
 def iterate_configs(columns: CandidateColumns) -> Iterator[TrainingConfig]:

@@ -497,7 +497,7 @@ def switch_gains(model: ModelSpec, cluster: Cluster, config: TrainingConfig, fra
     if missing and record_of_launch(framework).megatron_core:
         trials.append((f"overlapping {', '.join(missing)}", {"comm_overlap": COMM_OVERLAPS}))
     if not switches.cuda_graphs and cuda_graphs_allowed(framework, model, config):
-        trials.append(("with CUDA graphs (--enable-cuda-graph)", {"cuda_graphs": True}))
+        trials.append(("with CUDA graphs (--cuda-graph-impl local)", {"cuda_graphs": True}))
     out = []
     for what, update in trials:
         other = projected(model, cluster, config.model_copy(update=update))

@@ -37,4 +37,9 @@ def layout_text(config: dict[str, Any]) -> str:
         parts.append(config["pp_schedule"])
     if config.get("moe_dispatcher") not in (None, "alltoall"):
         parts.append(config["moe_dispatcher"])
+    overlap = config.get("comm_overlap")
+    if overlap is not None:             # stated overlaps (unset: the framework's default ones)
+        parts.append(f"overlap={','.join(overlap) or 'none'}")
+    if config.get("cuda_graphs"):
+        parts.append("cuda-graphs")
     return " ".join(parts)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.engine import Projection
 from projection.memory import GIB
 from projection.memory_verdict import Verdict
-from projection.summary import config_dict
+from projection.summary import config_dict, switches_dict
 from tools.formatting import layout_text
 
 
@@ -67,6 +67,10 @@ class ProjectedLayout(LayoutScore):
     iteration_time_s_high: float = Field(description="80% interval on iteration time, high end, seconds.")
     breakdown_s: dict[str, float] = Field(default_factory=dict, description="Step-time terms of the critical "
                                                                             "rank, seconds.")
+    switches: dict[str, Any] | None = Field(default=None, description="Run-time switches in effect (comm_overlap, "
+                                            "cuda_graphs, compile, attention_backend, grad_reduce_in_fp32): the "
+                                            "layout's, else its framework's defaults; a search picks comm_overlap and "
+                                            "cuda_graphs per layout (tools/switch_rules.py).")
 
 
 def projected_layout(p: Projection) -> dict[str, Any]:
@@ -79,4 +83,5 @@ def projected_layout(p: Projection) -> dict[str, Any]:
             "iteration_time_s": p.iteration_time_s, "iteration_time_s_low": p.iteration_time_s_low,
             "iteration_time_s_high": p.iteration_time_s_high, "peak_memory_gib": p.memory.peak_bytes / GIB,
             "headroom_fraction": p.memory.headroom_fraction, "verdict": p.memory.verdict,
-            "bottleneck": p.breakdown.bottleneck, "breakdown_s": p.breakdown.as_dict()}
+            "bottleneck": p.breakdown.bottleneck, "breakdown_s": p.breakdown.as_dict(),
+            "switches": None if p.switches is None else switches_dict(p.switches)}

@@ -11,9 +11,11 @@ result's ``message`` says why (:mod:`tools.search_explain`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from projection import fast_paths
@@ -22,6 +24,7 @@ from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
 from projection.legality import layout_violations
 from projection.memory import MemoryResult
+from projection.memory_batch import batcher_for
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
 from tools import search_core
@@ -30,7 +33,7 @@ from tools.candidate_columns import CandidateColumns, enumerate_candidates, enum
 from tools.candidates import SearchSpace, break_ties, job_template, switch_pins, with_job_fields
 from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
-from tools.switch_rules import switch_variants
+from tools.switch_rules import switch_choices, switch_variants
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
 from tools.search_explain import explain_empty
 from tools.search_request import SearchRequest
@@ -140,7 +143,7 @@ def candidate(p: Projection, rank: int, reason: str = "", unanchored: Projection
 def _differences(a: dict[str, Any], b: dict[str, Any]) -> str:
     keys = ("tp", "pp", "vpp", "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout", "cp", "ep", "etp", "dp",
             "mbs", "precision", "recompute", "recompute_num_layers", "recompute_modules", "zero", "fsdp_size",
-            "moe_dispatcher", "pp_schedule")
+            "moe_dispatcher", "pp_schedule", "comm_overlap", "cuda_graphs")
     diffs = [f"{k} {b.get(k)}->{a.get(k)}" for k in keys if a.get(k) != b.get(k)]
     return ", ".join(diffs) if diffs else "nothing"
 
@@ -177,7 +180,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     rejected: list[dict[str, Any]] = []
     if request.candidates is not None:
         legal, rejected = _explicit(request, job, framework)
-        configs = [c for c in legal if _within(constraints, c)]
+        configs = [switch_variants(framework, job.model, c)[0] for c in legal if _within(constraints, c)]
         rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True),
                       "reasons": ["outside the constraints"]} for c in legal if not _within(constraints, c)]
         groups = [[i] for i in range(len(configs))]
@@ -206,9 +209,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
                           columns=configs if isinstance(configs, CandidateColumns) else None)
     tally = evaluate(evaluator, request.top_k, None if progress is None else lambda done: progress(done, total),
                      count)
+    if tally.complete:
+        configs = _search_fallbacks(job, framework, evaluator, tally, request.top_k, deadline, corrections,
+                                    switch_pins(constraints))
     if progress is not None:
         progress(total if tally.complete else tally.visited, total)
-    ranked, pareto = _finish(job, configs, tally, request.top_k, corrections, request.framework)
+    ranked, pareto = _finish(job, configs, tally, request.top_k, corrections)
     message = None
     if not tally.complete:
         message = (f"partial result: stopped at the {deadline_s:g} s deadline after searching {tally.visited:,} of "
@@ -227,14 +233,92 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     )
 
 
-def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None,
-            framework: str | None = None) -> tuple[list[Candidate], list[Candidate]]:
-    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran; outcomes and
-    kept projections are anchored already when ``corrections`` are given).
+class _Joined(Sequence[TrainingConfig]):
+    """The searched layouts followed by the switch fallbacks (one index space for the outcomes)."""
 
-    Each of the top k then takes the fastest run-time switches its launch framework supports
-    (:func:`tools.switch_rules.switch_variants`: every overlap on, CUDA graphs where allowed), so the answer and
-    its export carry them; ties keep the switches as searched."""
+    def __init__(self, first: Sequence[TrainingConfig], second: list[TrainingConfig]) -> None:
+        self.first, self.second, self.split = first, second, len(first)
+
+    def __len__(self) -> int:
+        return self.split + len(self.second)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.first[i] if i < self.split else self.second[i - self.split]
+
+
+def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tally: Tally, top_k: int,
+                      deadline: float | None, corrections: Any, pins: dict[str, Any]) -> Sequence[TrainingConfig]:
+    """Search, as layouts of their own, the switch fallbacks of the layouts whose best switches do not fit memory
+    (:func:`tools.switch_rules.switch_choices`: a layout with CUDA graphs or the expert overlap that fits only
+    without it), and add their outcomes to ``tally`` (indices after the searched layouts').  The rest keep their
+    best setting, so each layout is ranked with the first setting that fits: an exhaustive search over the
+    switches, per layout (tests/tools/test_switch_search.py).  ``pins``: the switches the constraints pin (the
+    searched layouts carry their best setting over them).  The joined layouts are returned."""
+    configs = evaluator.configs
+    columns = evaluator.columns
+    if columns is not None:
+        # rows the search screened (the rest were skipped because their static memory alone misfits, which no
+        # switch changes, or pruned by bounds their fallback, as slow or slower with the same static headroom,
+        # also fails)
+        costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]]
+                                & evaluator.screened())
+        failing = [i for i in costly.tolist() if not evaluator.passes(*_peak_pair(evaluator, i))]
+        rescued = _fallbacks_that_fit(job, evaluator, columns, np.asarray(failing, dtype=np.int64))
+        fallbacks = [configs[i].model_copy(update=columns.switch_choices[columns.columns["switches"][i]][1])
+                     for i in rescued]
+        return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
+    else:
+        second = {}
+        unset = {k: pins.get(k) for k in ("comm_overlap", "cuda_graphs")}
+        for i, config in enumerate(configs):
+            choices = switch_choices(framework, job.model, config.model_copy(update=unset))
+            if len(choices) > 1:
+                second[i] = choices[1]
+    fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(
+        evaluator, i))]
+    return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
+
+
+def _fallbacks_that_fit(job: Job, evaluator: Evaluator, columns: CandidateColumns, rows: np.ndarray) -> list[int]:
+    """The ``rows`` whose fallback switch setting passes the memory screen (batch peaks of the columns with each
+    row's fallback in place of its best setting)."""
+    if not len(rows):
+        return []
+    fallback = replace(columns, switch_choices=[choices[1:] or choices for choices in columns.switch_choices],
+                       _configs={})
+    peaks = batcher_for(job.model, job.hardware, job.profile).peaks_of_rows(fallback, rows)
+    return [i for i, peak, capacity in zip(rows.tolist(), peaks.peak_bytes.tolist(), peaks.capacity_bytes.tolist(),
+                                           strict=True) if evaluator.passes(peak, capacity)]
+
+
+def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadline: float | None, corrections: Any,
+                 configs: Sequence[TrainingConfig], fallbacks: list[TrainingConfig]) -> Sequence[TrainingConfig]:
+    """Search ``fallbacks`` as layouts of their own and add their outcomes to ``tally`` (see
+    :func:`_search_fallbacks`); the joined layouts."""
+    if not fallbacks:
+        return configs
+    extra = Evaluator(job, fallbacks, [[k] for k in range(len(fallbacks))], evaluator.min_headroom,
+                      keep_projections=True, deadline=deadline, corrections=corrections)
+    more = evaluate(extra, top_k, None, 1)
+    offset = len(configs)
+    tally.outcomes += [replace(o, index=o.index + offset) for o in more.outcomes]
+    tally.projections.update({k + offset: p for k, p in more.projections.items()})
+    tally.screened_out -= len(fallbacks) - more.screened_out     # those layouts fit after all (without the switch)
+    tally.pruned += more.pruned
+    tally.complete = tally.complete and more.complete
+    return _Joined(configs, fallbacks)
+
+
+def _peak_pair(evaluator: Evaluator, index: int) -> tuple[float, float]:
+    peak, _, capacity = evaluator.peak(index)
+    return peak, capacity
+
+
+def _finish(job: Job, configs: Sequence[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None
+            ) -> tuple[list[Candidate], list[Candidate]]:
+    """Top-k and Pareto candidates from the outcomes (re-projecting the few chosen when workers ran; outcomes and
+    kept projections are anchored already when ``corrections`` are given).  Every layout carries the run-time
+    switches it was searched with (:func:`_search_fallbacks`), so the answer and its export carry them."""
     ordered = sorted(tally.outcomes, key=lambda o: (-o.tokens_per_s_per_gpu, -o.headroom_fraction, o.index))
     front = front_of(ordered)
     ordered = break_ties(ordered, lambda o: o.tokens_per_s_per_gpu, lambda o: configs[o.index])  # simpler first
@@ -250,16 +334,10 @@ def _finish(job: Job, configs: list[TrainingConfig], tally: Tally, top_k: int, c
             tally.projections[index] = p if corrections is None else anchored(p, corrections)
         return tally.projections[index]
 
-    def row(index: int, rank: int, switch: bool = False) -> Candidate:
-        chosen, plain = projection(index), (None if corrections is None else unanchored(index))
-        for variant in switch_variants(framework, job.model, configs[index])[1:] if switch else ():
-            p = project(job.model, job.cluster, variant, hardware=job.hardware, profile=job.profile, check=False)
-            q = p if corrections is None else anchored(p, corrections)
-            if q.tokens_per_s_per_gpu > chosen.tokens_per_s_per_gpu:     # the first of equals: as searched
-                chosen, plain = q, (None if corrections is None else p)
-        return candidate(chosen, rank, unanchored=plain)
+    def row(index: int, rank: int) -> Candidate:
+        return candidate(projection(index), rank, unanchored=None if corrections is None else unanchored(index))
 
-    ranked = [row(o.index, i + 1, switch=True) for i, o in enumerate(best)]
+    ranked = [row(o.index, i + 1) for i, o in enumerate(best)]
     ranked = [c.model_copy(update={"reason": _reason(c, None if c.rank == 1 else ranked[0])}) for c in ranked]
     return ranked, [row(o.index, 0) for o in front]
 

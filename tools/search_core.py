@@ -72,8 +72,12 @@ _REFRESH_EVERY = 32              # projections between refreshes of the top-k / 
 ENGINE_ALIKE_PRECISIONS: frozenset[str] = frozenset()
 # The keys below derive from the field classification next to the model (projection/training_config.py
 # FIELD_EFFECTS), so a new config field cannot silently drop out of them.
-# What a recompute group shares: every field but the recompute knobs (the schedule in effect, not pp_schedule).
-_GROUP_FIELDS = fields_without(RECOMPUTE_KNOB)
+# What a recompute group shares: every field but the recompute knobs (the schedule in effect, not pp_schedule) and
+# the run-time switches the search chooses per layout (tools/switch_rules.py): CUDA graphs only without recompute,
+# the expert overlap not with full recompute, so a sibling with less recompute has at least the switches of one with
+# more, and its throughput still bounds theirs from above (every switch is never slower).
+SEARCHED_SWITCHES = ("comm_overlap", "cuda_graphs")
+_GROUP_FIELDS = tuple(name for name in fields_without(RECOMPUTE_KNOB) if name not in SEARCHED_SWITCHES)
 # What the static memory of a layout depends on (weights, gradients, optimizer, FP8 copies, workspace, capacity).
 _SHARDING_FIELDS = fields_with(STATIC_MEMORY)
 # What the per-micro-batch stage times read (projection/engine.py _stage_times, workload): not dp, gbs, ZeRO, FSDP.
@@ -347,6 +351,11 @@ class Evaluator:
         rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
         if len(rows):
             self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+
+    def screened(self) -> np.ndarray:
+        """Per candidate, whether the batch screen has its peak (columns: every layout whose sharding's static memory
+        could pass is screened up front, :meth:`_screen_live`)."""
+        return ~np.isnan(self._peaks[:, 0])
 
     def peak(self, index: int) -> tuple[float, float, float]:
         """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""

@@ -72,13 +72,20 @@ def _reference(space: SearchSpace, template: TrainingConfig) -> Iterator[Trainin
                                     for dispatcher in dispatchers(space, ep, etp):
                                         for precision in precision_values(space):
                                             for recompute, rnl, modules in recompute_variants(space, pp):
-                                                yield template.model_copy(update=dict(
+                                                yield best_switches(space, template.model_copy(update=dict(
                                                     tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, dp=dp, mbs=mbs,
                                                     precision=precision, recompute=recompute,
                                                     recompute_num_layers=rnl, recompute_modules=modules,
                                                     sequence_parallel=tp > 1, zero=zero, pp_schedule=schedule,
                                                     fsdp_size=fsdp, moe_dispatcher=dispatcher,
-                                                    **split_fields(split)))
+                                                    **split_fields(split))))
+
+
+def best_switches(space, config):
+    """The layout with the switches the search gives it (tools/switch_rules.switch_choices, best first)."""
+    from tools.switch_rules import switch_variants
+
+    return switch_variants(space.framework, space.model, config)[0]
 
 
 @pytest.mark.parametrize("request_", SPACES, ids=IDS)

@@ -45,6 +45,8 @@ def _key(config: TrainingConfig, num_gpus: int) -> str:
     data["pp_schedule"] = config.schedule
     if config.recompute != "selective":
         data["recompute_modules"] = list(DEFAULT_RECOMPUTE_MODULES)
+    for switch in ("comm_overlap", "cuda_graphs"):     # chosen per layout by the search (tools/switch_rules.py)
+        data.pop(switch)
     return json.dumps(data, sort_keys=True)
 
 

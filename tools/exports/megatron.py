@@ -267,7 +267,7 @@ def device_connections(job: Job) -> dict[str, str]:
 def switch_dests(job: Job) -> dict[str, Any]:
     """The run-time switches as Megatron-LM dests: DP overlap (``--overlap-grad-reduce``, with the distributed
     optimizer ``--overlap-param-gather``), ``--no-overlap-p2p-communication`` when PP send/receive is not overlapped
-    (``overlap_p2p_comm`` is on by default, interleaved schedule), ``--enable-cuda-graph`` (per-layer graphs)."""
+    (``overlap_p2p_comm`` is on by default, interleaved schedule), ``--cuda-graph-impl local`` (per-layer graphs)."""
     c, s = job.config, job.switches
     d: dict[str, Any] = {}
     if s.overlapped("dp"):
@@ -277,9 +277,12 @@ def switch_dests(job: Job) -> dict[str, Any]:
     if c.pp > 1 and c.vpp > 1 and not s.overlapped("pp"):
         d["overlap_p2p_comm"] = False
     if s.cuda_graphs:
-        d["enable_cuda_graph"] = True
-        job.assumptions.append("CUDA graphs replay each transformer layer (--enable-cuda-graph): one host launch per "
-                               "layer pass in the projection")
+        # megatron-core 0.16.1: --enable-cuda-graph is deprecated ("use --cuda-graph-impl=local instead",
+        # megatron/training/arguments.py validate_args); the default --cuda-graph-scope (empty) captures whole layers
+        d["cuda_graph_impl"] = "local"
+        job.assumptions.append("CUDA graphs replay each transformer layer (--cuda-graph-impl local, whole-layer "
+                               "scope): one host launch per layer pass in the projection; their static buffers are "
+                               "in the memory projection")
     if not s.overlapped("cp") and c.cp > 1:
         job.warnings.append("Transformer Engine always overlaps the context-parallel ring exchange: comm_overlap "
                             "without cp cannot be set in Megatron-LM")
