@@ -27,6 +27,7 @@ from projection.training_config import Cluster, TrainingConfig
 from tools.candidates import SearchSpace, in_space, with_job_fields
 from tools.constraints import Constraints
 from tools.framework_rules import framework_violations
+from tools.switch_rules import ep_overlap_hides
 
 
 @dataclass(slots=True)
@@ -72,7 +73,7 @@ class LayoutSpace:
         carries it, as the search's do."""
         self.space = SearchSpace(model=self.model, hardware=self.hardware, cluster=self.cluster,
                                  constraints=self.constraints, gbs=self.gbs, seq_len=self.seq_len,
-                                 framework=self.framework)
+                                 framework=self.framework, ep_overlap_hides=ep_overlap_hides(self.job.profile))
         self.explicit: set[str] | None = None
         self.finetune: str | None = get("finetune")
         """The job's fine-tuning mode ('sft', 'lora'; None = pre-training): every layout of the job carries it."""

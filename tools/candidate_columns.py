@@ -253,7 +253,8 @@ def _choose_switches(space: SearchSpace, columns: CandidateColumns) -> None:
     reps, inverse = columns.key_ids(SWITCH_KEYS)
     codes = _Codes()
     key_codes = [codes(tuple(tuple(sorted(choice.items())) for choice in
-                             switch_choices(space.framework, space.model, columns.config(r, keep=False))))
+                             switch_choices(space.framework, space.model, columns.config(r, keep=False),
+                                            ep_overlap_hides=space.ep_overlap_hides)))
                  for r in reps.tolist()]
     columns.switch_choices = [tuple(dict(choice) for choice in choices) for choices in codes.values]
     columns.columns["switches"] = np.asarray(key_codes, dtype=np.int64)[inverse]
@@ -267,18 +268,18 @@ def iterate_configs(columns: CandidateColumns) -> Iterator[TrainingConfig]:
 
 def enumerate_candidates(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster, constraints: Constraints,
                          gbs: int, seq_len: int, finetune: str | None = None, *,
-                         packed_document_tokens: int | None = None, framework: str | None = None
-                         ) -> Iterator[TrainingConfig]:
+                         packed_document_tokens: int | None = None, framework: str | None = None,
+                         ep_overlap_hides: bool = True) -> Iterator[TrainingConfig]:
     """Yield every legal layout of the job within ``constraints``, each once (see :mod:`tools.candidates`' docstring): the rows of
     :func:`enumerate_columns` as typed configs.
 
     ``finetune`` ('sft', 'lora' or None for pre-training) and ``packed_document_tokens`` (mean tokens per packed
     fine-tuning document, at most ``seq_len``; None = unpacked) and ``framework`` (the recipe framework whose
     profile and traits price the layouts; None = megatron) are part of the job, not knobs: every layout carries
-    them.
+    them.  ``ep_overlap_hides``: :attr:`tools.candidates.SearchSpace.ep_overlap_hides`.
     """
     space = SearchSpace(model=model, hardware=hardware, cluster=cluster, constraints=constraints, gbs=gbs,
-                        seq_len=seq_len, framework=framework)
+                        seq_len=seq_len, framework=framework, ep_overlap_hides=ep_overlap_hides)
     columns = enumerate_columns(space, job_template(space, finetune, packed_document_tokens))
     for i in range(len(columns)):
         yield columns.config(i)

@@ -101,6 +101,9 @@ class SearchSpace:
     seq_len: int
     framework: str | None = None
     """The recipe framework the layouts run on (projection/framework.py; None = megatron)."""
+    ep_overlap_hides: bool = True
+    """Whether the device profile hides any expert all-to-all under the overlap (tools/switch_rules.ep_overlap_hides;
+    False: the search does not turn the switch on, it would only cost memory)."""
 
 
 def _ok(space: SearchSpace, axis: str, value: int | str) -> bool:

@@ -33,7 +33,7 @@ from tools.candidate_columns import CandidateColumns, enumerate_candidates, enum
 from tools.candidates import SearchSpace, break_ties, job_template, switch_pins, with_job_fields
 from tools.constraints import SWITCH_PINS, Constraints
 from tools.layout_score import ProjectedLayout, projected_layout
-from tools.switch_rules import switch_choices, switch_variants
+from tools.switch_rules import ep_overlap_hides, switch_choices, switch_variants
 from tools.search_core import Evaluator, Outcome, Tally, default_workers, evaluate, group_by_recompute
 from tools.search_explain import explain_empty
 from tools.search_request import SearchRequest
@@ -177,24 +177,26 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     anchoring = anchoring_for(job, request.anchors) if request.anchors else None
     corrections = anchoring.corrections if anchoring is not None else None
     constraints = request.constraints
+    hides = ep_overlap_hides(job.profile)
     rejected: list[dict[str, Any]] = []
     if request.candidates is not None:
         legal, rejected = _explicit(request, job, framework)
-        configs = [switch_variants(framework, job.model, c)[0] for c in legal if _within(constraints, c)]
+        configs = [switch_variants(framework, job.model, c, ep_overlap_hides=hides)[0]
+                   for c in legal if _within(constraints, c)]
         rejected += [{"config": c.model_dump(mode="json", exclude_defaults=True),
                       "reasons": ["outside the constraints"]} for c in legal if not _within(constraints, c)]
         groups = [[i] for i in range(len(configs))]
     elif fast_paths.enabled() and (record is None or record.launch is None):
         # the space as columns: typed configs only for the layouts that are read (tools/candidate_columns.py)
         space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=constraints,
-                            gbs=request.gbs, seq_len=request.seq_len, framework=framework)
+                            gbs=request.gbs, seq_len=request.seq_len, framework=framework, ep_overlap_hides=hides)
         columns = enumerate_columns(space, job_template(space, request.finetune, request.packed_document_tokens))
         configs, groups = columns, columns.groups()
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len, request.finetune,
                                             packed_document_tokens=request.packed_document_tokens,
-                                            framework=framework))
+                                            framework=framework, ep_overlap_hides=hides))
         groups = group_by_recompute(configs)
     if record is not None and record.launch is not None:  # only what it can launch (tools/framework_rules.py)
         from tools.framework_rules import framework_violations
@@ -271,7 +273,8 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         second = {}
         unset = {k: pins.get(k) for k in ("comm_overlap", "cuda_graphs")}
         for i, config in enumerate(configs):
-            choices = switch_choices(framework, job.model, config.model_copy(update=unset))
+            choices = switch_choices(framework, job.model, config.model_copy(update=unset),
+                                     ep_overlap_hides=ep_overlap_hides(job.profile))
             if len(choices) > 1:
                 second[i] = choices[1]
     fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(

@@ -23,11 +23,18 @@ switch that costs memory; tools/search.py ``_search_fallbacks``); each rule is c
 
 from __future__ import annotations
 
+from projection.device_profile import DeviceProfile
 from projection.model_spec import ModelSpec
 from projection.training_config import TrainingConfig
 from projection.framework import framework_profile, resolve_framework
 from projection.switches import ep_overlap_blockers, resolve_switches
 from projection.vocabulary import COMM_OVERLAPS
+
+
+def ep_overlap_hides(profile: DeviceProfile) -> bool:
+    """Whether turning on the expert all-to-all overlap hides any communication on this device profile
+    (``ep_overlap_fraction > 0``, projection.engine); where it hides none the switch only costs its buffers."""
+    return profile.ep_overlap_fraction > 0
 
 
 def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: TrainingConfig) -> bool:
@@ -37,7 +44,8 @@ def cuda_graphs_allowed(framework: str | None, model: ModelSpec, config: Trainin
             and config.recompute == "none" and config.ep == 1)
 
 
-def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[dict[str, object]]:
+def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConfig, *,
+                   ep_overlap_hides: bool = True) -> list[dict[str, object]]:
     """The switch settings the search gives a layout, best first: the fastest the launch framework supports, then
     (only when that one turns on a switch that costs memory) the same without it.  Switches the config pins stay.
 
@@ -48,7 +56,10 @@ def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConf
     (graphs need ep 1, the expert overlap ep > 1).  So a layout's best setting is the first of these that fits
     memory, which is what an exhaustive search over every switch combination picks per layout (equally fast
     settings: the one with the switches on); tests/tools/test_switch_search.py checks it on small spaces.
-    An empty dict: the config as it is (a framework without switches the search varies)."""
+    An empty dict: the config as it is (a framework without switches the search varies).
+    ``ep_overlap_hides``: whether the device profile hides any of the expert all-to-all when the overlap is on
+    (``DeviceProfile.ep_overlap_fraction > 0``); where it hides none the switch would only cost its buffers
+    (projection.memory_terms.ep_overlap_buffer_bytes), so it is not turned on."""
     record = resolve_framework(framework or "megatron")
     if not record.megatron_core:
         return [{}]
@@ -60,14 +71,16 @@ def switch_choices(framework: str | None, model: ModelSpec, config: TrainingConf
     if config.comm_overlap is None:
         free = tuple(c for c in COMM_OVERLAPS if c != "ep")
         fallback["comm_overlap"] = None if frozenset(free) == default.overlaps else free
-        best["comm_overlap"] = COMM_OVERLAPS if not ep_overlap_blockers(config) else fallback["comm_overlap"]
+        expert = ep_overlap_hides and not ep_overlap_blockers(config)
+        best["comm_overlap"] = COMM_OVERLAPS if expert else fallback["comm_overlap"]
     if config.cuda_graphs is None and cuda_graphs_allowed(framework, model, config) and not default.cuda_graphs:
         best["cuda_graphs"], fallback["cuda_graphs"] = True, None
     best = {k: v for k, v in best.items() if v is not None}
     return [best, fallback] if best != {k: v for k, v in fallback.items() if v is not None} else [best]
 
 
-def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig) -> list[TrainingConfig]:
+def switch_variants(framework: str | None, model: ModelSpec, config: TrainingConfig, *,
+                    ep_overlap_hides: bool = True) -> list[TrainingConfig]:
     """The layout under each of :func:`switch_choices` (best first)."""
     return [config.model_copy(update=update) if update else config
-            for update in switch_choices(framework, model, config)]
+            for update in switch_choices(framework, model, config, ep_overlap_hides=ep_overlap_hides)]

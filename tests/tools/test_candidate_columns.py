@@ -85,7 +85,7 @@ def best_switches(space, config):
     """The layout with the switches the search gives it (tools/switch_rules.switch_choices, best first)."""
     from tools.switch_rules import switch_variants
 
-    return switch_variants(space.framework, space.model, config)[0]
+    return switch_variants(space.framework, space.model, config, ep_overlap_hides=space.ep_overlap_hides)[0]
 
 
 @pytest.mark.parametrize("request_", SPACES, ids=IDS)

@@ -66,6 +66,9 @@ def test_search_overlaps_the_expert_exchange_only_where_megatron_core_accepts_it
     assert "ep" in switch_variants("megatron", moe, interleaved)[0].comm_overlap
     plain_pp = interleaved.model_copy(update={"vpp": 1})        # PP without VPP: overlap_moe_expert_parallel_comm refused
     assert "ep" not in (switch_variants("megatron", moe, plain_pp)[0].comm_overlap or ())   # None: the default
+    # a device profile that hides none of the expert exchange (ep_overlap_fraction 0): the switch would only cost its
+    # buffers, so the search leaves it off (and tune's seeds, projected without it, agree with the search)
+    assert "ep" not in (switch_variants("megatron", moe, interleaved, ep_overlap_hides=False)[0].comm_overlap or ())
 
 
 def test_megatron_export_emits_the_switches_and_reads_them_back() -> None:
