@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 import multiprocessing
 import os
 import threading
@@ -553,35 +554,59 @@ class Evaluator:
                           for (g, position, index, headroom, static_headroom), bound in zip(found, bounds, strict=True)]
         return tally
 
-    def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:
-        """Visit the variants after each group's lead; prune those phase 1 proves irrelevant."""
-        tally = Tally()
-        group_ids = [g for g in group_ids if g in leads]
+    def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
+               tally: Tally) -> None:
+        """Visit the variants after each group's lead, from the highest throughput bound down, into ``tally``;
+        prune those that the projections so far prove irrelevant.
 
-        def needs_memory(g: int) -> bool:   # the variants of a group whose bounds prune them all need none
-            bound = leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
-            return not bounds.dominated(bound, leads[g][2])
-        self.screen(i for g in group_ids if needs_memory(g) for i in self.groups[g][leads[g][0] + 1:])
-        for g in group_ids:
-            position, tps_bound, headroom_bound = leads[g]
+        A variant's bound is its group's projected sibling with the least recompute before it (more recompute is
+        never faster, ZeRO < 3) or unbounded (FSDP).  The groups wait in one queue keyed by that bound (ties in
+        ``group_ids`` order), so the variants most likely to matter are projected first, and the top-k and the
+        Pareto front prune the rest as they grow (refreshed every few projections from everything projected so
+        far, ``tally.outcomes`` included: stale bounds prune less, never wrongly).  A group whose static headroom
+        (an upper bound of every variant's) is dominated is pruned whole: the bounds only tighten.
+        The order, hence every decision, depends only on the projected numbers, the same on every path.
+        """
+        order = {g: rank for rank, g in enumerate(group_ids) if g in leads}
+        bounds = bounds_from(tally.outcomes, top_k)
+
+        def bound_of(g: int, tps: float) -> float:
+            return tps * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
+
+        # batch-screen what the queue may read (with the bounds of phase 1: a superset of what it reads)
+        self.screen(i for g in order if not bounds.dominated(bound_of(g, leads[g][1]), leads[g][2])
+                    for i in self.groups[g][leads[g][0] + 1:])
+        queue = [(-bound_of(g, leads[g][1]), rank, g, leads[g][0] + 1, leads[g][1])
+                 for g, rank in order.items() if leads[g][0] + 1 < len(self.groups[g])]
+        heapq.heapify(queue)
+        since_refresh = 0
+        while queue:
+            _, rank, g, position, tps_bound = heapq.heappop(queue)
             members = self.groups[g]
-            prunable = self.zero_of(members[0]) < 3   # FSDP: more recompute can hide more comm
-            for index in members[position + 1:]:
-                tally.visited += 1
-                bound = tps_bound * (1.0 + BOUND_MARGIN) if prunable else float("inf")
-                if bounds.dominated(bound, headroom_bound):
-                    tally.pruned += 1
-                    continue
-                peak, _, capacity = self.peak(index)
-                headroom = self.headroom(peak, capacity)
-                if not self.passes(peak, capacity):
-                    self._screened_out(tally, headroom, index)
-                    continue
-                if bounds.dominated(bound, headroom):
-                    tally.pruned += 1
-                    continue
+            headroom_bound = leads[g][2]
+            bound = bound_of(g, tps_bound)
+            if bounds.dominated(bound, headroom_bound):     # every variant left, now and later
+                rest = len(members) - position
+                tally.visited += rest
+                tally.pruned += rest
+                continue
+            index = members[position]
+            tally.visited += 1
+            peak, _, capacity = self.peak(index)
+            headroom = self.headroom(peak, capacity)
+            if not self.passes(peak, capacity):
+                self._screened_out(tally, headroom, index)
+            elif bounds.dominated(bound, headroom):
+                tally.pruned += 1
+            else:
+                self.check_deadline()
                 tps_bound = self.project(index, tally).tokens_per_s_per_gpu
-        return tally
+                since_refresh += 1
+                if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
+                    bounds = bounds_from(tally.outcomes, top_k)
+                    since_refresh = 0
+            if position + 1 < len(members):
+                heapq.heappush(queue, (-bound_of(g, tps_bound), rank, g, position + 1, tps_bound))
 
 
 _WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
@@ -598,11 +623,6 @@ def _leads_task(args: tuple[list[Lead], int, list[Outcome]]) -> Tally:
     tally = Tally()
     _WORKER.project_leads(pending, top_k, tally, known)
     return tally
-
-
-def _phase2_task(args: tuple[list[int], dict[int, tuple[int, float, float]], Bounds]) -> Tally:
-    assert _WORKER is not None
-    return _WORKER.phase2(*args)
 
 
 def idle_cores() -> float:
@@ -678,9 +698,9 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
         for chunk in chunks:
             absorb(evaluator.phase1(chunk))
         evaluator.project_leads(total.pending, top_k, total)
-        bounds = bounds_from(total.outcomes, top_k)
-        for chunk in chunks:
-            absorb(evaluator.phase2(chunk, total.leads, bounds))
+        evaluator.phase2(group_ids, total.leads, top_k, total)
+        if progress is not None:
+            progress(total.visited)
         return total
     evaluator.screen(())   # columns: the whole-space screen runs once, here; forked workers inherit its peaks
     _WORKER = evaluator
@@ -706,10 +726,10 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
                 evaluator.check_deadline()
             total.projections.update(speculative.projections)
             evaluator.project_leads(total.pending, top_k, total, done={o.index: o for o in speculative.outcomes})
-            bounds = bounds_from(total.outcomes, top_k)
-            tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
-            for part in pool.imap(_phase2_task, tasks):
-                absorb(part)
+        # phase 2 in this process: one queue over every group (its decisions depend on every projection before)
+        evaluator.phase2(group_ids, total.leads, top_k, total)
+        if progress is not None:
+            progress(total.visited)
     finally:
         _WORKER = None
     return total
