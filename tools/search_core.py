@@ -556,57 +556,73 @@ class Evaluator:
 
     def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
                tally: Tally) -> None:
-        """Visit the variants after each group's lead, from the highest throughput bound down, into ``tally``;
+        """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
         prune those that the projections so far prove irrelevant.
 
-        A variant's bound is its group's projected sibling with the least recompute before it (more recompute is
-        never faster, ZeRO < 3) or unbounded (FSDP).  The groups wait in one queue keyed by that bound (ties in
-        ``group_ids`` order), so the variants most likely to matter are projected first, and the top-k and the
-        Pareto front prune the rest as they grow (refreshed every few projections from everything projected so
-        far, ``tally.outcomes`` included: stale bounds prune less, never wrongly).  A group whose static headroom
-        (an upper bound of every variant's) is dominated is pruned whole: the bounds only tighten.
-        The order, hence every decision, depends only on the projected numbers, the same on every path.
+        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; FSDP
+        groups are never pruned).  A group whose lead's bound and static headroom (an upper bound of every
+        variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
+        the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
+        recompute): every layout projected before a variant has at least its headroom, so the variant is
+        dominated as soon as one of them reaches its bound (and the bound is below the k-th best): the
+        Pareto front is built from its roomy end and prunes all it can.  Bounds are refreshed as projections
+        land (stale bounds prune less, never wrongly); the order, hence every decision, depends only on the
+        projected numbers and the peaks, the same on every path.
         """
-        order = {g: rank for rank, g in enumerate(group_ids) if g in leads}
         bounds = bounds_from(tally.outcomes, top_k)
 
-        def bound_of(g: int, tps: float) -> float:
-            return tps * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
+        def bound_of(g: int) -> float:
+            return leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
 
-        # batch-screen what the queue may read (with the bounds of phase 1: a superset of what it reads)
-        self.screen(i for g in order if not bounds.dominated(bound_of(g, leads[g][1]), leads[g][2])
-                    for i in self.groups[g][leads[g][0] + 1:])
-        queue = [(-bound_of(g, leads[g][1]), rank, g, leads[g][0] + 1, leads[g][1])
-                 for g, rank in order.items() if leads[g][0] + 1 < len(self.groups[g])]
-        heapq.heapify(queue)
-        since_refresh = 0
-        while queue:
-            _, rank, g, position, tps_bound = heapq.heappop(queue)
-            members = self.groups[g]
-            headroom_bound = leads[g][2]
-            bound = bound_of(g, tps_bound)
-            if bounds.dominated(bound, headroom_bound):     # every variant left, now and later
-                rest = len(members) - position
-                tally.visited += rest
-                tally.pruned += rest
+        live = []
+        for g in group_ids:
+            if g not in leads:
                 continue
-            index = members[position]
-            tally.visited += 1
-            peak, _, capacity = self.peak(index)
-            headroom = self.headroom(peak, capacity)
-            if not self.passes(peak, capacity):
-                self._screened_out(tally, headroom, index)
-            elif bounds.dominated(bound, headroom):
+            rest = self.groups[g][leads[g][0] + 1:]
+            if bounds.dominated(bound_of(g), leads[g][2]):
+                tally.visited += len(rest)
+                tally.pruned += len(rest)
+            elif rest:
+                live.append(g)
+        self.screen(i for g in live for i in self.groups[g][leads[g][0] + 1:])
+        queue: list[tuple[float, int, int, int]] = []       # (-headroom, rank, position, group)
+        for rank, g in enumerate(live):
+            members = self.groups[g]
+            for position in range(leads[g][0] + 1, len(members)):
+                index = members[position]
+                peak, _, capacity = self.peak(index)
+                headroom = self.headroom(peak, capacity)
+                tally.visited += 1
+                if self.passes(peak, capacity):
+                    queue.append((-headroom, rank, position, g))
+                else:
+                    self._screened_out(tally, headroom, index)
+        queue.sort()
+        top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
+        best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
+        since_refresh = 0
+        for neg_headroom, _, position, g in queue:
+            index = self.groups[g][position]
+            bound = bound_of(g)
+            kth = top[0] if len(top) >= top_k else float("-inf")
+            if bound == float("inf") and kth > float("-inf"):    # FSDP: the variant's own engine bound
+                bound = self.throughput_bounds([index])[0] * (1.0 + BOUND_MARGIN)
+            # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
+            roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
+            if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
                 tally.pruned += 1
-            else:
-                self.check_deadline()
-                tps_bound = self.project(index, tally).tokens_per_s_per_gpu
-                since_refresh += 1
-                if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
-                    bounds = bounds_from(tally.outcomes, top_k)
-                    since_refresh = 0
-            if position + 1 < len(members):
-                heapq.heappush(queue, (-bound_of(g, tps_bound), rank, g, position + 1, tps_bound))
+                continue
+            self.check_deadline()
+            tps = self.project(index, tally).tokens_per_s_per_gpu
+            best_roomier = max(best_roomier, tps)
+            if len(top) < top_k:
+                heapq.heappush(top, tps)
+            elif tps > top[0]:
+                heapq.heapreplace(top, tps)
+            since_refresh += 1
+            if since_refresh >= _REFRESH_EVERY:
+                bounds = bounds_from(tally.outcomes, top_k)
+                since_refresh = 0
 
 
 _WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
