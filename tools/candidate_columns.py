@@ -13,7 +13,7 @@ here: :func:`enumerate_candidates`), so candidate indices, groups and tie-breaks
 memory screen); everything else (grouping by recompute, the memory screen, the sharding of each layout)
 reads the columns.
 
-Columns (``int64``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
+Columns (``int32``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
 ``schedule split dispatcher precision recompute`` (indices into :attr:`CandidateColumns.schedules`,
 ``splits``, ``dispatchers``, ``precisions``, ``recomputes``), ``microbatches`` (gbs / (mbs * dp)),
 ``low_precision`` (1 for the 8- and 4-bit recipes: what activation memory reads of the precision).
@@ -223,6 +223,7 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
     columns["microbatches"] = np.maximum(1, space.gbs // (columns["mbs"] * columns["dp"]))
     low = [int(template.model_copy(update={"precision": p}).is_low_precision) for p in precisions]
     columns["low_precision"] = np.asarray(low or [0], dtype=np.int64)[columns["precision"]]
+    columns = {name: values.astype(np.int32) for name, values in columns.items()}   # small codes: half the bytes
     k = np.arange(len(precisions), dtype=np.int64)
     block_starts = (row_start[:, None] + k[None, :] * block[:, None]).reshape(-1)
     block_starts = block_starts[np.repeat(block, len(precisions)) > 0]

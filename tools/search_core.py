@@ -84,6 +84,7 @@ _group_values = attrgetter(*("schedule" if name == "pp_schedule" else name for n
 _sharding_values = attrgetter(*_SHARDING_FIELDS)
 _work_values = attrgetter(*_WORK_FIELDS)
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
+_SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
@@ -250,6 +251,13 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
                        rank(columns.schedules, c["schedule"][firsts]), c["mbs"][firsts], shard_rank)).tolist()
 
 
+def engine_alike(config: TrainingConfig) -> TrainingConfig:
+    """A layout as the engine sees it: FP8 recipes it models alike share one evaluation."""
+    if config.precision in ENGINE_ALIKE_PRECISIONS:
+        return config.model_copy(update={"precision": "fp8"})
+    return config
+
+
 class DeadlineReached(Exception):
     """The search ran past its deadline (:attr:`Evaluator.deadline`); the caller reports a partial result."""
 
@@ -302,12 +310,14 @@ class Evaluator:
             return int(self.columns.columns["zero"][index])
         return self.configs[index].zero
 
+    def transient_config(self, index: int) -> TrainingConfig:
+        """A candidate's typed config, not kept by the columns (a bound reads it once; a million kept would cost
+        hundreds of MiB): built again if read again."""
+        return self.configs[index] if self.columns is None else self.columns.config(index, keep=False)
+
     def canonical(self, index: int) -> TrainingConfig:
-        """The candidate as the engine sees it: FP8 recipes it models alike share one evaluation."""
-        config = self.configs[index]
-        if config.precision in ENGINE_ALIKE_PRECISIONS:
-            return config.model_copy(update={"precision": "fp8"})
-        return config
+        """The candidate as the engine sees it (:func:`engine_alike`)."""
+        return engine_alike(self.configs[index])
 
     def memory(self, index: int) -> MemoryResult:
         key = self.canonical(index)
@@ -327,7 +337,7 @@ class Evaluator:
             return
         rows = np.array(todo)
         if self.columns is not None:
-            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            self._screen_rows(rows)
             return
         batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
@@ -347,7 +357,15 @@ class Evaluator:
                          for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
         rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
         if len(rows):
-            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            self._screen_rows(rows)
+
+    def _screen_rows(self, rows: np.ndarray) -> None:
+        """Batch-screen rows of the columns, ``_SCREEN_ROWS`` at a time (caps the screen's temporaries: ~300 bytes
+        a row; the batcher keeps its per-key rows between the pieces)."""
+        assert self.columns is not None
+        for start in range(0, len(rows), _SCREEN_ROWS):
+            part = rows[start:start + _SCREEN_ROWS]
+            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part).stacked()
 
     def peak(self, index: int) -> tuple[float, float, float]:
         """(peak, static peak, usable capacity) bytes of a candidate: from the batch screen, else the scalar one."""
@@ -425,9 +443,9 @@ class Evaluator:
         if not fast_paths.enabled():
             return [self.throughput_bound(i) for i in indices]
         job = self.job
-        configs = [self.configs[i] for i in indices]
+        configs = [self.transient_config(i) for i in indices]
         dims = [parallel_dims(c, job.cluster) for c in configs]
-        work = np.array([self._busiest_work(i) for i in indices])
+        work = np.array([self._busiest_work(c) for c in configs])
         microbatches = np.array([d.num_microbatches for d in dims], dtype=np.float64)
         optimizer = np.array([engine._optimizer_s(job.model, c, d, job.hardware, job.profile)
                               for c, d in zip(configs, dims, strict=True)])
@@ -440,9 +458,9 @@ class Evaluator:
         """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size."""
         return _work_values(config)
 
-    def _busiest_work(self, index: int) -> float:
-        """The busiest pipeline rank's F+B+W time of one micro-batch, s (the engine's stage times)."""
-        config = self.canonical(index)
+    def _busiest_work(self, config: TrainingConfig) -> float:
+        """The busiest pipeline rank's F+B+W time of one micro-batch of a layout, s (the engine's stage times)."""
+        config = engine_alike(config)
         key = self.work_key(config)
         work = self._work_cache.get(key)
         if work is None:
