@@ -19,9 +19,11 @@ fits (its *lead*) with an upper bound of its throughput from the engine's iterat
 bound (:func:`projection.engine.iteration_time_lower_bound`, computed per batch of leads with
 the same bits by :meth:`Evaluator.throughput_bounds`); leads are then projected from
 the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits
-the remaining variants: one whose throughput bound is below the k-th
-best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
-can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
+the remaining variants from the most memory headroom down (:meth:`Evaluator.phase2`): one whose
+throughput bound (its lead's throughput; under FSDP its own engine bound) is below the k-th best
+*and* that a projected point dominates (more throughput and more headroom) can be neither in the
+top-k nor on the Pareto front, so it is counted as pruned, unprojected; the bounds grow with every
+projection, so the front is built from its roomy end and the decisions are the same on every path.
 tests/tools/test_search_core.py checks both facts and that pruning changes no result.
 
 The memory screen reads batch peaks (:func:`screen_memories`, :mod:`projection.memory_batch`: numpy over
