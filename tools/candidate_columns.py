@@ -13,7 +13,7 @@ here: :func:`enumerate_candidates`), so candidate indices, groups and tie-breaks
 memory screen); everything else (grouping by recompute, the memory screen, the sharding of each layout)
 reads the columns.
 
-Columns (``int64``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
+Columns (``int32``, one entry per layout): ``cp tp pp dp ep etp vpp mbs zero fsdp`` (0 = no HSDP size),
 ``schedule split dispatcher precision recompute`` (indices into :attr:`CandidateColumns.schedules`,
 ``splits``, ``dispatchers``, ``precisions``, ``recomputes``), ``microbatches`` (gbs / (mbs * dp)),
 ``low_precision`` (1 for the 8- and 4-bit recipes: what activation memory reads of the precision), ``switches``
@@ -208,7 +208,7 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
                                     for dispatcher in dispatchers(space, ep, etp):
                                         outer.append((cp, tp, pp, dp, ep, etp, vpp, s_code, p_code, mbs, zero,
                                                       fsdp or 0, disps(dispatcher)))
-    table = np.asarray(outer, dtype=np.int64).reshape(-1, len(OUTER))
+    table = np.asarray(outer, dtype=np.int32).reshape(-1, len(OUTER))   # small codes: half the bytes of int64
     depth = table[:, OUTER.index("pp")]
     # per pp: recompute variants (a block's size) and their codes, padded into one lookup table
     size_of = np.zeros(max(variants, default=0) + 1, dtype=np.int64)
@@ -222,11 +222,13 @@ def enumerate_columns(space: SearchSpace, template: TrainingConfig) -> Candidate
     row_start = np.cumsum(per_row) - per_row
     inner = np.arange(int(per_row.sum()), dtype=np.int64) - np.repeat(row_start, per_row)  # place in its row
     rec_count = np.maximum(np.repeat(block, per_row), 1)
-    columns["precision"] = inner // rec_count
-    columns["recompute"] = lookup[columns["pp"], inner % rec_count]
-    columns["microbatches"] = np.maximum(1, space.gbs // (columns["mbs"] * columns["dp"]))
+    columns["precision"] = (inner // rec_count).astype(np.int32)
+    columns["recompute"] = lookup[columns["pp"], inner % rec_count].astype(np.int32)
+    del inner, rec_count
+    columns["microbatches"] = np.maximum(1, space.gbs // (columns["mbs"].astype(np.int64) * columns["dp"])
+                                         ).astype(np.int32)
     low = [int(template.model_copy(update={"precision": p}).is_low_precision) for p in precisions]
-    columns["low_precision"] = np.asarray(low or [0], dtype=np.int64)[columns["precision"]]
+    columns["low_precision"] = np.asarray(low or [0], dtype=np.int32)[columns["precision"]]
     k = np.arange(len(precisions), dtype=np.int64)
     block_starts = (row_start[:, None] + k[None, :] * block[:, None]).reshape(-1)
     block_starts = block_starts[np.repeat(block, len(precisions)) > 0]

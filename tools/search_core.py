@@ -19,9 +19,11 @@ fits (its *lead*) with an upper bound of its throughput from the engine's iterat
 bound (:func:`projection.engine.iteration_time_lower_bound`, computed per batch of leads with
 the same bits by :meth:`Evaluator.throughput_bounds`); leads are then projected from
 the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits
-the remaining variants: one whose throughput bound is below the k-th
-best of phase 1 *and* that some phase-1 point dominates (more throughput and more headroom)
-can be neither in the top-k nor on the Pareto front, so it is counted as pruned, unprojected.
+the remaining variants from the most memory headroom down (:meth:`Evaluator.phase2`): one whose
+throughput bound (its lead's throughput; under FSDP its own engine bound) is below the k-th best
+*and* that a projected point dominates (more throughput and more headroom) can be neither in the
+top-k nor on the Pareto front, so it is counted as pruned, unprojected; the bounds grow with every
+projection, so the front is built from its roomy end and the decisions are the same on every path.
 tests/tools/test_search_core.py checks both facts and that pruning changes no result.
 
 The memory screen reads batch peaks (:func:`screen_memories`, :mod:`projection.memory_batch`: numpy over
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import heapq
 import multiprocessing
 import os
 import threading
@@ -87,6 +90,7 @@ _group_values = attrgetter(*("schedule" if name == "pp_schedule" else name for n
 _sharding_values = attrgetter(*_SHARDING_FIELDS)
 _work_values = attrgetter(*_WORK_FIELDS)
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
+_SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
 
 
@@ -253,6 +257,13 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
                        rank(columns.schedules, c["schedule"][firsts]), c["mbs"][firsts], shard_rank)).tolist()
 
 
+def engine_alike(config: TrainingConfig) -> TrainingConfig:
+    """A layout as the engine sees it: FP8 recipes it models alike share one evaluation."""
+    if config.precision in ENGINE_ALIKE_PRECISIONS:
+        return config.model_copy(update={"precision": "fp8"})
+    return config
+
+
 class DeadlineReached(Exception):
     """The search ran past its deadline (:attr:`Evaluator.deadline`); the caller reports a partial result."""
 
@@ -305,12 +316,14 @@ class Evaluator:
             return int(self.columns.columns["zero"][index])
         return self.configs[index].zero
 
+    def transient_config(self, index: int) -> TrainingConfig:
+        """A candidate's typed config, not kept by the columns (a bound reads it once; a million kept would cost
+        hundreds of MiB): built again if read again."""
+        return self.configs[index] if self.columns is None else self.columns.config(index, keep=False)
+
     def canonical(self, index: int) -> TrainingConfig:
-        """The candidate as the engine sees it: FP8 recipes it models alike share one evaluation."""
-        config = self.configs[index]
-        if config.precision in ENGINE_ALIKE_PRECISIONS:
-            return config.model_copy(update={"precision": "fp8"})
-        return config
+        """The candidate as the engine sees it (:func:`engine_alike`)."""
+        return engine_alike(self.configs[index])
 
     def memory(self, index: int) -> MemoryResult:
         key = self.canonical(index)
@@ -330,7 +343,7 @@ class Evaluator:
             return
         rows = np.array(todo)
         if self.columns is not None:
-            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            self._screen_rows(rows)
             return
         batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
@@ -350,7 +363,15 @@ class Evaluator:
                          for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
         rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
         if len(rows):
-            self._peaks[rows] = self._batcher.peaks_of_rows(self.columns, rows).stacked()
+            self._screen_rows(rows)
+
+    def _screen_rows(self, rows: np.ndarray) -> None:
+        """Batch-screen rows of the columns, ``_SCREEN_ROWS`` at a time (caps the screen's temporaries: ~300 bytes
+        a row; the batcher keeps its per-key rows between the pieces)."""
+        assert self.columns is not None
+        for start in range(0, len(rows), _SCREEN_ROWS):
+            part = rows[start:start + _SCREEN_ROWS]
+            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part).stacked()
 
     def screened(self) -> np.ndarray:
         """Per candidate, whether the batch screen has its peak (columns: every layout whose sharding's static memory
@@ -433,9 +454,9 @@ class Evaluator:
         if not fast_paths.enabled():
             return [self.throughput_bound(i) for i in indices]
         job = self.job
-        configs = [self.configs[i] for i in indices]
+        configs = [self.transient_config(i) for i in indices]
         dims = [parallel_dims(c, job.cluster) for c in configs]
-        work = np.array([self._busiest_work(i) for i in indices])
+        work = np.array([self._busiest_work(c) for c in configs])
         microbatches = np.array([d.num_microbatches for d in dims], dtype=np.float64)
         optimizer = np.array([engine._optimizer_s(job.model, c, d, job.hardware, job.profile)
                               for c, d in zip(configs, dims, strict=True)])
@@ -448,9 +469,9 @@ class Evaluator:
         """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size."""
         return _work_values(config)
 
-    def _busiest_work(self, index: int) -> float:
-        """The busiest pipeline rank's F+B+W time of one micro-batch, s (the engine's stage times)."""
-        config = self.canonical(index)
+    def _busiest_work(self, config: TrainingConfig) -> float:
+        """The busiest pipeline rank's F+B+W time of one micro-batch of a layout, s (the engine's stage times)."""
+        config = engine_alike(config)
         key = self.work_key(config)
         work = self._work_cache.get(key)
         if work is None:
@@ -562,35 +583,75 @@ class Evaluator:
                           for (g, position, index, headroom, static_headroom), bound in zip(found, bounds, strict=True)]
         return tally
 
-    def phase2(self, group_ids: Iterable[int], leads: dict[int, tuple[int, float, float]], bounds: Bounds) -> Tally:
-        """Visit the variants after each group's lead; prune those phase 1 proves irrelevant."""
-        tally = Tally()
-        group_ids = [g for g in group_ids if g in leads]
+    def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
+               tally: Tally) -> None:
+        """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
+        prune those that the projections so far prove irrelevant.
 
-        def needs_memory(g: int) -> bool:   # the variants of a group whose bounds prune them all need none
-            bound = leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
-            return not bounds.dominated(bound, leads[g][2])
-        self.screen(i for g in group_ids if needs_memory(g) for i in self.groups[g][leads[g][0] + 1:])
+        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; FSDP
+        groups are never pruned).  A group whose lead's bound and static headroom (an upper bound of every
+        variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
+        the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
+        recompute): every layout projected before a variant has at least its headroom, so the variant is
+        dominated as soon as one of them reaches its bound (and the bound is below the k-th best): the
+        Pareto front is built from its roomy end and prunes all it can.  Bounds are refreshed as projections
+        land (stale bounds prune less, never wrongly); the order, hence every decision, depends only on the
+        projected numbers and the peaks, the same on every path.
+        """
+        bounds = bounds_from(tally.outcomes, top_k)
+
+        def bound_of(g: int) -> float:
+            return leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
+
+        live = []
         for g in group_ids:
-            position, tps_bound, headroom_bound = leads[g]
+            if g not in leads:
+                continue
+            rest = self.groups[g][leads[g][0] + 1:]
+            if bounds.dominated(bound_of(g), leads[g][2]):
+                tally.visited += len(rest)
+                tally.pruned += len(rest)
+            elif rest:
+                live.append(g)
+        self.screen(i for g in live for i in self.groups[g][leads[g][0] + 1:])
+        queue: list[tuple[float, int, int, int]] = []       # (-headroom, rank, position, group)
+        for rank, g in enumerate(live):
             members = self.groups[g]
-            prunable = self.zero_of(members[0]) < 3   # FSDP: more recompute can hide more comm
-            for index in members[position + 1:]:
-                tally.visited += 1
-                bound = tps_bound * (1.0 + BOUND_MARGIN) if prunable else float("inf")
-                if bounds.dominated(bound, headroom_bound):
-                    tally.pruned += 1
-                    continue
+            for position in range(leads[g][0] + 1, len(members)):
+                index = members[position]
                 peak, _, capacity = self.peak(index)
                 headroom = self.headroom(peak, capacity)
-                if not self.passes(peak, capacity):
+                tally.visited += 1
+                if self.passes(peak, capacity):
+                    queue.append((-headroom, rank, position, g))
+                else:
                     self._screened_out(tally, headroom, index)
-                    continue
-                if bounds.dominated(bound, headroom):
-                    tally.pruned += 1
-                    continue
-                tps_bound = self.project(index, tally).tokens_per_s_per_gpu
-        return tally
+        queue.sort()
+        top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
+        best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
+        since_refresh = 0
+        for neg_headroom, _, position, g in queue:
+            index = self.groups[g][position]
+            bound = bound_of(g)
+            kth = top[0] if len(top) >= top_k else float("-inf")
+            if bound == float("inf") and kth > float("-inf"):    # FSDP: the variant's own engine bound
+                bound = self.throughput_bounds([index])[0] * (1.0 + BOUND_MARGIN)
+            # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
+            roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
+            if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
+                tally.pruned += 1
+                continue
+            self.check_deadline()
+            tps = self.project(index, tally).tokens_per_s_per_gpu
+            best_roomier = max(best_roomier, tps)
+            if len(top) < top_k:
+                heapq.heappush(top, tps)
+            elif tps > top[0]:
+                heapq.heapreplace(top, tps)
+            since_refresh += 1
+            if since_refresh >= _REFRESH_EVERY:
+                bounds = bounds_from(tally.outcomes, top_k)
+                since_refresh = 0
 
 
 _WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
@@ -607,11 +668,6 @@ def _leads_task(args: tuple[list[Lead], int, list[Outcome]]) -> Tally:
     tally = Tally()
     _WORKER.project_leads(pending, top_k, tally, known)
     return tally
-
-
-def _phase2_task(args: tuple[list[int], dict[int, tuple[int, float, float]], Bounds]) -> Tally:
-    assert _WORKER is not None
-    return _WORKER.phase2(*args)
 
 
 def idle_cores() -> float:
@@ -687,9 +743,9 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
         for chunk in chunks:
             absorb(evaluator.phase1(chunk))
         evaluator.project_leads(total.pending, top_k, total)
-        bounds = bounds_from(total.outcomes, top_k)
-        for chunk in chunks:
-            absorb(evaluator.phase2(chunk, total.leads, bounds))
+        evaluator.phase2(group_ids, total.leads, top_k, total)
+        if progress is not None:
+            progress(total.visited)
         return total
     evaluator.screen(())   # columns: the whole-space screen runs once, here; forked workers inherit its peaks
     _WORKER = evaluator
@@ -715,10 +771,10 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
                 evaluator.check_deadline()
             total.projections.update(speculative.projections)
             evaluator.project_leads(total.pending, top_k, total, done={o.index: o for o in speculative.outcomes})
-            bounds = bounds_from(total.outcomes, top_k)
-            tasks = [(chunk, {g: total.leads[g] for g in chunk if g in total.leads}, bounds) for chunk in chunks]
-            for part in pool.imap(_phase2_task, tasks):
-                absorb(part)
+        # phase 2 in this process: one queue over every group (its decisions depend on every projection before)
+        evaluator.phase2(group_ids, total.leads, top_k, total)
+        if progress is not None:
+            progress(total.visited)
     finally:
         _WORKER = None
     return total

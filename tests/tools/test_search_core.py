@@ -35,15 +35,22 @@ def test_recompute_never_speeds_up_and_keeps_static_memory(model: str, gpu: str,
         assert len(static) == 1
 
 
-def test_pruning_changes_no_result(monkeypatch: pytest.MonkeyPatch) -> None:
-    request = SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=8, gbs=32, seq_len=4096, top_k=5,
-                            constraints=Constraints(precision=["bf16", "fp8"], pp="<=2"))
-    pruned = run_search(request, workers=1)
+@pytest.mark.parametrize("search", [
+    SearchRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=8, gbs=32, seq_len=4096, top_k=5,
+                  constraints=Constraints(precision=["bf16", "fp8"], pp="<=2")),
+    # MoE at long context (case f of bench_search_space, scaled down): FSDP groups on the Pareto front, pruned by
+    # their own engine bound in phase 2, the front built from its roomy end
+    SearchRequest(model="qwen3-30b-a3b", gpu="mi355x", num_gpus=16, gbs=16, seq_len=32768, top_k=5,
+                  constraints=Constraints(precision="bf16", pp="<=2", tp="<=2", cp="<=2", mbs=1)),
+], ids=["dense", "qwen3-moe-32k"])
+def test_pruning_changes_no_result(search: SearchRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    pruned = run_search(search, workers=1)
     monkeypatch.setattr(Bounds, "dominated", lambda self, tps, headroom: False)
-    full = run_search(request, workers=1)
+    full = run_search(search, workers=1)
     assert pruned.pruned > 0 and full.pruned == 0
     assert [c.layout for c in pruned.ranked] == [c.layout for c in full.ranked]
     assert [c.layout for c in pruned.pareto] == [c.layout for c in full.pareto]
+    assert [c.tokens_per_sec_per_gpu for c in pruned.pareto] == [c.tokens_per_sec_per_gpu for c in full.pareto]
     assert pruned.enumerated == full.enumerated
 
 

@@ -23,7 +23,11 @@ CASES = [
     # MoE with EP (mixtral-8x22b on MI300X / deepseek-v3 on H100, scaled down)
     SearchRequest(model="mixtral-8x7b", gpu="mi300x", num_gpus=16, gbs=64, seq_len=4096, top_k=5,
                   constraints=Constraints(pp="<=4", mbs=1)),
+    # MoE at long context with FSDP groups (qwen3-235b-a22b on 256 MI355X at 32k, scaled down)
+    SearchRequest(model="qwen3-30b-a3b", gpu="mi355x", num_gpus=16, gbs=16, seq_len=32768, top_k=5,
+                  constraints=Constraints(precision="bf16", pp="<=2", tp="<=2", cp="<=2", mbs=1)),
 ]
+CASE_IDS = ["dense-deep", "moe", "qwen3-moe-32k"]
 
 
 def _view(result: SearchResult) -> tuple[object, ...]:
@@ -33,7 +37,7 @@ def _view(result: SearchResult) -> tuple[object, ...]:
     return rows(result.ranked), rows(result.pareto), result.enumerated
 
 
-@pytest.mark.parametrize("request_", CASES, ids=["dense-deep", "moe"])
+@pytest.mark.parametrize("request_", CASES, ids=CASE_IDS)
 def test_batched_bound_equals_scalar_bound_on_every_candidate(request_: SearchRequest) -> None:
     job = resolve_request(request_)
     configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, request_.constraints, request_.gbs,
@@ -46,7 +50,7 @@ def test_batched_bound_equals_scalar_bound_on_every_candidate(request_: SearchRe
     assert batched == scalar        # bit for bit, not approximately
 
 
-@pytest.mark.parametrize("request_", CASES, ids=["dense-deep", "moe"])
+@pytest.mark.parametrize("request_", CASES, ids=CASE_IDS)
 def test_search_with_fast_paths_equals_exact_search(request_: SearchRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     shortcuts = []
     steady = pipeline_steady._steady_makespan
