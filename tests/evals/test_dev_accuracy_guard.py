@@ -17,7 +17,8 @@ from evals.eval_run import evaluate
 DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
 
 # Figures of the shipped profiles on the development set (in-sample), and the limits guarded here.
-MAPE_MAX = 0.084            # measured 0.0799 (2026-12-02, session 7 refit: Megatron-Bridge switches recorded, expert
+MAPE_MAX = 0.076            # measured 0.0724 (2026-12-02, session 8 refit: Narayanan's recorded recompute lets the six
+#                             DeepSpeed rows be fitted on); 0.0799 (session 7: Megatron-Bridge switches recorded, expert
 #                             overlap off unless stated, CP ring as point-to-point steps); 0.0838 before
 #                             (measured 0.085 on 2026-12-01, session 5 refit: the 21 runs with a documented record
 #                             issue are no longer fitted on, so they sit at 0.40 (were 0.22) while the other 248
