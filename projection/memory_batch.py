@@ -36,7 +36,6 @@ from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory_terms import (
     BF16_BYTES,
-    CUDA_GRAPH_BACKWARD_SURFACES,
     GIB,
     StageMemory,
     _layer_tables_for,
@@ -338,7 +337,7 @@ class MemoryBatcher:
         buffers = np.zeros(pp)
         buffers[pp - 1] = buffers[pp - 1] + loss
         buffers = buffers + acts[2] + gather + lora + np.where(acts[3] > 0, moe, 0.0)
-        buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight, graph > 0)
+        buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight)
         buffers = buffers + np.where(acts[3] > 0, overlap, 0.0)
         allocator = fragmentation * (activations + buffers)
         layers = self._ranks(dims).stage_layers.tolist()
@@ -374,7 +373,7 @@ class MemoryBatcher:
         buffers = buffers + gather
         buffers = buffers + lora
         buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
-        buffers = buffers + col[:, 8:9] * (in_flight + CUDA_GRAPH_BACKWARD_SURFACES)   # 0 x ... without graphs
+        buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)   # 0 x ... without graphs
         buffers = buffers + np.where(acts[:, 3] > 0, col[:, 9:10], 0.0)
         workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         allocator = col[:, 6:7] * (activations + buffers)

@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate, repeat
 from operator import itemgetter
+from typing import Any
 
 from projection.activations import (
     ActivationContext,
@@ -331,8 +332,10 @@ def hidden_state_bytes(ctx: ActivationContext, hidden_size: int) -> float:
     return BF16_BYTES * ctx.micro_batch * ctx.seq_len * hidden_size / (ctx.tp if ctx.sequence_parallel else 1)
 
 
-def cuda_graph_buffer_bytes(hidden_bytes: float, sets_in_flight: float, graphs: bool) -> float:
-    """Bytes CUDA graphs add to one pipeline rank (Megatron-core ``--cuda-graph-impl local``, per-layer capture).
+def cuda_graph_buffer_bytes(hidden_bytes: Any, sets_in_flight: Any) -> Any:
+    """Bytes CUDA graphs add to one pipeline rank (Megatron-core ``--cuda-graph-impl local``, per-layer capture):
+    ``hidden_bytes`` is the layout's hidden state per set (0 without graphs, :func:`switch_buffer_bytes`); scalars
+    or numpy arrays (the batch screen's columns), the same operations either way.
 
     Megatron-LM core_v0.16.1 ``megatron/core/transformer/cuda_graphs.py``: each captured layer replays with static
     input and output surfaces taken from ``TensorReusePool``, which "maintains strong references to all tensors
@@ -347,8 +350,6 @@ def cuda_graph_buffer_bytes(hidden_bytes: float, sets_in_flight: float, graphs: 
     private pool (``torch.cuda.graph(pool=CudaGraphManager.global_mempool)``), captured in execution order so its
     high-water mark is the eager one, already in ``activations``.  Never negative: graphs never lower memory.
     """
-    if not graphs:
-        return 0.0
     return hidden_bytes * (sets_in_flight + CUDA_GRAPH_BACKWARD_SURFACES)
 
 
@@ -437,7 +438,7 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     has_moe = model.is_moe and any(model.moe_layers[layer] for layer in layers)
     buffers += moe_dispatch_buffer_bytes(model, config, dims, has_moe, scale_up_gpus)
     graph_hidden, ep_overlap = switch_buffer_bytes(model, config, ctx)
-    buffers += cuda_graph_buffer_bytes(graph_hidden, in_flight, graph_hidden > 0)
+    buffers += cuda_graph_buffer_bytes(graph_hidden, in_flight)
     buffers += ep_overlap if has_moe else 0.0
     if traits.caching_allocator:
         workspace = profile.memory_overhead_gib * GIB

@@ -307,12 +307,11 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
         ready = paused[::-1]
     assert all(finished), f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
     makespan = max(ends)
-    extrapolated = None
-    if plan is not None and plan.taken is not None:
-        extrapolated = plan.extrapolate(done, step, warmups, makespan)
+    taken = plan is not None and plan.taken is not None
+    extrapolated = plan.extrapolate(done, step, warmups, makespan) if taken else None
     if repeated is not None and plan is not None and plan.tests:
         repeated.append(extrapolated is not None)
-    if plan is not None and plan.taken is not None:
+    if taken:
         if extrapolated is None:           # the shorter step did not repeat to its end: the long step in full
             return _direct_one_f_one_b(schedule, pp, vpp, m, group, durations, p2p, shortcut=False)
         makespan = extrapolated

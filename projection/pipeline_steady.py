@@ -138,11 +138,11 @@ def _attempt(schedule: Schedule, pp: int, vpp: int, m: int, group: int, duration
     return makespan, plan, c, D, needed_periods((lag, head_reach, tail_reach), c, t)
 
 
-def _steady_tries(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> bool:
-    """Whether `_steady_makespan` simulates anything for this shape: a periodic middle of at least
-    2 * _PROBE_PERIODS periods on every rank."""
+def _steady_shape(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> PeriodicShape | None:
+    """The periodic shape `_steady_makespan` simulates from, None when it simulates nothing for this shape (no
+    periodic middle of at least 2 * _PROBE_PERIODS periods on every rank)."""
     shape = periodic_shape(schedule, pp, vpp, m, group)
-    return shape is not None and min(shape[3]) >= 2 * _PROBE_PERIODS
+    return shape if shape is not None and min(shape[3]) >= 2 * _PROBE_PERIODS else None
 
 
 def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int],
@@ -155,9 +155,10 @@ def _steady_makespan(schedule: Schedule, pp: int, vpp: int, m: int, group: int, 
     most a third more than the full simulation); attempts grow from the dependency reach to
     what the measured transient needs, or double.
     """
-    if not _steady_tries(schedule, pp, vpp, m, group):
+    periodic = _steady_shape(schedule, pp, vpp, m, group)
+    if periodic is None:
         return None
-    shift, _, _, counts = periodic_shape(schedule, pp, vpp, m, group)   # type: ignore[misc]
+    shift, _, _, counts = periodic
     shortest = min(counts)
     lag, _, tail_reach = _reach(schedule, pp, vpp, m - (shortest - _PROBE_PERIODS) * shift, group)
     keep = max(_PROBE_PERIODS, room(lag, tail_reach, 1) + 4)
@@ -209,7 +210,7 @@ def _steady_attempt(shape: tuple[Schedule, int, int, int, int], durations: list[
         hit.append(shape[3])
     elif misses >= 0:
         _STEADY_MISSES_CACHE[shape] = misses + 1
-        if misses + 1 == _GIVE_UP_MISSES and _steady_tries(*shape):
+        if misses + 1 == _GIVE_UP_MISSES and _steady_shape(*shape) is not None:
             gave_up.append(shape[3])
     return steady
 

@@ -213,7 +213,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
                      count)
     if tally.complete:
         configs = _search_fallbacks(job, framework, evaluator, tally, request.top_k, deadline, corrections,
-                                    switch_pins(constraints))
+                                    switch_pins(constraints), hides)
     if progress is not None:
         progress(total if tally.complete else tally.visited, total)
     ranked, pareto = _finish(job, configs, tally, request.top_k, corrections)
@@ -249,13 +249,15 @@ class _Joined(Sequence[TrainingConfig]):
 
 
 def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tally: Tally, top_k: int,
-                      deadline: float | None, corrections: Any, pins: dict[str, Any]) -> Sequence[TrainingConfig]:
+                      deadline: float | None, corrections: Any, pins: dict[str, Any], hides: bool
+                      ) -> Sequence[TrainingConfig]:
     """Search, as layouts of their own, the switch fallbacks of the layouts whose best switches do not fit memory
     (:func:`tools.switch_rules.switch_choices`: a layout with CUDA graphs or the expert overlap that fits only
     without it), and add their outcomes to ``tally`` (indices after the searched layouts').  The rest keep their
     best setting, so each layout is ranked with the first setting that fits: an exhaustive search over the
     switches, per layout (tests/tools/test_switch_search.py).  ``pins``: the switches the constraints pin (the
-    searched layouts carry their best setting over them).  The joined layouts are returned."""
+    searched layouts carry their best setting over them); ``hides``: :func:`tools.switch_rules.ep_overlap_hides` of
+    the job's profile.  The joined layouts are returned."""
     configs = evaluator.configs
     columns = evaluator.columns
     if columns is not None:
@@ -269,14 +271,12 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         fallbacks = [configs[i].model_copy(update=columns.switch_choices[columns.columns["switches"][i]][1])
                      for i in rescued]
         return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
-    else:
-        second = {}
-        unset = {k: pins.get(k) for k in ("comm_overlap", "cuda_graphs")}
-        for i, config in enumerate(configs):
-            choices = switch_choices(framework, job.model, config.model_copy(update=unset),
-                                     ep_overlap_hides=ep_overlap_hides(job.profile))
-            if len(choices) > 1:
-                second[i] = choices[1]
+    second = {}
+    unset = {k: pins.get(k) for k in ("comm_overlap", "cuda_graphs")}
+    for i, config in enumerate(configs):
+        choices = switch_choices(framework, job.model, config.model_copy(update=unset), ep_overlap_hides=hides)
+        if len(choices) > 1:
+            second[i] = choices[1]
     fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(
         evaluator, i))]
     return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)

@@ -588,8 +588,9 @@ class Evaluator:
         """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
         prune those that the projections so far prove irrelevant.
 
-        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; FSDP
-        groups are never pruned).  A group whose lead's bound and static headroom (an upper bound of every
+        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; under FSDP,
+        where more recompute can hide more communication, each variant is bounded by its own engine bound once a
+        k-th best exists).  A group whose lead's bound and static headroom (an upper bound of every
         variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
         the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
         recompute): every layout projected before a variant has at least its headroom, so the variant is
