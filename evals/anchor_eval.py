@@ -50,6 +50,7 @@ from projection.anchor import (
     anchor_point,
     anchored_projection,
     band_uninformed,
+    posterior_weight,
     solve_corrections,
     step_parts,
 )
@@ -127,6 +128,8 @@ class Pair:
     """Share of the target's step the anchor never exercised (scale-out targets only, projection.anchor)."""
     alike: bool = True
     """Target and anchor within COMM_SHARE_SPREAD in communication share (the weight's cell)."""
+    anchor_compute_share: float = 1.0
+    """The anchor's projected compute share of its step (how much its error says about the compute factor)."""
     anchor_self: float = 0.0
     """The anchor's own layout projected with the pair's anchor, shrunk by the weight of its own cell (same scale,
     alike in communication), in the anchor's metric: what a search ranks the anchor's layout at."""
@@ -395,6 +398,7 @@ def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0, 
                 anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0), anchor_class=cls,
                 full_shift=math.log(full_time / target.projection.iteration_time_s),
                 uninformed=band_uninformed(cls, parts, corrections), alike=alike_in_communication(parts, corrections),
+                anchor_compute_share=point.parts.compute_share,
                 anchor_self=anchor.value_at(anchored_projection(anchor.projection, own).iteration_time_s))
 
 
@@ -407,18 +411,25 @@ def _reweighted(pair: Pair, weights: dict[str, SharedWeight]) -> Pair:
 def estimate_weight(pairs: Sequence[Pair], group: str, alike: bool | None = True) -> SharedWeight:
     """The shared-error weight of one scale group, for targets alike or not in communication share to their anchor
     (:func:`projection.anchor.alike_in_communication`; None: both), from (target, anchor) pairs: the
-    least-squares slope of the target's log error ``r`` on the log correction ``g`` a fully trusted anchor makes to
-    it, through the origin, ``w = sum(r g) / sum(g^2)`` clipped to 0..1.
+    weight ``w`` (on :data:`WEIGHT_GRID`) whose corrections explain the targets' log errors ``r`` best in least
+    squares, ``sum (r - h g)^2``: ``g`` the log correction a fully trusted anchor makes to the target, ``h`` the
+    power the anchor's factor takes at weight ``w`` (:func:`projection.anchor.posterior_weight` of the anchor's
+    compute share; an all-compute anchor: ``w``, and the fit is the slope of ``r`` on ``g`` through the origin).
 
     With a series effect shared by its runs (variance tau^2) and each run's own error (sigma^2), ``g`` is about the
-    anchor's own log error, and the slope is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
+    anchor's own log error, and ``w`` is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
     of the shared part: the cross-validated residual covariance within series over the anchors' variance.  Fewer
     than :data:`projection.uncertainty.MIN_WEIGHT_PAIRS` pairs: weight 0 (nothing is known to be shared)."""
     members = [p for p in pairs if scale_group(p.anchor_class) == group and alike in (None, p.alike)]
-    den = sum(p.full_shift ** 2 for p in members)
-    slope = (sum(p.target_residual * p.full_shift for p in members) / den
-             if den > 0 and len(members) >= MIN_WEIGHT_PAIRS else 0.0)
-    return SharedWeight(group=group, alike=alike is not False, weight=min(1.0, max(0.0, slope)), pairs=len(members))
+    weight = 0.0
+    if len(members) >= MIN_WEIGHT_PAIRS and any(p.full_shift for p in members):
+        weight = min(WEIGHT_GRID, key=lambda w: (sum((p.target_residual - posterior_weight(w, (p.anchor_compute_share,))
+                                                      * p.full_shift) ** 2 for p in members), w))
+    return SharedWeight(group=group, alike=alike is not False, weight=weight, pairs=len(members))
+
+
+WEIGHT_GRID = tuple(i / 200 for i in range(201))
+"""Shared-error weights :func:`estimate_weight` tries (0..1 in steps of 0.005: finer than its sampling error)."""
 
 
 def weight_key(group: str, alike: bool) -> str:
@@ -429,9 +440,16 @@ def weight_key(group: str, alike: bool) -> str:
 def shared_weights(pairs: Sequence[Pair]) -> dict[str, SharedWeight]:
     """:func:`estimate_weight` of the same-scale group for targets alike and not alike in communication share, and of
     the scale-out group as one cell (beyond the anchors' scale the communication differs by construction: its extra
-    share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`)."""
-    out = {weight_key(SCALE_GROUPS[0], a): estimate_weight(pairs, SCALE_GROUPS[0], a) for a in (True, False)}
-    out[SCALE_GROUPS[1]] = estimate_weight(pairs, SCALE_GROUPS[1], None)
+    share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`).
+
+    The cells are bounded by what they share at most: a target that differs from its anchor in communication, or
+    runs beyond its scale, shares no more of the anchor's error than a target alike at the same scale (its extra
+    terms are errors of its own), so their weights are capped by the same-scale alike cell's."""
+    alike = estimate_weight(pairs, SCALE_GROUPS[0], True)
+    out = {weight_key(SCALE_GROUPS[0], True): alike}
+    for key, estimate in ((weight_key(SCALE_GROUPS[0], False), estimate_weight(pairs, SCALE_GROUPS[0], False)),
+                          (SCALE_GROUPS[1], estimate_weight(pairs, SCALE_GROUPS[1], None))):
+        out[key] = estimate.model_copy(update={"weight": min(estimate.weight, alike.weight)})
     return out
 
 

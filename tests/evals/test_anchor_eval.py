@@ -73,8 +73,11 @@ def test_the_shared_error_weight_is_the_regression_of_target_errors_on_the_ancho
     from evals.anchor_eval import estimate_weight, shared_weights
     from projection.uncertainty import MIN_WEIGHT_PAIRS
 
-    def pair(r, g, cls="same-scale", alike=True):
-        return SimpleNamespace(anchor_class=cls, target_residual=r, full_shift=g, alike=alike)
+    from projection.anchor import posterior_weight
+
+    def pair(r, g, cls="same-scale", alike=True, share=1.0):
+        return SimpleNamespace(anchor_class=cls, target_residual=r, full_shift=g, alike=alike,
+                               anchor_compute_share=share)
 
     half = [pair(0.05, 0.10), pair(-0.02, -0.04), pair(0.03, 0.06), pair(0.01, 0.02)] * 2    # r = g / 2
     assert len(half) == MIN_WEIGHT_PAIRS
@@ -82,12 +85,18 @@ def test_the_shared_error_weight_is_the_regression_of_target_errors_on_the_ancho
     assert estimate_weight(half[:-1], "same-scale").weight == 0.0                # too few pairs: no evidence
     assert estimate_weight([pair(-0.1, 0.1)] * 8, "same-scale").weight == 0.0   # anti-correlated: no trust
     assert estimate_weight([pair(0.2, 0.1, "scale-out-8x")] * 8, "scale-out").weight == 1.0   # clipped
+    # anchors half compute: the same target errors need a larger weight of an all-compute anchor to be explained
+    h = posterior_weight(0.6, (0.5,))
+    assert h == pytest.approx(0.375 / 1.375)
+    shared = [pair(h * g, g, share=0.5) for g in (0.1, -0.04, 0.06, 0.02)] * 2
+    assert estimate_weight(shared, "same-scale").weight == pytest.approx(0.6)
     # targets that differ from their anchor in communication share have their own cell; scale-out has one
     differ = [pair(0.0, 0.1, alike=False)] * 8
     weights = shared_weights(half + differ + [pair(0.1, 0.1, "scale-out-far", alike=False)] * 8)
     assert weights["same-scale"].weight == pytest.approx(0.5)
     assert weights["same-scale, comm differs"].weight == 0.0
-    assert weights["scale-out"].weight == 1.0 and weights["scale-out"].pairs == 8
+    # scale-out estimated 1.0, capped by the same-scale alike cell: a target beyond its anchor shares no more
+    assert weights["scale-out"].weight == pytest.approx(0.5) and weights["scale-out"].pairs == 8
 
 
 def test_each_source_is_scored_with_weights_estimated_without_it() -> None:
