@@ -184,7 +184,8 @@ class SettingEval:
         return {
             "setting": self.setting, "runs_scored": len(self.runs), "band_spreads": self.band_spreads,
             "shared_weights": {g: {"weight": w.weight, "pairs": w.pairs} for g, w in self.weights.items()},
-            "in_sweep": _summary(in_sweep) | _top1(self.top1),
+            "in_sweep": _summary(in_sweep) | {"mape_one_factor_floor": one_factor_floor(in_sweep)} | _top1(self.top1)
+            | {"top1_misses": top1_misses(in_sweep)},
             "restore_from_smallest": _summary(restore),
             "by_source": {"in_sweep": _by_source(in_sweep), "restore_from_smallest": _by_source(restore)},
             "by_anchor_class": {kind: _by_class(ps) for kind, ps in (("in_sweep", in_sweep), ("restore", restore))},
@@ -560,6 +561,46 @@ def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, f
         pick_un = max(same, key=lambda r: throughput(r.metric, r.projected))
         got, got_un = throughput(pick.metric, pick.measured), throughput(pick_un.metric, pick_un.measured)
         out.append((sweep, got == best, got_un == best, 1 - got / best, 1 - got_un / best))
+    return out
+
+
+def one_factor_floor(pairs: Sequence[Pair]) -> float | None:
+    """MAPE of the pairs' targets corrected by the best single factor of their sweep chosen in hindsight (the median
+    of the sweep's log errors, measured / unanchored step time): what no correction shared by a sweep's layouts can
+    beat, however its anchor and weights are chosen; the rest of the error is layout-specific (physics terms)."""
+    logs: dict[str, list[float]] = {}
+    for p in {p.target.label: p for p in pairs}.values():
+        logs.setdefault(p.target.sweep, []).append(p.target_residual)
+    medians = {sweep: statistics.median(values) for sweep, values in logs.items()}
+    return _mean(abs(math.exp(medians[p.target.sweep] - p.target_residual) - 1.0) for p in pairs)
+
+
+def top1_misses(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Every (sweep, anchor) choice whose anchored pick is not the measured best: the two layouts' measured and
+    anchored throughputs, their measured gap, and whether their anchored 80% bands overlap (a near-tie the
+    projection cannot settle: what ``tune``'s benchmark plan proposes to measure)."""
+    groups: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
+    out = []
+    for (sweep, anchor_label), members in sorted(groups.items()):
+        anchor = members[0].anchor
+        if len({anchor.metric, *(p.target.metric for p in members)}) != 1:
+            continue
+        rows = {anchor.label: (anchor, members[0].anchor_self, members[0].band)}   # same scale: its cell's band
+        rows |= {p.target.label: (p.target, p.anchored, p.band) for p in members}
+        value = {k: throughput(r.metric, v) for k, (r, v, _) in rows.items()}
+        measured = {k: throughput(r.metric, r.measured) for k, (r, _, _) in rows.items()}
+        pick, best = max(value, key=value.__getitem__), max(measured, key=measured.__getitem__)
+        if measured[pick] == measured[best]:
+            continue
+        bands = {k: (value[k] * b[0], value[k] * b[1]) for k, (_, _, b) in rows.items()}
+        overlap = bands[best][1] >= bands[pick][0] and bands[pick][1] >= bands[best][0]
+        out.append({"sweep": sweep, "anchor": anchor_label, "pick": pick, "best": best,
+                    "measured_pick": measured[pick], "measured_best": measured[best],
+                    "anchored_pick": value[pick], "anchored_best": value[best],
+                    "measured_gap": 1.0 - measured[pick] / measured[best],
+                    "anchored_gap": value[pick] / value[best] - 1.0, "bands_overlap": overlap})
     return out
 
 

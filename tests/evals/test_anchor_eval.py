@@ -123,3 +123,47 @@ def test_top1_ranks_the_anchor_layout_at_its_anchored_projection(result) -> None
         again.anchor_self = value
         regret = top1_outcomes([again])[0][3]
         assert regret == pytest.approx(1 - throughput(picked.metric, picked.measured) / best, abs=1e-12)
+
+
+def test_the_one_factor_floor_is_the_hindsight_median_factor_of_each_sweep() -> None:
+    """By hand: a sweep whose runs err by +10%, 0 and -10% in log; the median factor (0) leaves |e^-0.1 - 1| and
+    |e^0.1 - 1| on the outer two, 0 on the middle one; a sweep off by one factor everywhere leaves nothing."""
+    import math
+    from types import SimpleNamespace
+
+    from evals.anchor_eval import one_factor_floor
+
+    def pair(sweep, label, r):
+        return SimpleNamespace(target=SimpleNamespace(sweep=sweep, label=label), target_residual=r)
+
+    spread = [pair("a", "a#0", 0.1), pair("a", "a#1", 0.0), pair("a", "a#2", -0.1)]
+    expected = (abs(math.exp(-0.1) - 1) + 0 + abs(math.exp(0.1) - 1)) / 3
+    assert one_factor_floor(spread) == pytest.approx(expected, rel=1e-12)
+    assert one_factor_floor([pair("b", "b#0", 0.2), pair("b", "b#1", 0.2)]) == pytest.approx(0.0, abs=1e-12)
+    assert one_factor_floor([]) is None
+
+
+def test_a_top1_miss_names_its_pick_its_best_and_their_gaps(result) -> None:
+    from evals.anchor_eval import top1_misses
+    from evals.scoring import throughput
+
+    import copy
+
+    p = copy.copy(next(p for p in result.pairs if p.kind == "in-sweep" and p.anchor.measured != p.target.measured))
+    worse, better = sorted((p.anchor, p.target), key=lambda r: throughput(r.metric, r.measured))
+    fast = 1e30 if p.target.metric != "iteration_time_s" else 1e-30
+    slow = 1e-30 if p.target.metric != "iteration_time_s" else 1e30
+    p.band = (0.9, 1.1)
+    if worse is p.target:          # the worse layout ranked first: a miss
+        p.anchored, p.anchor_self = fast, slow
+    else:
+        p.anchored, p.anchor_self = slow, fast
+    (miss,) = top1_misses([p])
+    assert miss["pick"] == worse.label and miss["best"] == better.label and miss["bands_overlap"] is False
+    assert miss["measured_gap"] == pytest.approx(1 - throughput(worse.metric, worse.measured)
+                                                 / throughput(better.metric, better.measured), rel=1e-12)
+    if worse is p.target:
+        p.anchored, p.anchor_self = slow, fast
+    else:
+        p.anchored, p.anchor_self = fast, slow
+    assert top1_misses([p]) == []
