@@ -443,14 +443,17 @@ def shared_weights(pairs: Sequence[Pair]) -> dict[str, SharedWeight]:
     the scale-out group as one cell (beyond the anchors' scale the communication differs by construction: its extra
     share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`).
 
-    The cells are bounded by what they share at most: a target that differs from its anchor in communication, or
-    runs beyond its scale, shares no more of the anchor's error than a target alike at the same scale (its extra
-    terms are errors of its own), so their weights are capped by the same-scale alike cell's."""
-    alike = estimate_weight(pairs, SCALE_GROUPS[0], True)
-    out = {weight_key(SCALE_GROUPS[0], True): alike}
-    for key, estimate in ((weight_key(SCALE_GROUPS[0], False), estimate_weight(pairs, SCALE_GROUPS[0], False)),
+    The cells are bounded by what they share at most: a target that differs from its anchor in communication shares
+    no more of the anchor's error than a target alike at the same scale (its extra terms are errors of its own), and
+    a target beyond its anchor's scale, whose communication differs by construction, no more than one that differs
+    at the same scale; each weight is capped by the one before it."""
+    cap = 1.0
+    out = {}
+    for key, estimate in ((weight_key(SCALE_GROUPS[0], True), estimate_weight(pairs, SCALE_GROUPS[0], True)),
+                          (weight_key(SCALE_GROUPS[0], False), estimate_weight(pairs, SCALE_GROUPS[0], False)),
                           (SCALE_GROUPS[1], estimate_weight(pairs, SCALE_GROUPS[1], None))):
-        out[key] = estimate.model_copy(update={"weight": min(estimate.weight, alike.weight)})
+        cap = min(cap, estimate.weight)
+        out[key] = estimate.model_copy(update={"weight": cap})
     return out
 
 

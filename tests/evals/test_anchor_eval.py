@@ -95,8 +95,14 @@ def test_the_shared_error_weight_is_the_regression_of_target_errors_on_the_ancho
     weights = shared_weights(half + differ + [pair(0.1, 0.1, "scale-out-far", alike=False)] * 8)
     assert weights["same-scale"].weight == pytest.approx(0.5)
     assert weights["same-scale, comm differs"].weight == 0.0
-    # scale-out estimated 1.0, capped by the same-scale alike cell: a target beyond its anchor shares no more
-    assert weights["scale-out"].weight == pytest.approx(0.5) and weights["scale-out"].pairs == 8
+    # scale-out estimated 1.0, capped by the comm-differs cell (0): a target beyond its anchor shares no more
+    assert weights["scale-out"].weight == 0.0 and weights["scale-out"].pairs == 8
+    differ = [pair(0.03, 0.1, alike=False)] * 8                                    # comm differs: 0.3
+    weights = shared_weights(half + differ + [pair(0.1, 0.1, "scale-out-far", alike=False)] * 8)
+    assert weights["same-scale, comm differs"].weight == pytest.approx(0.3)
+    assert weights["scale-out"].weight == pytest.approx(0.3)
+    capped = shared_weights(half + [pair(0.1, 0.1, alike=False)] * 8)              # comm differs 1.0, capped
+    assert capped["same-scale, comm differs"].weight == pytest.approx(0.5)
 
 
 def test_each_source_is_scored_with_weights_estimated_without_it() -> None:
