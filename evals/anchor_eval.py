@@ -50,6 +50,7 @@ from projection.anchor import (
     anchor_point,
     anchored_projection,
     band_uninformed,
+    posterior_weight,
     solve_corrections,
     step_parts,
 )
@@ -127,6 +128,8 @@ class Pair:
     """Share of the target's step the anchor never exercised (scale-out targets only, projection.anchor)."""
     alike: bool = True
     """Target and anchor within COMM_SHARE_SPREAD in communication share (the weight's cell)."""
+    anchor_compute_share: float = 1.0
+    """The anchor's projected compute share of its step (how much its error says about the compute factor)."""
     anchor_self: float = 0.0
     """The anchor's own layout projected with the pair's anchor, shrunk by the weight of its own cell (same scale,
     alike in communication), in the anchor's metric: what a search ranks the anchor's layout at."""
@@ -181,7 +184,8 @@ class SettingEval:
         return {
             "setting": self.setting, "runs_scored": len(self.runs), "band_spreads": self.band_spreads,
             "shared_weights": {g: {"weight": w.weight, "pairs": w.pairs} for g, w in self.weights.items()},
-            "in_sweep": _summary(in_sweep) | _top1(self.top1),
+            "in_sweep": _summary(in_sweep) | {"mape_one_factor_floor": one_factor_floor(in_sweep)} | _top1(self.top1)
+            | {"top1_misses": top1_misses(in_sweep)},
             "restore_from_smallest": _summary(restore),
             "by_source": {"in_sweep": _by_source(in_sweep), "restore_from_smallest": _by_source(restore)},
             "by_anchor_class": {kind: _by_class(ps) for kind, ps in (("in_sweep", in_sweep), ("restore", restore))},
@@ -395,6 +399,7 @@ def _pair(kind: str, target: ScoredRun, anchor: ScoredRun, weight: float = 1.0, 
                 anchored=target.value_at(anchored.iteration_time_s), band=(1.0, 1.0), anchor_class=cls,
                 full_shift=math.log(full_time / target.projection.iteration_time_s),
                 uninformed=band_uninformed(cls, parts, corrections), alike=alike_in_communication(parts, corrections),
+                anchor_compute_share=point.parts.compute_share,
                 anchor_self=anchor.value_at(anchored_projection(anchor.projection, own).iteration_time_s))
 
 
@@ -407,18 +412,25 @@ def _reweighted(pair: Pair, weights: dict[str, SharedWeight]) -> Pair:
 def estimate_weight(pairs: Sequence[Pair], group: str, alike: bool | None = True) -> SharedWeight:
     """The shared-error weight of one scale group, for targets alike or not in communication share to their anchor
     (:func:`projection.anchor.alike_in_communication`; None: both), from (target, anchor) pairs: the
-    least-squares slope of the target's log error ``r`` on the log correction ``g`` a fully trusted anchor makes to
-    it, through the origin, ``w = sum(r g) / sum(g^2)`` clipped to 0..1.
+    weight ``w`` (on :data:`WEIGHT_GRID`) whose corrections explain the targets' log errors ``r`` best in least
+    squares, ``sum (r - h g)^2``: ``g`` the log correction a fully trusted anchor makes to the target, ``h`` the
+    power the anchor's factor takes at weight ``w`` (:func:`projection.anchor.posterior_weight` of the anchor's
+    compute share; an all-compute anchor: ``w``, and the fit is the slope of ``r`` on ``g`` through the origin).
 
     With a series effect shared by its runs (variance tau^2) and each run's own error (sigma^2), ``g`` is about the
-    anchor's own log error, and the slope is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
+    anchor's own log error, and ``w`` is the empirical-Bayes posterior weight ``tau^2 / (tau^2 + sigma^2)``
     of the shared part: the cross-validated residual covariance within series over the anchors' variance.  Fewer
     than :data:`projection.uncertainty.MIN_WEIGHT_PAIRS` pairs: weight 0 (nothing is known to be shared)."""
     members = [p for p in pairs if scale_group(p.anchor_class) == group and alike in (None, p.alike)]
-    den = sum(p.full_shift ** 2 for p in members)
-    slope = (sum(p.target_residual * p.full_shift for p in members) / den
-             if den > 0 and len(members) >= MIN_WEIGHT_PAIRS else 0.0)
-    return SharedWeight(group=group, alike=alike is not False, weight=min(1.0, max(0.0, slope)), pairs=len(members))
+    weight = 0.0
+    if len(members) >= MIN_WEIGHT_PAIRS and any(p.full_shift for p in members):
+        weight = min(WEIGHT_GRID, key=lambda w: (sum((p.target_residual - posterior_weight(w, (p.anchor_compute_share,))
+                                                      * p.full_shift) ** 2 for p in members), w))
+    return SharedWeight(group=group, alike=alike is not False, weight=weight, pairs=len(members))
+
+
+WEIGHT_GRID = tuple(i / 200 for i in range(201))
+"""Shared-error weights :func:`estimate_weight` tries (0..1 in steps of 0.005: finer than its sampling error)."""
 
 
 def weight_key(group: str, alike: bool) -> str:
@@ -429,9 +441,19 @@ def weight_key(group: str, alike: bool) -> str:
 def shared_weights(pairs: Sequence[Pair]) -> dict[str, SharedWeight]:
     """:func:`estimate_weight` of the same-scale group for targets alike and not alike in communication share, and of
     the scale-out group as one cell (beyond the anchors' scale the communication differs by construction: its extra
-    share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`)."""
-    out = {weight_key(SCALE_GROUPS[0], a): estimate_weight(pairs, SCALE_GROUPS[0], a) for a in (True, False)}
-    out[SCALE_GROUPS[1]] = estimate_weight(pairs, SCALE_GROUPS[1], None)
+    share is what the band keeps unanchored, :func:`projection.anchor.band_uninformed`).
+
+    The cells are bounded by what they share at most: a target that differs from its anchor in communication shares
+    no more of the anchor's error than a target alike at the same scale (its extra terms are errors of its own), and
+    a target beyond its anchor's scale, whose communication differs by construction, no more than one that differs
+    at the same scale; each weight is capped by the one before it."""
+    cap = 1.0
+    out = {}
+    for key, estimate in ((weight_key(SCALE_GROUPS[0], True), estimate_weight(pairs, SCALE_GROUPS[0], True)),
+                          (weight_key(SCALE_GROUPS[0], False), estimate_weight(pairs, SCALE_GROUPS[0], False)),
+                          (SCALE_GROUPS[1], estimate_weight(pairs, SCALE_GROUPS[1], None))):
+        cap = min(cap, estimate.weight)
+        out[key] = estimate.model_copy(update={"weight": cap})
     return out
 
 
@@ -542,6 +564,46 @@ def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, f
         pick_un = max(same, key=lambda r: throughput(r.metric, r.projected))
         got, got_un = throughput(pick.metric, pick.measured), throughput(pick_un.metric, pick_un.measured)
         out.append((sweep, got == best, got_un == best, 1 - got / best, 1 - got_un / best))
+    return out
+
+
+def one_factor_floor(pairs: Sequence[Pair]) -> float | None:
+    """MAPE of the pairs' targets corrected by the best single factor of their sweep chosen in hindsight (the median
+    of the sweep's log errors, measured / unanchored step time): what no correction shared by a sweep's layouts can
+    beat, however its anchor and weights are chosen; the rest of the error is layout-specific (physics terms)."""
+    logs: dict[str, list[float]] = {}
+    for p in {p.target.label: p for p in pairs}.values():
+        logs.setdefault(p.target.sweep, []).append(p.target_residual)
+    medians = {sweep: statistics.median(values) for sweep, values in logs.items()}
+    return _mean(abs(math.exp(medians[p.target.sweep] - p.target_residual) - 1.0) for p in pairs)
+
+
+def top1_misses(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
+    """Every (sweep, anchor) choice whose anchored pick is not the measured best: the two layouts' measured and
+    anchored throughputs, their measured gap, and whether their anchored 80% bands overlap (a near-tie the
+    projection cannot settle: what ``tune``'s benchmark plan proposes to measure)."""
+    groups: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
+    out = []
+    for (sweep, anchor_label), members in sorted(groups.items()):
+        anchor = members[0].anchor
+        if len({anchor.metric, *(p.target.metric for p in members)}) != 1:
+            continue
+        rows = {anchor.label: (anchor, members[0].anchor_self, members[0].band)}   # same scale: its cell's band
+        rows |= {p.target.label: (p.target, p.anchored, p.band) for p in members}
+        value = {k: throughput(r.metric, v) for k, (r, v, _) in rows.items()}
+        measured = {k: throughput(r.metric, r.measured) for k, (r, _, _) in rows.items()}
+        pick, best = max(value, key=value.__getitem__), max(measured, key=measured.__getitem__)
+        if measured[pick] == measured[best]:
+            continue
+        bands = {k: (value[k] * b[0], value[k] * b[1]) for k, (_, _, b) in rows.items()}
+        overlap = bands[best][1] >= bands[pick][0] and bands[pick][1] >= bands[best][0]
+        out.append({"sweep": sweep, "anchor": anchor_label, "pick": pick, "best": best,
+                    "measured_pick": measured[pick], "measured_best": measured[best],
+                    "anchored_pick": value[pick], "anchored_best": value[best],
+                    "measured_gap": 1.0 - measured[pick] / measured[best],
+                    "anchored_gap": value[pick] / value[best] - 1.0, "bands_overlap": overlap})
     return out
 
 

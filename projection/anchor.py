@@ -17,9 +17,13 @@ factors with physical meaning, and the memory gap by one offset:
 Both factors are then shrunk towards 1 by how much of an anchor's error the job's other layouts share
 (:func:`shrink`): with a weight ``w`` (0..1) estimated from cross-validated residual covariance within
 series (``evals/anchor_eval.py``, shipped in ``catalog/uncertainty/anchored_bands.yaml``),
-``log c = w_n log c_raw`` where ``w_n = n w / (1 + (n - 1) w)`` for ``n`` anchors (the empirical-Bayes
-posterior weight of a shared series effect seen through ``n`` noisy runs).  ``w = 1`` trusts the anchor
-fully (its own step is reproduced); ``w = 0`` is the unanchored projection.
+``log c = w_n log c_raw`` where ``w_n`` is the empirical-Bayes posterior weight of the job's shared compute
+error seen through its anchors (:func:`posterior_weight`).  ``w`` is the weight of an anchor whose step is all
+compute; an anchor whose step is partly communication, pipeline bubble or optimizer says less about the
+compute error (its residual may come from any of its terms), so it weighs by its compute share ``s``:
+``w_n = lam S / (1 + lam S)``, ``lam = w / (1 - w)``, ``S`` the sum of the anchors' ``s^2`` (``n`` all-compute
+anchors: ``n w / (1 + (n - 1) w)``, Spearman-Brown).  ``w = 1`` trusts the anchors fully (their own steps are
+reproduced); ``w = 0`` is the unanchored projection.
 
 The optimizer step and the fixed step overhead are not scaled (neither is the job's kernels or links).
 A projected step ``t = C + K + F`` (:func:`step_parts`) becomes ``c C + k K + F``.  The factors are
@@ -92,6 +96,11 @@ class StepParts:
         return self.compute_s + self.comm_s + self.fixed_s
 
     @property
+    def compute_share(self) -> float:
+        """Compute share of the step (0..1)."""
+        return self.compute_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
     def comm_share(self) -> float:
         """Communication share of the step (0..1)."""
         return self.comm_s / self.total_s if self.total_s > 0 else 0.0
@@ -145,6 +154,8 @@ class Corrections(BaseModel):
     raw_comm_factor: float = Field(1.0, description="Communication factor before shrinking (after the prior bounds).")
     anchor_comm_shares: tuple[float, ...] = Field((), description="Projected communication share of each anchor's "
                                                                   "step (what the anchors exercised).")
+    anchor_compute_shares: tuple[float, ...] = Field((), description="Projected compute share of each anchor's step "
+                                                                     "(how much it says about the compute factor).")
     notes: tuple[str, ...] = Field((), description="Bounds hit, anchors left out of a factor, and why.")
 
     @property
@@ -186,10 +197,28 @@ def _solve_both(points: Sequence[AnchorPoint]) -> tuple[float, float]:
 
 def pooled_weight(weight: float, anchors: int) -> float:
     """Spearman-Brown: the weight of the mean of ``anchors`` runs that each share ``weight`` of their error with
-    the target (``n w / (1 + (n - 1) w)``; 1 anchor: ``weight``)."""
+    the target (``n w / (1 + (n - 1) w)``; 1 anchor: ``weight``); :func:`posterior_weight` of all-compute anchors."""
     if anchors <= 1 or weight <= 0.0:
         return max(0.0, min(1.0, weight))
-    return min(1.0, anchors * weight / (1.0 + (anchors - 1) * weight))
+    return posterior_weight(weight, (1.0,) * anchors)
+
+
+def posterior_weight(weight: float, compute_shares: Sequence[float]) -> float:
+    """The weight a job's compute factor takes from anchors with these compute shares of their projected steps (0..1).
+
+    Each anchor's log error is ``r = s e + u``: its compute share ``s`` times the job's shared compute error ``e``
+    (prior variance ``tau^2``) plus what it does not share with the job's other layouts (its communication,
+    bubble and run-to-run error, variance ``sigma^2``).  The posterior mean of ``e`` is
+    ``lam sum(s r) / (1 + lam sum(s^2))`` with ``lam = tau^2 / sigma^2 = w / (1 - w)``, ``w`` the shared-error
+    weight of an all-compute anchor; as a power of the raw factor (``log c_raw = r / s``) that is
+    ``lam S / (1 + lam S)``, ``S = sum(s^2)``.  ``weight`` 1 (or more): 1; 0: 0."""
+    if weight >= 1.0:
+        return 1.0
+    if weight <= 0.0 or not compute_shares:
+        return 0.0
+    lam = weight / (1.0 - weight)
+    total = lam * sum(min(1.0, max(0.0, s)) ** 2 for s in compute_shares)
+    return total / (1.0 + total)
 
 
 def shrink(factor: float, weight: float) -> float:
@@ -204,7 +233,8 @@ def solve_corrections(points: Sequence[AnchorPoint], shared_weight: float = 1.0)
     Anchors that differ in communication share by :data:`COMM_SHARE_SPREAD` or more: both factors, by least
     squares on relative step-time errors.  Each factor is then clipped to its prior bounds (the compute factor
     is re-solved with the clipped comm factor), and both are shrunk towards 1 by
-    :func:`pooled_weight` of ``shared_weight`` (the share of one anchor's error a target of the job shares).
+    :func:`posterior_weight` of ``shared_weight`` (the share of an all-compute anchor's error a target of the job
+    shares) over the anchors' compute shares.
     """
     if not points:
         return Corrections()
@@ -236,15 +266,18 @@ def solve_corrections(points: Sequence[AnchorPoint], shared_weight: float = 1.0)
     raw = Corrections(compute_factor=c, comm_factor=k, comm_solved=comm_solved, memory_offset_gib=offset,
                       anchors=tuple(p.label for p in points), anchor_gpus=tuple(p.num_gpus for p in points),
                       raw_compute_factor=c, raw_comm_factor=k, notes=tuple(notes),
-                      anchor_comm_shares=tuple(p.parts.comm_share for p in points))
+                      anchor_comm_shares=tuple(p.parts.comm_share for p in points),
+                      anchor_compute_shares=tuple(p.parts.compute_share for p in points))
     return with_shared_weight(raw, shared_weight, points)
 
 
 def with_shared_weight(corrections: Corrections, shared_weight: float,
                        points: Sequence[AnchorPoint] = ()) -> Corrections:
-    """The corrections with their raw factors shrunk by :func:`pooled_weight` of ``shared_weight`` over their anchors
-    (``points``, when given, get their residuals re-taken)."""
-    weight = pooled_weight(shared_weight, len(corrections.anchors))
+    """The corrections with their raw factors shrunk by :func:`posterior_weight` of ``shared_weight`` over their
+    anchors' compute shares (none recorded: all-compute anchors; ``points``, when given, get their residuals
+    re-taken)."""
+    shares = corrections.anchor_compute_shares or (1.0,) * len(corrections.anchors)
+    weight = posterior_weight(shared_weight, shares) if corrections.anchors else min(1.0, max(0.0, shared_weight))
     c, k = shrink(corrections.raw_compute_factor, weight), shrink(corrections.raw_comm_factor, weight)
     notes = tuple(n for n in corrections.notes if not n.startswith("factors shrunk"))
     if weight < 1.0:

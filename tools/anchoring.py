@@ -128,7 +128,8 @@ def summary_line(corrections: Corrections) -> str:
             else "communication x1 (one anchor, or anchors alike in communication: not solved)")
     memory = f", memory {corrections.memory_offset_gib:+.1f} GiB" if corrections.memory_offset_gib else ""
     shrunk = (f" (measured x{corrections.raw_compute_factor:.3f}, shrunk by the cross-validated share of an "
-              f"anchor's error a job's other layouts share, {corrections.shared_weight:.2f})"
+              f"anchor's error a job's other layouts share, weighed by the anchors' compute share of their steps: "
+              f"{corrections.shared_weight:.2f})"
               if corrections.shared_weight < 1.0 and corrections.raw_compute_factor != corrections.compute_factor else "")
     return (f"anchored on {len(corrections.anchors)} measured run(s) ({', '.join(corrections.anchors)}): compute "
             f"x{corrections.compute_factor:.3f}{shrunk}, {comm}{memory}")

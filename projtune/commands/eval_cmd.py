@@ -129,6 +129,10 @@ def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path 
                           _pct(row["coverage_anchored"]), _pct(row.get("top1_anchored")),
                           _pct(row.get("top1_unanchored")))
         console.print(table)
+        floor = setting["in_sweep"].get("mape_one_factor_floor")
+        if floor is not None:
+            console.print(f"in-sweep MAPE with the best single factor per sweep chosen in hindsight (no shared "
+                          f"correction beats it): {_pct(floor)}")
     for key in ("in_sweep", "restore_from_smallest"):
         per = Table(title=f"{key} by source ({data['main_setting']})")
         for col in ("source", "pairs", "MAPE anchored", "MAPE unanchored", "coverage"):

@@ -120,13 +120,17 @@ def test_the_shipped_table_is_narrower_at_the_same_scale_than_far_out() -> None:
 
 
 def test_a_shared_weight_shrinks_the_factors_in_log_space(projection) -> None:
-    from projection.anchor import pooled_weight, with_shared_weight
+    from projection.anchor import pooled_weight, posterior_weight, step_parts, with_shared_weight
 
     measured = projection.iteration_time_s * 1.2
     full = solve_corrections([anchor_point("run", projection, measured)])
     half = solve_corrections([anchor_point("run", projection, measured)], 0.5)
-    assert half.compute_factor == pytest.approx(full.compute_factor ** 0.5, rel=1e-12)
-    assert half.raw_compute_factor == full.compute_factor and half.shared_weight == 0.5
+    # by hand: lam = 0.5 / (1 - 0.5) = 1; one anchor of compute share s weighs s^2 / (1 + s^2)
+    share = step_parts(projection.breakdown).compute_share
+    assert 0.5 < share < 1.0 and half.anchor_compute_shares == (pytest.approx(share),)
+    assert half.compute_factor == pytest.approx(full.compute_factor ** (share ** 2 / (1 + share ** 2)), rel=1e-12)
+    assert half.raw_compute_factor == full.compute_factor
+    assert half.shared_weight == pytest.approx(share ** 2 / (1 + share ** 2))
     assert 1.0 < half.compute_factor < full.compute_factor
     none = solve_corrections([anchor_point("run", projection, measured)], 0.0)
     assert none.compute_factor == 1.0 and none.comm_factor == 1.0
@@ -134,6 +138,11 @@ def test_a_shared_weight_shrinks_the_factors_in_log_space(projection) -> None:
     # n anchors that each share w of their error: Spearman-Brown n w / (1 + (n - 1) w)
     assert pooled_weight(0.5, 1) == 0.5 and pooled_weight(0.5, 3) == pytest.approx(0.75)
     assert pooled_weight(1.0, 4) == 1.0 and pooled_weight(0.0, 4) == 0.0
+    # an anchor partly communication says less about the compute error than an all-compute one; none says nothing
+    assert posterior_weight(0.5, (1.0,)) == pytest.approx(0.5)
+    assert posterior_weight(0.5, (0.3,)) == pytest.approx(0.09 / 1.09)
+    assert posterior_weight(0.5, (0.3,)) < posterior_weight(0.5, (0.9,)) < 0.5
+    assert posterior_weight(0.5, (0.0,)) == 0.0 and posterior_weight(1.0, (0.1,)) == 1.0
     again = with_shared_weight(half, 1.0)
     assert again.compute_factor == pytest.approx(full.compute_factor, rel=1e-12)
 
