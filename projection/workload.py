@@ -742,8 +742,8 @@ def _mlp(model: ModelSpec, layer: int, config: TrainingConfig, dims: ParallelDim
         per_expert_s = 2 * gpu_extra * rates.kernel_overhead_s          # fc1 and fc2, each pass of each
         g.fwd, g.bwd_in, g.bwd_w = g.fwd + per_expert_s, g.bwd_in + per_expert_s, g.bwd_w + per_expert_s
         g.launches += 2 * host_extra
-        if cf == 1.0:     # dropless: the expert block stays outside the layer's CUDA graph (host_dispatch_s)
-            ungraphed = KERNELS_PER_MOE_FWD + 2 * host_extra + 2
+        if config.moe_routing != "token-drop":   # data-dependent shapes stay outside the graph (host_dispatch_s);
+            ungraphed = KERNELS_PER_MOE_FWD + 2 * host_extra + 2   # token-drop pads to capacity, so it is captured
         # permute + unpermute (the einsum path's dispatch and combine einsums replace them; HybridEP does them inside
         # its dispatch and combine kernels, PERMUTE_FUSED_DISPATCHERS) and the activation
         separate_permute = not (einsum_path or config.moe_dispatcher in PERMUTE_FUSED_DISPATCHERS)
@@ -907,7 +907,10 @@ def host_dispatch_s(launches: float, rates: DeviceRates, ungraphed: float = 0.0)
     ``--enable-cuda-graph`` captures each transformer layer's forward and backward: megatron/core/transformer/
     cuda_graphs.py CudaGraphManager) plus the ``ungraphed`` launches it cannot capture: a dropless MoE block's
     router, permutation and grouped GEMMs have data-dependent shapes ("moe cuda graph is only supported with
-    drop-padding MoE", megatron-core 0.16.1 transformer_config.py __post_init__).  The GPU waits whenever this
+    drop-padding MoE", megatron-core 0.16.1 transformer_config.py __post_init__).  Token-drop routing pads every
+    expert to its capacity (Megatron-Bridge ``apply_moe_token_drop``: capacity factor 1.0,
+    ``moe_pad_expert_input_to_capacity=True``, NVIDIA-NeMo/Megatron-Bridge@684a6861
+    src/megatron/bridge/training/utils/moe_token_drop.py), so its MoE block is captured.  The GPU waits whenever this
     exceeds the kernels' own time (layer_cost's max against the GPU work): TP shrinks the GPU work but not the
     launch count."""
     return ((1.0 + ungraphed) if rates.cuda_graphs else launches) * rates.host_launch_s

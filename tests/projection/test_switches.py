@@ -172,6 +172,26 @@ def test_cuda_graphs_are_never_slower_and_remove_the_host_floor() -> None:
         assert _time(config.model_copy(update={"cuda_graphs": True}), model) <= _time(config, model)
 
 
+def test_cuda_graphs_capture_a_padded_token_drop_moe_block_but_not_a_dropless_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Megatron-core graphs a MoE block only with drop-padding (token-drop pads each expert to its capacity); a
+    dropless block's router, permutation and grouped GEMMs launch from the host under graphs too.  Same GPU work
+    either way (capacity factor 1.0), so with a slow host only the dropless run pays its ungraphed launches."""
+    model = load_model("qwen3-30b-a3b")
+    slow = HOST.model_copy(update={"host_op_s": 200e-6})
+    base = TrainingConfig(tp=1, ep=8, mbs=1, gbs=8, seq_len=4096, zero=1, framework="megatron", cuda_graphs=True)
+    dropless = _time(base, model, slow)
+    padded = _time(base.model_copy(update={"moe_routing": "token-drop"}), model, slow)
+    assert dropless > 1.05 * padded
+    eager = base.model_copy(update={"cuda_graphs": False})        # without graphs both launch every op
+    assert _time(eager, model, slow) == pytest.approx(
+        _time(eager.model_copy(update={"moe_routing": "token-drop"}), model, slow))
+    original = workload.host_dispatch_s
+    monkeypatch.setattr(workload, "host_dispatch_s", lambda launches, rates, ungraphed=0.0: original(launches, rates))
+    _clear()
+    assert _time(base, model, slow) == pytest.approx(padded)     # the ungraphed launches are the whole difference
+
+
 def test_cuda_graphs_shorten_the_launch_gap() -> None:
     hardware = load_hardware("h100-sxm")
     plain = device_rates(hardware, PROFILE, "bf16").kernel_overhead_s
