@@ -32,6 +32,7 @@ _BYTES_PER_GBYTE = 1e9
 _BITS_PER_GBIT = 1e9
 _BITS_PER_BYTE = 8
 _BYTES_PER_GIB = 2**30
+_FOLDER = resources.files("projection") / "catalog" / "hardware"
 
 # Training precision -> the tensor-core dtype its GEMMs run in. Block-scaled FP8 recipes
 # (DeepSeek-V3 style 1x128/128x128 scales, MXFP8's 1x32 E8M0 scales) use the FP8 rate.
@@ -176,15 +177,24 @@ def _normalize(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
+def _file_ids() -> frozenset[str]:
+    """The ids the catalog's files are named by (``<id>.yaml``; tests/projection/test_hardware_catalog.py checks
+    that each file holds the id it is named by)."""
+    return frozenset(item.name.removesuffix(".yaml") for item in _FOLDER.iterdir() if item.name.endswith(".yaml"))
+
+
+@lru_cache(maxsize=None)
+def _spec_in_file(hardware_id: str) -> HardwareSpec:
+    """The spec of one catalog file, read once (the full catalog reuses it, so one id is one object)."""
+    text = (_FOLDER / f"{hardware_id}.yaml").read_text(encoding="utf-8")
+    return _HardwareFile.model_validate(load_catalog(text)).to_spec()
+
+
+@lru_cache(maxsize=1)
 def _catalog() -> dict[str, HardwareSpec]:
     """Read every catalog file once; keyed by id."""
-    folder = resources.files("projection") / "catalog" / "hardware"
-    specs: dict[str, HardwareSpec] = {}
-    for item in sorted(folder.iterdir(), key=lambda path: path.name):
-        if item.name.endswith(".yaml"):
-            spec = _HardwareFile.model_validate(load_catalog(item.read_text(encoding="utf-8"))).to_spec()
-            specs[spec.id] = spec
-    return specs
+    specs = (_spec_in_file(hardware_id) for hardware_id in sorted(_file_ids()))
+    return {spec.id: spec for spec in specs}
 
 
 @lru_cache(maxsize=1)
@@ -203,7 +213,10 @@ def load_hardware(name: str) -> HardwareSpec:
     Raises:
         UnknownNameError: no id or alias matches; the message suggests the nearest ids.
     """
-    hardware_id = _name_index().get(_normalize(name))
+    key = _normalize(name)
+    if key in _file_ids():      # an id: its file alone (a command naming one GPU reads 1 of the 14 files)
+        return _spec_in_file(key)
+    hardware_id = _name_index().get(key)
     if hardware_id is None:
         raise UnknownNameError(kind="hardware", name=name, choices=list(_catalog()))
     return _catalog()[hardware_id]

@@ -1,9 +1,9 @@
 """The `projtune` command line (the typer app): thin commands over the projection engine, evals, tools and agent.
 
 The console script is :func:`projtune.cli.main`, which installs the Ctrl-C handler before importing this.
-A command line that names a command builds the app from that command's module alone
-(:func:`app_for`): ``projtune project ...`` imports neither the agent nor the evals, and typer converts
-only that module's commands.  Anything else (``--help``, no argument, a misspelt command) gets the full
+A command line that names a command builds the app from that command alone (:func:`app_for`):
+``projtune project ...`` imports neither the agent nor the evals (only its command's module), and typer converts
+only that command's options.  Anything else (``--help``, no argument, a misspelt command) gets the full
 app, :data:`app`, with every command (tests/cli/test_startup.py checks the two agree).
 """
 
@@ -38,11 +38,16 @@ def _typer() -> typer.Typer:
     )
 
 
-def build_app(modules: Sequence[str] = MODULES) -> typer.Typer:
-    """The CLI with the commands of ``modules`` (every command by default)."""
+def build_app(modules: Sequence[str] = MODULES, only: str | None = None) -> typer.Typer:
+    """The CLI with the commands of ``modules`` (every command by default); ``only``: that command (or group) of
+    them alone (typer converts every registered command's signature to options when the app runs: `memory`'s 40
+    are not needed to run `project`)."""
     built = _typer()
     for name in modules:
         _command_module(name).register(built)
+    if only is not None:
+        built.registered_commands = [c for c in built.registered_commands if command_name(c) == only]
+        built.registered_groups = [g for g in built.registered_groups if group_name(g) == only]
     if len(built.registered_commands) + len(built.registered_groups) == 1:
         built.callback()(_group)       # one command stays a subcommand (`projtune diagnose FILE`), as in the full app
     return built
@@ -67,14 +72,24 @@ def _command_module(name: str) -> Any:
     return module
 
 
+def command_name(info: Any) -> str:
+    """The name a registered command answers to (typer's CommandInfo: its given name, else the function's)."""
+    return str(info.name or info.callback.__name__)
+
+
+def group_name(info: Any) -> str:
+    """The name a registered command group answers to (typer's TyperInfo)."""
+    return str(info.name or info.typer_instance.info.name)
+
+
 def _group() -> None:
     """Projection-guided tuning for distributed LLM training: fit, speed and the best layout."""
 
 
 def app_for(args: Sequence[str]) -> typer.Typer:
-    """The app for one command line: the named command's module alone, else every command."""
+    """The app for one command line: the named command alone, else every command."""
     module = COMMAND_MODULES.get(args[0]) if args else None
-    return build_app() if module is None else build_app((module,))
+    return build_app() if module is None else build_app((module,), only=args[0])
 
 
 def __getattr__(name: str) -> Any:

@@ -51,8 +51,9 @@ def main() -> None:
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:   # nohup / background jobs keep ignoring it
         signal.signal(signal.SIGINT, on_sigint)
     try:
-        from projection.module_heap import loading_modules
+        from projection.module_heap import collect_rarely, loading_modules
 
+        collect_rarely()
         with loading_modules():       # typer and the command's module, loaded for good
             from projtune.app import app_for
 

@@ -17,7 +17,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from projtune.app import COMMAND_MODULES, MODULES, app, app_for, build_app
+from projtune.app import COMMAND_MODULES, MODULES, app, app_for, build_app, command_name, group_name
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = ("projection", "tools", "evals", "agent", "projtune", "bench", "prompts")
@@ -57,8 +57,8 @@ def test_a_command_loads_few_modules(case: str) -> None:
 
 
 def _names(built: typer.Typer) -> list[str]:
-    return ([c.name or c.callback.__name__ for c in built.registered_commands]
-            + [g.name or g.typer_instance.info.name for g in built.registered_groups])
+    return ([command_name(c) for c in built.registered_commands]
+            + [group_name(g) for g in built.registered_groups])
 
 
 def test_every_command_is_mapped_to_the_module_that_registers_it() -> None:
@@ -69,10 +69,19 @@ def test_every_command_is_mapped_to_the_module_that_registers_it() -> None:
 
 @pytest.mark.parametrize("name", sorted(COMMAND_MODULES))
 def test_a_command_line_gets_the_same_command_from_its_module_alone(name: str) -> None:
+    assert _names(app_for([name])) == [name]       # typer converts that command's options alone
     runner = CliRunner()
     alone = runner.invoke(app_for([name, "--help"]), [name, "--help"], terminal_width=100)
     full = runner.invoke(app, [name, "--help"], terminal_width=100)
     assert (alone.exit_code, alone.output) == (full.exit_code, full.output)
+
+
+def test_a_bad_option_reads_the_same_from_the_command_alone() -> None:
+    runner = CliRunner()
+    line = ["memory", "--tp", "two"]
+    alone = runner.invoke(app_for(line), line, terminal_width=100)
+    full = runner.invoke(app, line, terminal_width=100)
+    assert alone.exit_code == full.exit_code == 2 and alone.output == full.output and "--tp" in alone.output
 
 
 def test_no_command_or_an_unknown_one_gets_the_full_app() -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +33,15 @@ def test_every_sweep_format_id_loads(hardware_id: str) -> None:
     assert isinstance(spec, HardwareSpec)
     assert spec.id == hardware_id
     assert load_hardware(hardware_id.upper()) is spec
+    assert {s.id: s for s in list_hardware()}[hardware_id] is spec     # one id, one object, whichever way read
+
+
+def test_an_id_reads_its_own_file_alone() -> None:
+    code = ("from projection import hardware; assert hardware.load_hardware('MI355X').id == 'mi355x'; "
+            "print(hardware._catalog.cache_info().currsize, hardware._spec_in_file.cache_info().currsize)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["0", "1"]     # no full catalog read, one file
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -98,3 +101,11 @@ def test_names_are_unique_across_files() -> None:
 @pytest.mark.parametrize(("model_id", "billion"), sorted(PUBLISHED_BILLION.items()))
 def test_published_totals(model_id: str, billion: float) -> None:
     assert ENTRIES[model_id]["published_params_billion"] == pytest.approx(billion, rel=RELATIVE_TOLERANCE)
+
+
+def test_an_id_reads_its_own_file_alone() -> None:
+    code = ("from projection import model_spec as m; assert m.load_model('Mixtral-8x22B').name == 'mixtral-8x22b'; "
+            "print(m._catalog.cache_info().currsize, m._entry_in_file.cache_info().currsize)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["0", "1"]     # no full catalog read, one file

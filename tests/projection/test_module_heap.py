@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import subprocess
 import sys
 import types
 from importlib import resources
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from projection.module_heap import loading_modules
+from projection.module_heap import OLDER_COLLECTION_EVERY, YOUNG_COLLECTION_ALLOCATIONS, loading_modules
 from projection.safe_yaml import load_catalog
 
 
@@ -49,6 +50,24 @@ def test_the_collector_comes_back_after_an_error_and_stays_off_if_it_was(clean_h
     with loading_modules():
         pass
     assert not gc.isenabled()
+
+
+_THRESHOLDS_AFTER_MAIN = """
+import contextlib, gc, io, sys
+from projtune.cli import main
+sys.argv = ["projtune", "--help"]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(*gc.get_threshold())
+"""
+
+
+def test_the_console_script_collects_rarely() -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _THRESHOLDS_AFTER_MAIN], cwd=root, capture_output=True, text=True,
+                          timeout=120, check=True)
+    young, middle, old = map(int, done.stdout.split())
+    assert young == YOUNG_COLLECTION_ALLOCATIONS > 700 and middle == old == OLDER_COLLECTION_EVERY
 
 
 SHIPPED = sorted(p for p in Path(str(resources.files("projection") / "catalog")).rglob("*.yaml"))
