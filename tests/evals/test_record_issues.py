@@ -103,3 +103,25 @@ def test_calibrate_gpu_says_what_it_left_out(tmp_path: Path) -> None:
     # one described run is too few to fit: the error names the two left out and why
     assert result.exit_code != 0
     assert "need at least" in result.output and "left 2 runs out of the fit" in result.output
+
+
+def test_nemo_packed_squad_rows_record_their_documents_and_are_fitted_on() -> None:
+    """CHECKS.md 39: the six NeMo 24.07 SFT/LoRA sweeps record packed_document_tokens (SQuAD packed to 4096 tokens
+    attends per document), so they describe the run and are fit evidence; without the key they would be priced as one
+    causal 4096-token sequence (more attention work: a longer step)."""
+    from evals.fit import pristine_framework, pristine_profile
+    from projection.engine import project
+
+    runs = [r for r in collect_fit_runs(load_sweep_files([DATA / "nemo-24.07.yaml"]).sweeps)
+            if "-sft-" in r.sweep.sweep.name or "-lora-" in r.sweep.sweep.name]
+    assert len(runs) == 6
+    assert all(documented_issue(r) is None for r in runs)
+    for item in runs:
+        spec = item.specs
+        assert spec.config.packed_document_tokens == 250, item.sweep.sweep.name
+        whole_config = spec.config.model_copy(update={"packed_document_tokens": None})
+        step = {name: project(spec.model, spec.cluster, config, hardware=spec.hardware,
+                              profile=pristine_profile(item.device_group),
+                              framework=pristine_framework(item.framework)).iteration_time_s
+                for name, config in (("packed", spec.config), ("whole", whole_config))}
+        assert step["packed"] < step["whole"], item.sweep.sweep.name
