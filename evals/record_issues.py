@@ -2,8 +2,8 @@
 
 Each entry names a run (sweep name, run index) and the ``evals/data/CHECKS.md`` entry that says why its
 record lacks a setting the time model reads (a memory saver the layout cannot run without, a preset NVIDIA
-withdrew, the same layout at half the throughput of its
-neighbouring releases).  The records are copies of ``../shared/data/sweeps`` and are not changed.
+withdrew, the same layout at half the throughput of its neighbouring releases).  The records are copies of
+``../shared/data/sweeps`` and are not changed.
 
 Such a run is still *scored* everywhere (the eval, every leave-one-source-out figure, the pooled MAPE), but
 it is not *evidence* for a fit: a least-squares fit on a record that describes a different run moves the
@@ -11,8 +11,9 @@ shared device and framework parameters to explain the missing setting, and every
 inherits the distortion.  Example (CHECKS.md 29, until entry 39 recorded their ``packed_document_tokens``): the
 NeMo 24.07 SFT/LoRA rows attend per ~250-token SQuAD document, but were priced as one causal 4096-token sequence;
 fitted on, they made the GH100 group's attention look faster, which the held-out H200 and MI300X MLPerf LoRA
-rows (one 8192-token document each) inherited as an 8-12% optimistic projection.  ``projtune calibrate`` (``--all``, ``--gpu``,
-``--cross-validate``) fits on :func:`fit_evidence` and says how many runs it left out and why.
+rows (one 8192-token document each) inherited as an 8-12% optimistic projection.  ``projtune calibrate``
+(``--all``, ``--gpu``, ``--cross-validate``) fits on :func:`fit_evidence` and says how many runs it left out
+and why.
 """
 
 from __future__ import annotations
