@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from evals.fit import FitRun
 
 DOCUMENTED_RECORD_ISSUES: dict[tuple[str, int], str] = {
-    ("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
-    ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
     ("megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k", 0): "CHECKS.md 17: PP/VP cells lost",
     ("megatron-bridge-25.11-gpt-oss-120b-b200-64g-gbs512-s4k", 0):
         "CHECKS.md 36: printed EP 8; the 25.11 preset and its throughput are EP 64's",

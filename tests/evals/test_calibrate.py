@@ -1,8 +1,8 @@
 """`projtune calibrate`: a fitted profile loads and records its runs; cross-validation reports per source.
 
 Runs come from two small development files (korthikanti-2022.yaml: Korthikanti et al. 2022
-Table 5, 8 complete A100 runs; megatron-lm.yaml: Megatron-LM README tables, 3 runs of which 2 have a
-documented record issue and are never fitted on), so the fits here take seconds. Only the harness is
+Table 5, 8 complete A100 runs; megatron-lm.yaml: Megatron-LM README tables, 3 runs; one test marks 2 of them
+as documented record issues, never fitted on), so the fits here take seconds. Only the harness is
 checked, not how good the fit is.
 """
 
@@ -196,8 +196,12 @@ def test_documented_record_issues_name_scored_runs_and_checks_entries() -> None:
         assert entry and entry.group(1) in entries, why
 
 
-def test_cross_validation_reports_what_each_fold_fitted() -> None:
+def test_cross_validation_reports_what_each_fold_fitted(monkeypatch: pytest.MonkeyPatch) -> None:
     from evals.fit import MIN_RUNS_PER_PARAM
+
+    for key in (("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0),
+                ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0)):
+        monkeypatch.setitem(calibrate.DOCUMENTED_RECORD_ISSUES, key, "CHECKS.md 16: plain DDP, no recompute (test)")
 
     notes: list[str] = []
     cv = calibrate.cross_validate(load_sweep_files([KORTHIKANTI, MEGATRON_LM]).sweeps, progress=notes.append)
@@ -206,7 +210,7 @@ def test_cross_validation_reports_what_each_fold_fitted() -> None:
         for group, names in row.fitted_parameters.items():
             assert group.startswith("framework:") or len(names) <= row.fitted[group] // MIN_RUNS_PER_PARAM
     assert any(note.startswith("held out ") and " runs of " in note for note in notes)
-    # Megatron-LM's 8B and 405B rows record a layout that cannot run (CHECKS.md 16): out of the described figure
+    # Megatron-LM's 8B and 405B rows marked as records that cannot describe the run: out of the described figure
     assert cv["overall"]["runs_described"] == cv["overall"]["runs"] - 2
     assert sum(row.documented_runs for row in cv["sources"]) == 2
     # ... and no fold fits on them (evals.record_issues.fit_evidence), which the progress says
