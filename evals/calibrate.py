@@ -184,10 +184,12 @@ def calibrate_all(sweeps: Sequence[LoadedSweep], out_dir: Path, progress: Progre
         before, after = _group_mape(members, None, result), _group_mape(members, profile, result)
         fitted_names = fitted_parameters(members)
         gpus = sorted({r.specs.hardware.id for r in members})
+        borrowed = borrowed_values(group, profile, result.device_profiles)
         note = (_note(members, before, after) + f"; GPUs {', '.join(gpus)}; fitted {', '.join(fitted_names)}"
-                "; other parameters at the family prior (projection/catalog/priors/priors.yaml)")
-        fitted = profile.model_copy(update={"fitted_on": tuple(sorted({r.sweep.name for r in members})),
-                                            "fit_note": note})
+                + borrowed_note(borrowed, result.device_profiles)
+                + "; other parameters at the family prior (projection/catalog/priors/priors.yaml)")
+        fitted = physical(profile.model_copy(update=borrowed)).model_copy(
+            update={"fitted_on": tuple(sorted({r.sweep.name for r in members})), "fit_note": note})
         out[group] = FitResult(profile=fitted, runs=len(members), mape_before=before, mape_after=after,
                                fitted=fitted_names)
         write_profile(out[group], out_dir / f"{group}.yaml")
@@ -303,10 +305,13 @@ TRANSFERRED = ("scale_up_efficiency", "scale_out_efficiency", "dp_overlap_fracti
 BORROWED = ("moe_efficiency", "attention_efficiency")
 
 
-def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
-    """``profile`` with each :data:`BORROWED` parameter that sits at an uncited default prior replaced by the median
-    of the fold's groups that fitted it (bounded by the run's family); unchanged when none did."""
-    group, update = item.device_group, {}
+def borrowed_values(group: str, profile: DeviceProfile, profiles: dict[str, DeviceProfile]) -> dict[str, float]:
+    """The :data:`BORROWED` parameters ``group``'s ``profile`` takes from the other fitted groups: each one that sits at
+    an uncited default prior (no family prior in priors.yaml, value still the DeviceProfile default) becomes the
+    median of the groups in ``profiles`` that fitted it (moved off their own prior), kept inside ``group``'s family
+    bounds.  Empty when nothing is borrowed.  Cross-validation (a held-out run's fold profile) and ``calibrate --all``
+    (the shipped profiles) use this one rule, so production projects what the held-out figures measured."""
+    update: dict[str, float] = {}
     for name in BORROWED:
         if cited_prior(group, name) or getattr(profile, name) != getattr(pristine_profile(group), name):
             continue
@@ -315,6 +320,22 @@ def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DevicePr
         if fitted:
             low, high = profile_bounds(group, name)
             update[name] = min(max(statistics.median(fitted), low), high)
+    return update
+
+
+def borrowed_note(update: dict[str, float], profiles: dict[str, DeviceProfile]) -> str:
+    """One clause saying which parameters a profile borrowed, their values and from which groups ("" if none)."""
+    if not update:
+        return ""
+    lenders = {name: sorted(g for g, p in profiles.items() if getattr(p, name) != getattr(pristine_profile(g), name))
+               for name in update}
+    return ("; borrowed (no fit and no cited prior; evals/calibrate.py BORROWED): "
+            + ", ".join(f"{name} {value:.3g} = median of {', '.join(lenders[name])}" for name, value in update.items()))
+
+
+def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DeviceProfile]) -> DeviceProfile:
+    """``profile`` with the :func:`borrowed_values` of the held-out run's group; unchanged when none."""
+    update = borrowed_values(item.device_group, profile, profiles)
     return physical(profile.model_copy(update=update)) if update else profile
 
 

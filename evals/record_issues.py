@@ -2,17 +2,18 @@
 
 Each entry names a run (sweep name, run index) and the ``evals/data/CHECKS.md`` entry that says why its
 record lacks a setting the time model reads (a memory saver the layout cannot run without, a preset NVIDIA
-withdrew, packed documents the sweep format has no key for, the same layout at half the throughput of its
-neighbouring releases).  The records are copies of ``../shared/data/sweeps`` and are not changed.
+withdrew, the same layout at half the throughput of its neighbouring releases).  The records are copies of
+``../shared/data/sweeps`` and are not changed.
 
 Such a run is still *scored* everywhere (the eval, every leave-one-source-out figure, the pooled MAPE), but
 it is not *evidence* for a fit: a least-squares fit on a record that describes a different run moves the
 shared device and framework parameters to explain the missing setting, and every other run on that silicon
-inherits the distortion.  Example (CHECKS.md 29): the NeMo 24.07 SFT/LoRA rows attend per ~200-token SQuAD
-document, but are recorded (and priced) as one causal 4096-token sequence; fitted on, they made the GH100
-group's attention look faster, which the held-out H200 and MI300X MLPerf LoRA rows (one 8192-token document
-each) inherited as an 8-12% optimistic projection.  ``projtune calibrate`` (``--all``, ``--gpu``,
-``--cross-validate``) fits on :func:`fit_evidence` and says how many runs it left out and why.
+inherits the distortion.  Example (CHECKS.md 29, until entry 39 recorded their ``packed_document_tokens``): the
+NeMo 24.07 SFT/LoRA rows attend per ~250-token SQuAD document, but were priced as one causal 4096-token sequence;
+fitted on, they made the GH100 group's attention look faster, which the held-out H200 and MI300X MLPerf LoRA
+rows (one 8192-token document each) inherited as an 8-12% optimistic projection.  ``projtune calibrate``
+(``--all``, ``--gpu``, ``--cross-validate``) fits on :func:`fit_evidence` and says how many runs it left out
+and why.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ from collections.abc import Sequence
 from evals.fit import FitRun
 
 DOCUMENTED_RECORD_ISSUES: dict[tuple[str, int], str] = {
-    ("megatron-lm-llama3-8b-h100-sxm-8g-gbs128-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
-    ("megatron-lm-llama3.1-405b-h100-sxm-1024g-gbs512-s8k", 0): "CHECKS.md 16: plain DDP, no recompute recorded",
     ("megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k", 0): "CHECKS.md 17: PP/VP cells lost",
+    ("megatron-bridge-26.02.01-llama3-70b-gb300-64g-gbs256-s8k", 1):
+        "CHECKS.md 17: VP lost (printed PP 4, VP n/a, MBS 2; the r0.3.0 preset runs VP 5, MBS 1)",
     ("megatron-bridge-25.11-gpt-oss-120b-b200-64g-gbs512-s4k", 0):
         "CHECKS.md 36: printed EP 8; the 25.11 preset and its throughput are EP 64's",
     **{(name, 0): "CHECKS.md 11: half the throughput of the same layout in the neighbouring releases"
@@ -36,10 +37,6 @@ DOCUMENTED_RECORD_ISSUES: dict[tuple[str, int], str] = {
     **{(name, 0): "CHECKS.md 24: ran the VP 4 + moe_a2a_overlap preset NVIDIA withdrew on B300 as slower"
        for name in ("megatron-bridge-26.02-qwen3-235b-a22b-b300-256g-gbs8192-s4k",
                     "megatron-bridge-26.02.01-qwen3-235b-a22b-b300-256g-gbs8192-s4k")},
-    **{(f"nemo-24.07-llama2-{name}-h100-sxm-{gpus}g-gbs32-s4k", 0):
-       "CHECKS.md 29: SQuAD packed to 4096 tokens attends per ~200-token document; the format cannot record it"
-       for name, gpus in (("7b-sft", 8), ("13b-sft", 8), ("70b-sft", 16), ("7b-lora", 8), ("13b-lora", 8),
-                          ("70b-lora", 8))},
 }
 """(sweep name, run index) -> "CHECKS.md <entry>: why the record cannot describe the run"."""
 

@@ -107,7 +107,13 @@ def _read_profile(path: str) -> DeviceProfile:
 
 @lru_cache(maxsize=64)
 def default_profile(hardware: HardwareSpec) -> DeviceProfile:
-    """The shipped profile of a GPU: its own file, else its family's file, else built-in defaults."""
+    """The shipped profile of a GPU: its own file, else its family's file, else built-in defaults.
+
+    Every ``Family`` ships a family file (``projtune calibrate --all`` writes one per fitted family; a test pins it),
+    so the built-in defaults (uncited 0.55 attention / 0.70 MoE efficiencies) are reached only when the catalog folder
+    lacks them.  A shipped profile's kernel efficiencies that its own runs could not fit and no cited prior sets are
+    borrowed from the other fitted GPUs by the rule cross-validation uses (evals/calibrate.py ``borrowed_values``);
+    its ``fit_note`` says which, with the value and the GPUs it came from."""
     folder = _profile_dir()
     for stem in (hardware.id, hardware.family):
         path = folder / f"{stem}.yaml"
