@@ -64,7 +64,7 @@ from projection.training_config import (
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
 from tools.anchoring import anchored, slowest_factor
-from tools.candidate_columns import SHARDING, CandidateColumns
+from tools.candidate_columns import SHARDING, CandidateColumns, packed_ids
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
@@ -86,21 +86,35 @@ _GROUP_FIELDS = tuple(name for name in fields_without(RECOMPUTE_KNOB) if name no
 _SHARDING_FIELDS = fields_with(STATIC_MEMORY)
 # What the per-micro-batch stage times read (projection/engine.py _stage_times, workload): not dp, gbs, ZeRO, FSDP.
 _WORK_FIELDS = fields_with(MICROBATCH_WORK)
-# ... split in two (projection/busiest_work.py): what places layers on ranks and picks the fully recomputed ones, and
-# what the per-layer terms read (the rest of them; recompute in both: its modules set the selective terms)
+# ... split in two (projection/busiest_work.py): what places layers on ranks and picks the fully recomputed ones
+# (the pipeline's fields), and what the per-layer terms read: the rest, with recompute as what the switches and the
+# selective terms read of it (full or not, the selective modules), and whether PP runs without VPP (with full
+# recompute, it keeps the framework's default EP overlap off: projection/switches.py ep_overlap_blockers)
 _PIPELINE_FIELDS = ("pp", "vpp", "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout", "pp_schedule",
                     "recompute", "recompute_num_layers")
-_LAYER_WORK_FIELDS = tuple(name for name in _WORK_FIELDS if name not in _PIPELINE_FIELDS[:6])
+_LAYER_WORK_FIELDS = tuple(name for name in _WORK_FIELDS if name not in _PIPELINE_FIELDS + ("recompute_modules",))
 # the same keys on the columns (tools/candidate_columns.py; sequence parallelism follows tp there), and what the
 # optimizer step reads (engine._optimizer_s)
 _PIPELINE_COLUMNS = ("pp", "vpp", "split", "schedule", "recompute")
-_LAYER_WORK_COLUMNS = ("mbs", "tp", "cp", "ep", "etp", "precision", "dispatcher", "switches", "recompute")
+_LAYER_WORK_COLUMNS = ("mbs", "tp", "cp", "ep", "etp", "precision", "dispatcher", "switches")
 _OPTIMIZER_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp")
+
+
+def _recompute_terms(recompute: str, modules: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+    """What the per-layer terms read of a recompute setting: full or not, and the selective modules."""
+    return recompute == "full", tuple(modules) if recompute == "selective" else ()
+
+
+def _layer_work_values(config: TrainingConfig) -> tuple[Any, ...]:
+    return (*_layer_work_fields(config), _recompute_terms(config.recompute, config.recompute_modules),
+            config.pp > 1 and config.vpp == 1)
+
+
 # attrgetter builds each key as one C-level tuple (the keys are read for every candidate)
 _group_values = attrgetter(*("schedule" if name == "pp_schedule" else name for name in _GROUP_FIELDS))
 _sharding_values = attrgetter(*_SHARDING_FIELDS)
 _pipeline_values = attrgetter(*_PIPELINE_FIELDS)
-_layer_work_values = attrgetter(*_LAYER_WORK_FIELDS)
+_layer_work_fields = attrgetter(*_LAYER_WORK_FIELDS)
 _optimizer_values = attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size")
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
 _SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
@@ -309,6 +323,7 @@ class Evaluator:
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
+        self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -471,12 +486,11 @@ class Evaluator:
             return [self.throughput_bound(i) for i in indices]
         job = self.job
         rows = np.asarray(indices, dtype=np.int64)
-        works, work_ids = self._distinct(rows, _LAYER_WORK_COLUMNS, _layer_work_values, self._layer_works,
-                                         self._layer_work_of)
-        stages, stage_ids = self._distinct(rows, _PIPELINE_COLUMNS, _pipeline_values, self._stage_layers,
+        work_keys, pipeline_keys, optimizer_keys = self._column_keys(rows)
+        works, work_ids = self._distinct(rows, work_keys, _layer_work_values, self._layer_works, self._layer_work_of)
+        stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
                                            self._stage_layers_of)
-        optimizers, optimizer_ids = self._distinct(rows, _OPTIMIZER_COLUMNS, _optimizer_values, {},
-                                                   self._optimizer_of)
+        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
         work = busiest_work(works, work_ids, stages, stage_ids)
         if self.columns is not None:
             microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
@@ -493,36 +507,49 @@ class Evaluator:
         config = self.configs[0] if self.columns is None else self.columns.template
         return config.gbs * config.seq_len
 
-    def _distinct(self, rows: np.ndarray, column_names: tuple[str, ...], values: Callable[[TrainingConfig], Any],
+    def _distinct(self, rows: np.ndarray, keys: list[np.ndarray] | None, values: Callable[[TrainingConfig], Any],
                   cache: dict[tuple[Any, ...], Any], build: Callable[[TrainingConfig], Any]) -> tuple[list[Any], np.ndarray]:
-        """(a value per distinct key, the key's position for every row): keys from the columns ``column_names``
-        (else the config fields ``values`` reads), each value built once (``build`` of a layout with that key) and
-        kept in ``cache``."""
-        if self.columns is not None:
-            reps, ids = self.columns.key_ids(column_names, rows)
-            c = self.columns.columns
-            keys = list(zip(*(c[name][reps].tolist() for name in column_names), strict=True))
-            reps = reps.tolist()
+        """(a value per distinct key, the key's position for every row): keys from the per-row integer arrays
+        ``keys`` (the columns), else from the config fields ``values`` reads; each value built once (``build`` of
+        a layout with that key) and kept in ``cache``."""
+        if keys is not None:
+            first, ids = packed_ids(keys)
+            found_keys = list(zip(*(k[first].tolist() for k in keys), strict=True))
+            reps = rows[first].tolist()
         else:
             positions: dict[tuple[Any, ...], int] = {}
-            keys, reps = [], []
-            ids_list = []
+            found_keys, reps, ids_list = [], [], []
             for i in rows.tolist():
                 key = values(self.configs[i])
                 at = positions.get(key)
                 if at is None:
-                    at = positions[key] = len(keys)
-                    keys.append(key)
+                    at = positions[key] = len(found_keys)
+                    found_keys.append(key)
                     reps.append(i)
                 ids_list.append(at)
             ids = np.asarray(ids_list, dtype=np.intp)
         found = []
-        for key, rep in zip(keys, reps, strict=True):
+        for key, rep in zip(found_keys, reps, strict=True):
             value = cache.get(key)
             if value is None:
                 value = cache[key] = build(engine_alike(self.transient_config(rep)))
             found.append(value)
         return found, ids
+
+    def _column_keys(self, rows: np.ndarray) -> tuple[list[np.ndarray], ...] | tuple[None, None, None]:
+        """The per-layer work's, the pipeline's and the optimizer's keys of ``rows``, from the columns (None
+        without them): the columns the keys' fields are, plus the derived parts of the per-layer work's key."""
+        if self.columns is None:
+            return None, None, None
+        c, columns = self.columns.columns, self.columns
+        if self._recompute_codes is None:
+            codes: dict[tuple[Any, ...], int] = {}
+            self._recompute_codes = np.array([codes.setdefault(_recompute_terms(r, modules), len(codes))
+                                              for r, _, modules in columns.recomputes], dtype=np.int64)
+        pp = c["pp"][rows]
+        work = [c[name][rows] for name in _LAYER_WORK_COLUMNS]
+        work += [self._recompute_codes[c["recompute"][rows]], ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64)]
+        return (work, [c[name][rows] for name in _PIPELINE_COLUMNS], [c[name][rows] for name in _OPTIMIZER_COLUMNS])
 
     def _layer_work_of(self, config: TrainingConfig) -> LayerWork:
         job = self.job
@@ -691,6 +718,9 @@ class Evaluator:
                 else:
                     self._screened_out(tally, headroom, index)
         queue.sort()
+        # under FSDP each variant is bounded by its own engine bound: all of them in one batch
+        fsdp = [self.groups[g][position] for _, _, position, g in queue if bound_of(g) == float("inf")]
+        own_bounds = dict(zip(fsdp, self.throughput_bounds(fsdp), strict=True))
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
         since_refresh = 0
@@ -699,7 +729,7 @@ class Evaluator:
             bound = bound_of(g)
             kth = top[0] if len(top) >= top_k else float("-inf")
             if bound == float("inf") and kth > float("-inf"):    # FSDP: the variant's own engine bound
-                bound = self.throughput_bounds([index])[0] * (1.0 + BOUND_MARGIN)
+                bound = own_bounds[index] * (1.0 + BOUND_MARGIN)
             # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
             roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
             if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
