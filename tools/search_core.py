@@ -719,17 +719,16 @@ class Evaluator:
                     self._screened_out(tally, headroom, index)
         queue.sort()
         # under FSDP each variant is bounded by its own engine bound: all of them in one batch
-        fsdp = [self.groups[g][position] for _, _, position, g in queue if bound_of(g) == float("inf")]
-        own_bounds = dict(zip(fsdp, self.throughput_bounds(fsdp), strict=True))
+        # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
+        variants = [self.groups[g][position] for _, _, position, g in queue]
+        own_bounds = dict(zip(variants, self.throughput_bounds(variants), strict=True))
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
         since_refresh = 0
         for neg_headroom, _, position, g in queue:
             index = self.groups[g][position]
-            bound = bound_of(g)
+            bound = min(bound_of(g), own_bounds[index] * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
             kth = top[0] if len(top) >= top_k else float("-inf")
-            if bound == float("inf") and kth > float("-inf"):    # FSDP: the variant's own engine bound
-                bound = own_bounds[index] * (1.0 + BOUND_MARGIN)
             # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
             roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
             if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
