@@ -16,11 +16,13 @@ form a *group*.  Two engine facts make pruning safe:
   vpp, cp, ep, etp, dp, zero, precision) fits, whatever its mbs, schedule or recompute.
 Phase 1 screens each group from the least recompute up and queues the first variant that
 fits (its *lead*) with an upper bound of its throughput from the engine's iteration-time lower
-bound (:func:`projection.engine.iteration_time_lower_bound`, computed per batch of leads with
-the same bits by :meth:`Evaluator.throughput_bounds`); leads are then projected from
+bound (:func:`projection.engine.iteration_time_lower_bound`, computed for every lead of the search in one
+batch with the same bits by :meth:`Evaluator.throughput_bounds`: numpy over the leads,
+:mod:`projection.busiest_work`); leads are then projected from
 the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits
 the remaining variants from the most memory headroom down (:meth:`Evaluator.phase2`): one whose
-throughput bound (its lead's throughput; under FSDP its own engine bound) is below the k-th best
+throughput bound (the smaller of its lead's throughput and its own engine bound; under FSDP its own engine
+bound alone) is below the k-th best
 *and* that a projected point dominates (more throughput and more headroom) can be neither in the
 top-k nor on the Pareto front, so it is counted as pruned, unprojected; the bounds grow with every
 projection, so the front is built from its roomy end and the decisions are the same on every path.
@@ -678,9 +680,9 @@ class Evaluator:
         """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
         prune those that the projections so far prove irrelevant.
 
-        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; under FSDP,
-        where more recompute can hide more communication, each variant is bounded by its own engine bound once a
-        k-th best exists).  A group whose lead's bound and static headroom (an upper bound of every
+        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3) and at most
+        its own engine bound (all variants bounded in one batch); under FSDP, where more recompute can hide more
+        communication, by its own engine bound alone.  A group whose lead's bound and static headroom (an upper bound of every
         variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
         the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
         recompute): every layout projected before a variant has at least its headroom, so the variant is
