@@ -484,21 +484,6 @@ def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, h
     return ADAM_BYTES_PER_PARAM * (dense + expert) / bandwidth
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Prepared:
-    """Everything of a projection that comes before the pipeline simulation."""
-
-    hardware: HardwareSpec
-    profile: DeviceProfile
-    framework: FrameworkProfile
-    dims: ParallelDims
-    rates: DeviceRates
-    net: NetworkParams
-    stages: list[StageTimes]
-    parts: dict[str, list[float]]
-    switches: Switches
-
-
 def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile) -> NetworkParams:
     """The collective model's view of a cluster: catalog links, cluster overrides, profile efficiencies."""
     return network_params_from_hardware(
@@ -509,8 +494,8 @@ def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile
     )
 
 
-# Prepared projections by exact inputs: a search bounds a lead, then projects it; the stage times are shared
-# (and shared objects: callers must not mutate them). Off with projection.fast_paths.disabled().
+# Prepared projections by exact inputs: a layout projected again (agent trials, exports) reuses its stage times
+# (shared objects: callers must not mutate them). Off with projection.fast_paths.disabled().
 _PREPARED_CACHE: dict[tuple[object, ...], _Prepared] = {}
 _PREPARED_CACHE_SIZE = 4096
 
@@ -529,6 +514,14 @@ class _WorkInputs:
     costs: Mapping[int, LayerCost]
     head: tuple[float, float, float]
     embed: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Prepared(_WorkInputs):
+    """Everything of a projection that comes before the pipeline simulation."""
+
+    stages: list[StageTimes]
+    parts: dict[str, list[float]]
 
 
 def _work_inputs(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
@@ -570,7 +563,8 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     stages, parts = _stage_times(model, config, w.dims, w.profile, w.framework, w.costs, w.head, w.embed,
                                  switches=w.switches)
     prepared = _Prepared(hardware=w.hardware, profile=w.profile, framework=w.framework, dims=w.dims, rates=w.rates,
-                         net=w.net, stages=stages, parts=parts, switches=w.switches)
+                         net=w.net, switches=w.switches, costs=w.costs, head=w.head, embed=w.embed, stages=stages,
+                         parts=parts)
     if key is not None:
         if len(_PREPARED_CACHE) >= _PREPARED_CACHE_SIZE:
             _PREPARED_CACHE.clear()
