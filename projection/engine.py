@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import accumulate, repeat
 from operator import add, itemgetter
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from projection import fast_paths
 from projection.collectives import (
@@ -49,6 +49,9 @@ from projection.evidence import Novelty
 from projection.uncertainty import job_band
 from projection.workload import (CommGroups, LayerCost, embedding_cost, head_cost, layer_cost,
                                  selective_recompute_modules)
+
+if TYPE_CHECKING:
+    from projection.busiest_work import LayerWork
 
 GRAD_REDUCE_BYTES = FP32_GRAD_BYTES  # fp32 gradient reduction (Megatron accumulate_allreduce_grads_in_fp32 with bf16);
                                      # a run's grad_reduce_in_fp32 or its framework's grad_reduce_bytes overrides it
@@ -481,21 +484,6 @@ def _optimizer_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, h
     return ADAM_BYTES_PER_PARAM * (dense + expert) / bandwidth
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Prepared:
-    """Everything of a projection that comes before the pipeline simulation."""
-
-    hardware: HardwareSpec
-    profile: DeviceProfile
-    framework: FrameworkProfile
-    dims: ParallelDims
-    rates: DeviceRates
-    net: NetworkParams
-    stages: list[StageTimes]
-    parts: dict[str, list[float]]
-    switches: Switches
-
-
 def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile) -> NetworkParams:
     """The collective model's view of a cluster: catalog links, cluster overrides, profile efficiencies."""
     return network_params_from_hardware(
@@ -506,27 +494,41 @@ def network_for(hardware: HardwareSpec, cluster: Cluster, profile: DeviceProfile
     )
 
 
-# Prepared projections by exact inputs: a search bounds a lead, then projects it; the stage times are shared
-# (and shared objects: callers must not mutate them). Off with projection.fast_paths.disabled().
+# Prepared projections by exact inputs: a layout projected again (agent trials, exports) reuses its stage times
+# (shared objects: callers must not mutate them). Off with projection.fast_paths.disabled().
 _PREPARED_CACHE: dict[tuple[object, ...], _Prepared] = {}
 _PREPARED_CACHE_SIZE = 4096
 
 
-def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
-             profile: DeviceProfile | None, framework: FrameworkProfile | None, check: bool,
-             layer_costs: Mapping[int, LayerCost] | None) -> _Prepared:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WorkInputs:
+    """What a layout's per-micro-batch work is built from: resolved specs, per-layer costs, head and embedding."""
+
+    hardware: HardwareSpec
+    profile: DeviceProfile
+    framework: FrameworkProfile
+    dims: ParallelDims
+    rates: DeviceRates
+    net: NetworkParams
+    switches: Switches
+    costs: Mapping[int, LayerCost]
+    head: tuple[float, float, float]
+    embed: tuple[float, float]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Prepared(_WorkInputs):
+    """Everything of a projection that comes before the pipeline simulation."""
+
+    stages: list[StageTimes]
+    parts: dict[str, list[float]]
+
+
+def _work_inputs(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
+                 profile: DeviceProfile | None, framework: FrameworkProfile | None,
+                 layer_costs: Mapping[int, LayerCost] | None) -> _WorkInputs:
     hardware = hardware_of(cluster, hardware)
     profile = profile or default_profile(hardware)
-    if check:
-        reasons = layout_violations(model, hardware, cluster, config)
-        if reasons:
-            raise IllegalLayoutError(reasons)
-    key = None
-    if layer_costs is None and fast_paths.enabled():   # memo on exact inputs (all frozen); issue 14
-        key = (model, cluster, config, hardware, profile, framework)
-        cached = _PREPARED_CACHE.get(key)
-        if cached is not None:
-            return cached
     dims = parallel_dims(config, cluster)
     framework = framework or framework_profile(config.framework)
     switches = resolve_switches(config, framework)
@@ -539,10 +541,30 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     # measured-mode hook (bench/restore.py)
     costs = (dict(layer_costs) if layer_costs is not None
              else _layer_costs(model, config, dims, rates, net, _comm_groups(dims, net)))
-    stages, parts = _stage_times(model, config, dims, profile, framework, costs, head_cost(model, config, dims, rates),
-                                 embedding_cost(model, config, dims, rates), switches=switches)
-    prepared = _Prepared(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
-                         stages=stages, parts=parts, switches=switches)
+    return _WorkInputs(hardware=hardware, profile=profile, framework=framework, dims=dims, rates=rates, net=net,
+                       switches=switches, costs=costs, head=head_cost(model, config, dims, rates),
+                       embed=embedding_cost(model, config, dims, rates))
+
+
+def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardware: HardwareSpec | None,
+             profile: DeviceProfile | None, framework: FrameworkProfile | None, check: bool,
+             layer_costs: Mapping[int, LayerCost] | None) -> _Prepared:
+    if check:
+        reasons = layout_violations(model, hardware_of(cluster, hardware), cluster, config)
+        if reasons:
+            raise IllegalLayoutError(reasons)
+    key = None
+    if layer_costs is None and fast_paths.enabled():   # memo on exact inputs (all frozen); issue 14
+        key = (model, cluster, config, hardware, profile, framework)
+        cached = _PREPARED_CACHE.get(key)
+        if cached is not None:
+            return cached
+    w = _work_inputs(model, cluster, config, hardware, profile, framework, layer_costs)
+    stages, parts = _stage_times(model, config, w.dims, w.profile, w.framework, w.costs, w.head, w.embed,
+                                 switches=w.switches)
+    prepared = _Prepared(hardware=w.hardware, profile=w.profile, framework=w.framework, dims=w.dims, rates=w.rates,
+                         net=w.net, switches=w.switches, costs=w.costs, head=w.head, embed=w.embed, stages=stages,
+                         parts=parts)
     if key is not None:
         if len(_PREPARED_CACHE) >= _PREPARED_CACHE_SIZE:
             _PREPARED_CACHE.clear()
@@ -550,20 +572,35 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     return prepared
 
 
+def layer_work(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
+               profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None) -> LayerWork:
+    """Per-layer work of one micro-batch of a layout (:class:`projection.busiest_work.LayerWork`): the terms
+    :func:`_stage_times` sums.  Reads neither the pipeline (PP, VPP, split, schedule) nor DP, ZeRO or gbs."""
+    from projection.busiest_work import layer_work as from_terms   # numpy: only where a bound is asked for
+
+    w = _work_inputs(model, cluster, config, hardware, profile, framework, None)
+    distinct, kinds = _layer_terms(config, w.profile, w.framework, w.costs, model.num_layers, w.switches)
+    return from_terms(distinct, kinds, w.head, w.embed)
+
+
 def iteration_time_lower_bound(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *,
                                hardware: HardwareSpec | None = None, profile: DeviceProfile | None = None,
                                framework: FrameworkProfile | None = None) -> float:
-    """A lower bound of :func:`project`'s iteration time, seconds, at about a third of its cost.
+    """A lower bound of :func:`project`'s iteration time, seconds, at a fraction of its cost.
 
-    The pipeline makespan is at least the busiest rank's work (no bubble, no p2p), and exposed
+    The pipeline makespan is at least the busiest rank's work (no bubble, no p2p;
+    :func:`projection.busiest_work.busiest_work`, the array form the search runs over many layouts), and exposed
     DP communication is at least zero; optimizer and step overhead are exact.  Search uses it to
     skip layouts that cannot reach the current top-k.  Assumes a legal layout.
     """
-    prep = _prepare(model, cluster, config, hardware, profile, framework, False, None)
-    m = prep.dims.num_microbatches
-    busiest = max(m * (sum(s.forward_s) + sum(s.backward_input_s) + sum(s.backward_weight_s)) for s in prep.stages)
-    return (busiest + _optimizer_s(model, config, prep.dims, prep.hardware, prep.profile)
-            + prep.profile.step_overhead_s)
+    from projection.busiest_work import busiest_work, stage_layers
+
+    hardware = hardware_of(cluster, hardware)
+    profile = profile or default_profile(hardware)
+    dims = parallel_dims(config, cluster)
+    work = layer_work(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
+    busiest = float(busiest_work([work], [0], [stage_layers(model.num_layers, config, dims)], [0])[0])
+    return dims.num_microbatches * busiest + _optimizer_s(model, config, dims, hardware, profile) + profile.step_overhead_s
 
 
 def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,

@@ -327,17 +327,34 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
     prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
     dep_rm = np.where(dep_keys >= 0, done_arr[np.maximum(dep_keys, 0)], 0).ravel()
     in_flight, pending_w = _peaks_arrays(kind)
-    dep = tuple(dep_rm[order_of].tolist())
+    shared = _shared_ints(max(pp * n + 1, pp * vpp * _NUM_KINDS))
+
+    def ints(values: np.ndarray) -> tuple[int, ...]:
+        return tuple(map(shared.__getitem__, values.tolist()))
+
+    dep = ints(dep_rm[order_of])
     return _Plan(
-        prev=tuple(prev_rm[order_of].tolist()),
+        prev=ints(prev_rm[order_of]),
         dep=dep,
         cross_dep=tuple(d if x else 0 for d, x in zip(dep, crosses.ravel()[order_of].tolist(), strict=True)),
-        dur_key=tuple(dur_keys.ravel()[order_of].tolist()),
-        last_op=tuple(global_index[:, -1].tolist()),
+        dur_key=ints(dur_keys.ravel()[order_of]),
+        last_op=ints(global_index[:, -1]),
         peak_in_flight=in_flight,
         peak_pending_weight_grad=pending_w,
-        rank_ops=tuple(map(tuple, global_index.tolist())),
+        rank_ops=tuple(map(ints, global_index)),
     )
+
+
+_SHARED_INTS: list[int] = []
+
+
+def _shared_ints(count: int) -> list[int]:
+    """The ints 0 .. count - 1 as one object each, shared by every plan: a plan's tuples hold pointers to them
+    (8 bytes an entry) instead of an int object of their own (another 28-32 bytes) each; a search keeps a few
+    hundred plans of up to ~10^5 ops."""
+    if len(_SHARED_INTS) < count:
+        _SHARED_INTS.extend(range(len(_SHARED_INTS), count))
+    return _SHARED_INTS
 
 
 def _one_f_one_b_table(schedule: Schedule, pp: int, vpp: int, m: int, group: int

@@ -131,20 +131,9 @@ class CandidateColumns:
         """(first row of each distinct key, key id of every row) of the columns ``names`` over ``rows`` (all rows
         when None); distinct keys in ascending packed order."""
         rows = np.arange(len(self)) if rows is None else rows
-        key = np.zeros(len(rows), dtype=np.int64)
-        span = 1
-        for name in names:
-            col = self.columns[name][rows]
-            if not len(col):
-                break
-            low, high = int(col.min()), int(col.max())
-            radix = high - low + 1
-            span *= radix
-            if span >= 2**62:
-                raise OverflowError(f"packed key of {names} does not fit in 64 bits")
-            key = key * radix + (col - low)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        return rows[first], inverse.reshape(-1)
+        first, inverse = packed_ids([self.columns[name][rows] for name in names], names)
+        return rows[first], inverse
+
 
     def groups(self) -> list[list[int]]:
         """Indices of the layouts that differ only in recompute, each from least to most recompute: the groups
@@ -168,6 +157,25 @@ class CandidateColumns:
         if not members:
             return []
         return [members[k] for k in np.argsort(np.concatenate(positions), kind="stable").tolist()]
+
+
+def packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first row of each distinct key, key id of every row) of equally long integer arrays, one per
+    key part (``names``: theirs, for the error); distinct keys in ascending packed order."""
+    count = len(values[0]) if len(values) else 0
+    key = np.zeros(count, dtype=np.int64)
+    span = 1
+    for col in values:
+        if not count:
+            break
+        low, high = int(col.min()), int(col.max())
+        radix = high - low + 1
+        span *= radix
+        if span >= 2**62:
+            raise OverflowError(f"packed key of {list(names)} does not fit in 64 bits")
+        key = key * radix + (col - low)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def _level(variant: RecomputeVariant) -> tuple[int, int] | None:

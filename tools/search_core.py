@@ -16,11 +16,13 @@ form a *group*.  Two engine facts make pruning safe:
   vpp, cp, ep, etp, dp, zero, precision) fits, whatever its mbs, schedule or recompute.
 Phase 1 screens each group from the least recompute up and queues the first variant that
 fits (its *lead*) with an upper bound of its throughput from the engine's iteration-time lower
-bound (:func:`projection.engine.iteration_time_lower_bound`, computed per batch of leads with
-the same bits by :meth:`Evaluator.throughput_bounds`); leads are then projected from
+bound (:func:`projection.engine.iteration_time_lower_bound`, computed for every lead of the search in one
+batch with the same bits by :meth:`Evaluator.throughput_bounds`: numpy over the leads,
+:mod:`projection.busiest_work`); leads are then projected from
 the highest bound down, and a lead whose bound is already dominated is pruned.  Phase 2 visits
 the remaining variants from the most memory headroom down (:meth:`Evaluator.phase2`): one whose
-throughput bound (its lead's throughput; under FSDP its own engine bound) is below the k-th best
+throughput bound (the smaller of its lead's throughput and its own engine bound; under FSDP its own engine
+bound alone) is below the k-th best
 *and* that a projected point dominates (more throughput and more headroom) can be neither in the
 top-k nor on the Pareto front, so it is counted as pruned, unprojected; the bounds grow with every
 projection, so the front is built from its roomy end and the decisions are the same on every path.
@@ -48,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from projection import engine, fast_paths
+from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
@@ -63,7 +66,7 @@ from projection.training_config import (
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
 from tools.anchoring import anchored, slowest_factor
-from tools.candidate_columns import SHARDING, CandidateColumns
+from tools.candidate_columns import SHARDING, CandidateColumns, packed_ids
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
@@ -85,10 +88,36 @@ _GROUP_FIELDS = tuple(name for name in fields_without(RECOMPUTE_KNOB) if name no
 _SHARDING_FIELDS = fields_with(STATIC_MEMORY)
 # What the per-micro-batch stage times read (projection/engine.py _stage_times, workload): not dp, gbs, ZeRO, FSDP.
 _WORK_FIELDS = fields_with(MICROBATCH_WORK)
+# ... split in two (projection/busiest_work.py): what places layers on ranks and picks the fully recomputed ones
+# (the pipeline's fields), and what the per-layer terms read: the rest, with recompute as what the switches and the
+# selective terms read of it (full or not, the selective modules), and whether PP runs without VPP (with full
+# recompute, it keeps the framework's default EP overlap off: projection/switches.py ep_overlap_blockers)
+_PIPELINE_FIELDS = ("pp", "vpp", "pp_first_stage_layers", "pp_last_stage_layers", "pp_layout", "pp_schedule",
+                    "recompute", "recompute_num_layers")
+_LAYER_WORK_FIELDS = tuple(name for name in _WORK_FIELDS if name not in _PIPELINE_FIELDS + ("recompute_modules",))
+# the same keys on the columns (tools/candidate_columns.py; sequence parallelism follows tp there), and what the
+# optimizer step reads (engine._optimizer_s)
+_PIPELINE_COLUMNS = ("pp", "vpp", "split", "schedule", "recompute")
+_LAYER_WORK_COLUMNS = ("mbs", "tp", "cp", "ep", "etp", "precision", "dispatcher", "switches")
+_OPTIMIZER_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp")
+
+
+def _recompute_terms(recompute: str, modules: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
+    """What the per-layer terms read of a recompute setting: full or not, and the selective modules."""
+    return recompute == "full", tuple(modules) if recompute == "selective" else ()
+
+
+def _layer_work_values(config: TrainingConfig) -> tuple[Any, ...]:
+    return (*_layer_work_fields(config), _recompute_terms(config.recompute, config.recompute_modules),
+            config.pp > 1 and config.vpp == 1)
+
+
 # attrgetter builds each key as one C-level tuple (the keys are read for every candidate)
 _group_values = attrgetter(*("schedule" if name == "pp_schedule" else name for name in _GROUP_FIELDS))
 _sharding_values = attrgetter(*_SHARDING_FIELDS)
-_work_values = attrgetter(*_WORK_FIELDS)
+_pipeline_values = attrgetter(*_PIPELINE_FIELDS)
+_layer_work_fields = attrgetter(*_LAYER_WORK_FIELDS)
+_optimizer_values = attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size")
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
 _SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
@@ -103,7 +132,7 @@ class Outcome:
     headroom_fraction: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Lead:
     """The first variant of a group that fits memory, waiting to be projected."""
 
@@ -111,8 +140,8 @@ class Lead:
     position: int
     index: int
     headroom: float          # its memory headroom (the memory result stays in the screening process)
-    tps_bound: float
     static_headroom: float
+    tps_bound: float = float("nan")   # set for every lead of the search at once (:meth:`Evaluator.bound_leads`)
 
 
 @dataclass(slots=True)
@@ -294,7 +323,9 @@ class Evaluator:
         self._batcher = MemoryBatcher(job.model, job.hardware, job.profile)
         self._peaks = np.full((len(configs), 3), np.nan)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
-        self._work_cache: dict[tuple[Any, ...], float] = {}   # work_key -> busiest rank's work per micro-batch
+        self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
+        self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
+        self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -444,42 +475,105 @@ class Evaluator:
         """:meth:`throughput_bound` of many candidates at once, with the same bits.
 
         The bound is (busiest rank's work per micro-batch) * micro-batches + optimizer + step
-        overhead (:func:`projection.engine.iteration_time_lower_bound`).  The per-micro-batch work
-        depends on neither dp, gbs, ZeRO nor the FSDP size, so it is computed once per
-        :meth:`work_key` and the rest, elementwise over the batch in numpy (the same IEEE
-        operations in the same order as the scalar path; tests/tools/test_search_core_vector.py).
+        overhead (:func:`projection.engine.iteration_time_lower_bound`).  The busiest rank's work is
+        :func:`projection.busiest_work.busiest_work` over the batch: per-layer terms built once per
+        distinct :meth:`work_key` first half (micro-batch, TP, CP, EP, precision, switches, ...), the
+        ranks' layers once per pipeline (second half); the optimizer step once per sharding; the rest
+        elementwise in numpy (the scalar path's operations in its order;
+        tests/tools/test_search_core_vector.py).
         """
-        if not indices:
+        if not len(indices):
             return []
         if not fast_paths.enabled():
             return [self.throughput_bound(i) for i in indices]
         job = self.job
-        configs = [self.transient_config(i) for i in indices]
-        dims = [parallel_dims(c, job.cluster) for c in configs]
-        work = np.array([self._busiest_work(c) for c in configs])
-        microbatches = np.array([d.num_microbatches for d in dims], dtype=np.float64)
-        optimizer = np.array([engine._optimizer_s(job.model, c, d, job.hardware, job.profile)
-                              for c, d in zip(configs, dims, strict=True)])
-        tokens = np.array([c.gbs * c.seq_len for c in configs], dtype=np.float64)
+        rows = np.asarray(indices, dtype=np.int64)
+        work_keys, pipeline_keys, optimizer_keys = self._column_keys(rows)
+        works, work_ids = self._distinct(rows, work_keys, _layer_work_values, self._layer_works, self._layer_work_of)
+        stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
+                                           self._stage_layers_of)
+        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
+        work = busiest_work(works, work_ids, stages, stage_ids)
+        if self.columns is not None:
+            microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
+        else:
+            microbatches = np.array([parallel_dims(self.configs[i], job.cluster).num_microbatches for i in indices],
+                                    dtype=np.float64)
+        optimizer = np.asarray(optimizers)[optimizer_ids]
+        tokens = float(self.template_tokens())
         seconds = microbatches * work + optimizer + job.profile.step_overhead_s
         return (tokens / seconds / job.cluster.num_gpus * self._bound_scale).tolist()
 
+    def template_tokens(self) -> int:
+        """Tokens of one step (gbs * seq_len: the same for every candidate of a search)."""
+        config = self.configs[0] if self.columns is None else self.columns.template
+        return config.gbs * config.seq_len
+
+    def _distinct(self, rows: np.ndarray, keys: list[np.ndarray] | None, values: Callable[[TrainingConfig], Any],
+                  cache: dict[tuple[Any, ...], Any], build: Callable[[TrainingConfig], Any]) -> tuple[list[Any], np.ndarray]:
+        """(a value per distinct key, the key's position for every row): keys from the per-row integer arrays
+        ``keys`` (the columns), else from the config fields ``values`` reads; each value built once (``build`` of
+        a layout with that key) and kept in ``cache``."""
+        if keys is not None:
+            first, ids = packed_ids(keys)
+            found_keys = list(zip(*(k[first].tolist() for k in keys), strict=True))
+            reps = rows[first].tolist()
+        else:
+            positions: dict[tuple[Any, ...], int] = {}
+            found_keys, reps, ids_list = [], [], []
+            for i in rows.tolist():
+                key = values(self.configs[i])
+                at = positions.get(key)
+                if at is None:
+                    at = positions[key] = len(found_keys)
+                    found_keys.append(key)
+                    reps.append(i)
+                ids_list.append(at)
+            ids = np.asarray(ids_list, dtype=np.intp)
+        found = []
+        for key, rep in zip(found_keys, reps, strict=True):
+            value = cache.get(key)
+            if value is None:
+                value = cache[key] = build(engine_alike(self.transient_config(rep)))
+            found.append(value)
+        return found, ids
+
+    def _column_keys(self, rows: np.ndarray) -> tuple[list[np.ndarray], ...] | tuple[None, None, None]:
+        """The per-layer work's, the pipeline's and the optimizer's keys of ``rows``, from the columns (None
+        without them): the columns the keys' fields are, plus the derived parts of the per-layer work's key."""
+        if self.columns is None:
+            return None, None, None
+        c, columns = self.columns.columns, self.columns
+        if self._recompute_codes is None:
+            codes: dict[tuple[Any, ...], int] = {}
+            self._recompute_codes = np.array([codes.setdefault(_recompute_terms(r, modules), len(codes))
+                                              for r, _, modules in columns.recomputes], dtype=np.int64)
+        pp = c["pp"][rows]
+        work = [c[name][rows] for name in _LAYER_WORK_COLUMNS]
+        work += [self._recompute_codes[c["recompute"][rows]], ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64)]
+        return (work, [c[name][rows] for name in _PIPELINE_COLUMNS], [c[name][rows] for name in _OPTIMIZER_COLUMNS])
+
+    def _layer_work_of(self, config: TrainingConfig) -> LayerWork:
+        job = self.job
+        return engine.layer_work(job.model, job.cluster, config, hardware=job.hardware, profile=job.profile)
+
+    def _stage_layers_of(self, config: TrainingConfig) -> StageLayers:
+        return stage_layers(self.job.model.num_layers, config, parallel_dims(config, self.job.cluster))
+
+    def _optimizer_of(self, config: TrainingConfig) -> float:
+        job = self.job
+        return engine._optimizer_s(job.model, config, parallel_dims(config, job.cluster), job.hardware, job.profile)
+
+    def bound_leads(self, leads: Sequence[Lead]) -> None:
+        """Set the throughput bound of every lead, in one :meth:`throughput_bounds` call."""
+        for lead, bound in zip(leads, self.throughput_bounds([lead.index for lead in leads]), strict=True):
+            lead.tps_bound = bound
+
     @staticmethod
     def work_key(config: TrainingConfig) -> tuple[Any, ...]:
-        """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size."""
-        return _work_values(config)
-
-    def _busiest_work(self, config: TrainingConfig) -> float:
-        """The busiest pipeline rank's F+B+W time of one micro-batch of a layout, s (the engine's stage times)."""
-        config = engine_alike(config)
-        key = self.work_key(config)
-        work = self._work_cache.get(key)
-        if work is None:
-            job = self.job
-            prep = engine._prepare(job.model, job.cluster, config, job.hardware, job.profile, None, False, None)
-            work = self._work_cache[key] = max(sum(s.forward_s) + sum(s.backward_input_s) + sum(s.backward_weight_s)
-                                               for s in prep.stages)
-        return work
+        """What the per-rank compute of one micro-batch depends on: everything but dp, gbs, ZeRO, FSDP size (the
+        per-layer terms' key, then the pipeline's)."""
+        return _layer_work_values(config), _pipeline_values(config)
 
     def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally,
                       known: Sequence[Outcome] = (), done: Mapping[int, Outcome] | None = None) -> None:
@@ -577,10 +671,8 @@ class Evaluator:
                     tally.screened_out += rest
                     tally.visited += rest
                     break
-        bounds = self.throughput_bounds([index for _, _, index, _, _ in found])
-        tally.pending += [Lead(group=g, position=position, index=index, headroom=headroom, tps_bound=bound,
-                               static_headroom=static_headroom)
-                          for (g, position, index, headroom, static_headroom), bound in zip(found, bounds, strict=True)]
+        tally.pending += [Lead(group=g, position=position, index=index, headroom=headroom,
+                               static_headroom=static_headroom) for g, position, index, headroom, static_headroom in found]
         return tally
 
     def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
@@ -588,9 +680,9 @@ class Evaluator:
         """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
         prune those that the projections so far prove irrelevant.
 
-        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3; under FSDP,
-        where more recompute can hide more communication, each variant is bounded by its own engine bound once a
-        k-th best exists).  A group whose lead's bound and static headroom (an upper bound of every
+        A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3) and at most
+        its own engine bound (all variants bounded in one batch); under FSDP, where more recompute can hide more
+        communication, by its own engine bound alone.  A group whose lead's bound and static headroom (an upper bound of every
         variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
         the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
         recompute): every layout projected before a variant has at least its headroom, so the variant is
@@ -628,15 +720,17 @@ class Evaluator:
                 else:
                     self._screened_out(tally, headroom, index)
         queue.sort()
+        # under FSDP each variant is bounded by its own engine bound: all of them in one batch
+        # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
+        variants = [self.groups[g][position] for _, _, position, g in queue]
+        own_bounds = dict(zip(variants, self.throughput_bounds(variants), strict=True))
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
         since_refresh = 0
         for neg_headroom, _, position, g in queue:
             index = self.groups[g][position]
-            bound = bound_of(g)
+            bound = min(bound_of(g), own_bounds[index] * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
             kth = top[0] if len(top) >= top_k else float("-inf")
-            if bound == float("inf") and kth > float("-inf"):    # FSDP: the variant's own engine bound
-                bound = self.throughput_bounds([index])[0] * (1.0 + BOUND_MARGIN)
             # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
             roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
             if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
@@ -743,6 +837,7 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
     if workers <= 1:
         for chunk in chunks:
             absorb(evaluator.phase1(chunk))
+        evaluator.bound_leads(total.pending)
         evaluator.project_leads(total.pending, top_k, total)
         evaluator.phase2(group_ids, total.leads, top_k, total)
         if progress is not None:
@@ -756,6 +851,7 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
             # queue (and its ties of equal bounds) is the serial run's, whichever worker finishes first
             for part in pool.imap(_phase1_task, chunks):
                 absorb(part)
+            evaluator.bound_leads(total.pending)
             # The most promising leads first, here, to set the bounds; the rest split over the workers
             # (each prunes against those bounds plus its own results: stale bounds only prune less, so
             # they project what the serial order projects, and some more).  Then the serial decisions are
