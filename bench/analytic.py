@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from projection.collectives import NetworkParams
 from projection.compute import DeviceRates, device_rates, gemm_fwd_bwd_s, streaming_s
 from projection.device_profile import DeviceProfile
-from projection.engine import ADAM_BYTES_PER_PARAM, _comm_groups, _layer_costs, network_for
+from projection.engine import ADAM_BYTES_PER_PARAM, ResolvedSpecs, _comm_groups, _layer_costs, network_for
 from projection.framework_profile import FrameworkProfile
 from projection.hardware import HardwareSpec
 from projection.job import job_on
@@ -51,18 +51,12 @@ class ExpertCost:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class AnalyticLayout:
+class AnalyticLayout(ResolvedSpecs):
     """Engine inputs and per-kind analytic costs of one layout."""
 
     model: ModelSpec
     cluster: Cluster
     config: TrainingConfig
-    hardware: HardwareSpec
-    profile: DeviceProfile
-    framework: FrameworkProfile
-    dims: ParallelDims
-    rates: DeviceRates
-    net: NetworkParams
     costs: dict[LayerKind, LayerCost]
     experts: dict[LayerKind, ExpertCost]
 

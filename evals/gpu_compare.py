@@ -246,6 +246,16 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:,.4g}"
 
 
+def _runs_table(runs: list[dict[str, Any]], mape: dict[str, float | None], columns: tuple[str, ...]) -> list[str]:
+    """Markdown table lines: one row per run (projected value and its APE per column), then the MAPE row."""
+    lines = ["| run | metric | measured | " + " | ".join(columns) + " |", "|---|---|---|" + "---|" * len(columns)]
+    for r in runs:
+        cells = [f"{_num(r['projected'].get(c))} ({_pct(r['ape'].get(c))})" for c in columns]
+        lines.append(f"| {r['run']} | {r['metric']} | {_num(r['measured'])} | " + " | ".join(cells) + " |")
+    lines.append("| **MAPE** | | | " + " | ".join(_pct(mape[c]) for c in columns) + " |")
+    return lines
+
+
 def markdown(out: dict[str, Any]) -> str:
     """The comparison as a Markdown report."""
     lines = [f"# Measured mode vs analytic vs measured: {out['label']}", ""]
@@ -260,21 +270,9 @@ def markdown(out: dict[str, Any]) -> str:
               "Attention microbenchmarks (each backend pinned): "
               + "; ".join(f"{a['name']}: " + (f"{a['ms']:.3f} ms" if a["ms"] > 0 else f"n/a ({a['error'][:60]})")
                           for a in out["attention_micro"]), "",
-              "## H200 development runs", "",
-              "| run | metric | measured | " + " | ".join(COLUMNS) + " |",
-              "|---|---|---|" + "---|" * len(COLUMNS)]
-    for r in out["runs"]:
-        cells = [f"{_num(r['projected'].get(c))} ({_pct(r['ape'].get(c))})" for c in COLUMNS]
-        lines.append(f"| {r['run']} | {r['metric']} | {_num(r['measured'])} | " + " | ".join(cells) + " |")
-    lines.append("| **MAPE** | | | " + " | ".join(_pct(out["mape"][c]) for c in COLUMNS) + " |")
+              "## H200 development runs", "", *_runs_table(out["runs"], out["mape"], COLUMNS)]
     t = out["transfer"]
-    lines += ["", f"## H100 runs: {t['note']}", "",
-              "| run | metric | measured | " + " | ".join(TRANSFER_COLUMNS) + " |",
-              "|---|---|---|" + "---|" * len(TRANSFER_COLUMNS)]
-    for r in t["runs"]:
-        cells = [f"{_num(r['projected'].get(c))} ({_pct(r['ape'].get(c))})" for c in TRANSFER_COLUMNS]
-        lines.append(f"| {r['run']} | {r['metric']} | {_num(r['measured'])} | " + " | ".join(cells) + " |")
-    lines.append("| **MAPE** | | | " + " | ".join(_pct(t["mape"][c]) for c in TRANSFER_COLUMNS) + " |")
+    lines += ["", f"## H100 runs: {t['note']}", "", *_runs_table(t["runs"], t["mape"], TRANSFER_COLUMNS)]
     lines += ["", "## Fitted efficiencies (microbenchmarks) vs the shipped profile", "",
               "| parameter | shipped | fitted |",
               "|---|---|---|"]

@@ -501,8 +501,9 @@ _PREPARED_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _WorkInputs:
-    """What a layout's per-micro-batch work is built from: resolved specs, per-layer costs, head and embedding."""
+class ResolvedSpecs:
+    """The specs one layout's costs are computed from, resolved: GPU, device profile, framework, parallel sizes,
+    device rates and network (shared by the engine's work inputs and bench.analytic.AnalyticLayout)."""
 
     hardware: HardwareSpec
     profile: DeviceProfile
@@ -510,6 +511,12 @@ class _WorkInputs:
     dims: ParallelDims
     rates: DeviceRates
     net: NetworkParams
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _WorkInputs(ResolvedSpecs):
+    """What a layout's per-micro-batch work is built from: resolved specs, per-layer costs, head and embedding."""
+
     switches: Switches
     costs: Mapping[int, LayerCost]
     head: tuple[float, float, float]

@@ -15,19 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field
 from projection.anchor import AnchorRun
 from projection.flops import FlopsFormula
 from projection.hardware import Vendor
-from projection.job import DEFAULT_GPUS_PER_NODE
 from projection.memory_verdict import Verdict
-from projection.training_config import (HostOpSeconds, NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens,
+from projection.training_config import (NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens,
                                         TrainingConfig)
 from projection.vocabulary import ImportFramework, LaunchFramework
 from tools.anchoring import Anchoring
+from tools.job_fields import GPU_HELP, MODEL_HELP, JobFields
 from tools.launch_config import LaunchConfig
 from tools.layout_score import BAND_REASONS_DOC, LayoutScore, ProjectedLayout
 
 _FORBID = ConfigDict(extra="forbid")
 ModelRef = str | dict[str, Any]
-_MODEL = "Catalog model id (see list_models, e.g. 'llama3-70b', 'mixtral-8x7b') or Hugging Face config.json fields."
-_GPU = "Hardware catalog id (see list_hardware), e.g. 'h100-sxm', 'h200', 'mi300x'."
+_MODEL = MODEL_HELP
+_GPU = GPU_HELP
 _CONFIG = ("Layout in sweep-format keys: tp, pp, vpp, cp, ep, etp, mbs, gbs, seq_len, precision, recompute, "
            "recompute_num_layers, sequence_parallel, zero, pp_schedule, moe_dispatcher, framework; run-time switches "
            "comm_overlap (list of dp/tp/pp/ep/cp, [] = none), cuda_graphs, compile, attention_backend "
@@ -105,18 +105,8 @@ class ListHardwareOutput(BaseModel):
     hardware: list[HardwareInfo]
 
 
-class JobInput(BaseModel):
+class JobInput(JobFields):
     """Which model on which GPUs (shared by the layout tools)."""
-
-    model_config = _FORBID
-    model: ModelRef = Field(description=_MODEL)
-    gpu: str = Field(description=_GPU)
-    num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
-    nics_per_node: NicsPerNode = None
-    nic_gbps: NicGbps = None
-    nvlink_domain: NvlinkDomain = None
-    host_op_s: HostOpSeconds = None
 
 
 NETWORK_FIELDS = ("nics_per_node", "nic_gbps", "nvlink_domain")

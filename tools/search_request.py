@@ -6,29 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from projection.anchor import AnchorRun
-from projection.job import DEFAULT_GPUS_PER_NODE
-from projection.training_config import HostOpSeconds, NicGbps, NicsPerNode, NvlinkDomain, PackedDocumentTokens
+from projection.training_config import PackedDocumentTokens
 from projection.vocabulary import LAUNCH_FRAMEWORKS, Finetune
 from tools.constraints import Constraints
+from tools.job_fields import JobFields
 
 
-class SearchRequest(BaseModel):
+class SearchRequest(JobFields):
     """A layout search: which model on which GPUs, the batch, constraints, and how many results."""
-
-    model_config = ConfigDict(extra="forbid")
 
     model: str | dict[str, Any] = Field(
         description="Catalog model id (e.g. 'llama3-70b') or Hugging Face config.json fields.")
     gpu: str = Field(description="Hardware catalog id, e.g. 'h100-sxm', 'mi300x'.")
-    num_gpus: int = Field(ge=1, description="GPUs in the job.")
-    gpus_per_node: int = Field(default=DEFAULT_GPUS_PER_NODE, ge=1, description="GPUs per node.")
-    nics_per_node: NicsPerNode = None
-    nic_gbps: NicGbps = None
-    nvlink_domain: NvlinkDomain = None
-    host_op_s: HostOpSeconds = None
     gbs: int = Field(ge=1, description="Global batch size, sequences per step.")
     seq_len: int = Field(ge=1, description="Sequence length, tokens.")
     constraints: Constraints = Field(default_factory=Constraints,

@@ -47,6 +47,26 @@ FrameworkOpt = Annotated[Optional[str], typer.Option(help=f"{choices_help(FRAMEW
 PackedOpt = Annotated[int | None, typer.Option(
     "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
                                      "attention is per document.")]
+# The layout flags `project` and `memory` share (one definition each; the help text is the same in both).
+GpusPerNodeOpt = Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")]
+TpOpt = Annotated[Optional[int], typer.Option(help="Tensor parallel.")]
+PpOpt = Annotated[Optional[int], typer.Option(help="Pipeline parallel.")]
+VppOpt = Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")]
+CpOpt = Annotated[Optional[int], typer.Option(help="Context parallel.")]
+EpOpt = Annotated[Optional[int], typer.Option(help="Expert parallel.")]
+EtpOpt = Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")]
+MbsOpt = Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")]
+GbsOpt = Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")]
+SeqLenOpt = Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")]
+PrecisionOpt = Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))]
+RecomputeOpt = Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))]
+RecomputeLayersOpt = Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")]
+SpOpt = Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")]
+ZeroOpt = Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")]
+FsdpSizeOpt = Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")]
+ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))]
+DispatcherOpt = Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)]
+FinetuneOpt = Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")]
 
 
 def _layout_values(config_file: Path | None, **flags: Any) -> dict[str, Any]:
@@ -62,30 +82,18 @@ def _layout_values(config_file: Path | None, **flags: Any) -> dict[str, Any]:
 @user_errors
 def project_command(
     model: ModelOpt = None, gpu: GpuOpt = None, gpus: GpusOpt = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel.")] = None,
-    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel.")] = None,
-    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")] = None,
-    cp: Annotated[Optional[int], typer.Option(help="Context parallel.")] = None,
-    ep: Annotated[Optional[int], typer.Option(help="Expert parallel.")] = None,
-    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")] = None,
-    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
-    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
-    precision: Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))] = None,
-    recompute: Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))] = None,
-    recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
+    gpus_per_node: GpusPerNodeOpt = None,
+    tp: TpOpt = None, pp: PpOpt = None, vpp: VppOpt = None, cp: CpOpt = None, ep: EpOpt = None, etp: EtpOpt = None,
+    mbs: MbsOpt = None, gbs: GbsOpt = None, seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None, recompute: RecomputeOpt = None, recompute_num_layers: RecomputeLayersOpt = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list, e.g. core_attn,moe_act")] = None,
-    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
-    zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
-    fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))] = None,
-    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
+    sequence_parallel: SpOpt = False, zero: ZeroOpt = None, fsdp_size: FsdpSizeOpt = None,
+    schedule: ScheduleOpt = None, dispatcher: DispatcherOpt = None,
     nic_gbps: Annotated[Optional[float], typer.Option(help="NIC line rate, Gbit/s.")] = None,
     nics_per_node: Annotated[Optional[int], typer.Option(help="NICs per node.")] = None,
     nvlink_domain: Annotated[Optional[int], typer.Option(help="GPUs in one NVLink domain (72 for NVL72).")] = None,
     framework: FrameworkOpt = None,
-    finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
+    finetune: FinetuneOpt = None,
     packed_document_tokens: PackedOpt = None,
     comm_overlap: OverlapOpt = None, cuda_graphs: CudaGraphsOpt = None, compile: CompileOpt = None,
     attention_backend: AttentionOpt = None, grad_reduce_in_fp32: GradFp32Opt = None, host_op_s: HostOpOpt = None,
@@ -103,27 +111,15 @@ def project_command(
 @user_errors
 def memory_command(
     model: ModelOpt = None, gpu: GpuOpt = None, gpus: GpusOpt = None,
-    gpus_per_node: Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor parallel.")] = None,
-    pp: Annotated[Optional[int], typer.Option(help="Pipeline parallel.")] = None,
-    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")] = None,
-    cp: Annotated[Optional[int], typer.Option(help="Context parallel.")] = None,
-    ep: Annotated[Optional[int], typer.Option(help="Expert parallel.")] = None,
-    etp: Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")] = None,
-    mbs: Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")] = None,
-    gbs: Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")] = None,
-    seq_len: Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")] = None,
-    precision: Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))] = None,
-    recompute: Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))] = None,
-    recompute_num_layers: Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")] = None,
+    gpus_per_node: GpusPerNodeOpt = None,
+    tp: TpOpt = None, pp: PpOpt = None, vpp: VppOpt = None, cp: CpOpt = None, ep: EpOpt = None, etp: EtpOpt = None,
+    mbs: MbsOpt = None, gbs: GbsOpt = None, seq_len: SeqLenOpt = None,
+    precision: PrecisionOpt = None, recompute: RecomputeOpt = None, recompute_num_layers: RecomputeLayersOpt = None,
     recompute_modules: Annotated[Optional[str], typer.Option(help="Selective: comma list.")] = None,
-    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
-    zero: Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")] = None,
-    fsdp_size: Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")] = None,
-    schedule: Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))] = None,
-    dispatcher: Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)] = None,
+    sequence_parallel: SpOpt = False, zero: ZeroOpt = None, fsdp_size: FsdpSizeOpt = None,
+    schedule: ScheduleOpt = None, dispatcher: DispatcherOpt = None,
     framework: FrameworkOpt = None,
-    finetune: Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")] = None,
+    finetune: FinetuneOpt = None,
     moe_routing: Annotated[Optional[str], typer.Option(help="MoE: balanced|dropless|token-drop")] = None,
     moe_capacity_factor: Annotated[Optional[float], typer.Option(help="MoE token-drop expert capacity factor.")] = None,
     packed_document_tokens: PackedOpt = None,

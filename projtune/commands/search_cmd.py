@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Callable
 
 import typer
 from rich.markup import escape
@@ -294,13 +294,7 @@ def models_command(as_json: JsonOpt = False) -> None:
     from tools.schemas import ListModelsInput
 
     out = list_models(ListModelsInput())
-    if as_json:
-        typer.echo(json_text(out.model_dump(mode="json")))
-        return
-    for m in out.models:
-        moe = f", {m.num_experts} experts top-{m.top_k}" if m.num_experts else ""
-        typer.echo(f"{m.id:20s} {m.params_billion:8.1f}B  {m.num_layers} layers, h={m.hidden_size}, "
-                   f"{m.num_attention_heads} heads / {m.num_kv_heads} kv{moe}")
+    _echo_listing(out, out.models, _model_line, as_json)
 
 
 @user_errors
@@ -310,13 +304,28 @@ def hardware_command(as_json: JsonOpt = False) -> None:
     from tools.schemas import ListHardwareInput
 
     out = list_hardware(ListHardwareInput())
+    _echo_listing(out, out.hardware, _hardware_line, as_json)
+
+
+def _echo_listing(out: Any, rows: list[Any], line: Callable[[Any], str], as_json: bool) -> None:
+    """Print a catalog listing: the whole tool output as one JSON object, or one text line per row."""
     if as_json:
         typer.echo(json_text(out.model_dump(mode="json")))
         return
-    for h in out.hardware:
-        fp8 = f"{h.fp8_tflops:,.0f}" if h.fp8_tflops else "-"
-        typer.echo(f"{h.id:16s} {h.hbm_gib:6.1f} GiB  bf16 {h.bf16_tflops:7,.0f}  fp8 {fp8:>7s} TFLOP/s  "
-                   f"{', '.join(h.supported_precisions)}")
+    for row in rows:
+        typer.echo(line(row))
+
+
+def _model_line(m: Any) -> str:
+    moe = f", {m.num_experts} experts top-{m.top_k}" if m.num_experts else ""
+    return (f"{m.id:20s} {m.params_billion:8.1f}B  {m.num_layers} layers, h={m.hidden_size}, "
+            f"{m.num_attention_heads} heads / {m.num_kv_heads} kv{moe}")
+
+
+def _hardware_line(h: Any) -> str:
+    fp8 = f"{h.fp8_tflops:,.0f}" if h.fp8_tflops else "-"
+    return (f"{h.id:16s} {h.hbm_gib:6.1f} GiB  bf16 {h.bf16_tflops:7,.0f}  fp8 {fp8:>7s} TFLOP/s  "
+            f"{', '.join(h.supported_precisions)}")
 
 
 def register(app: typer.Typer) -> None:

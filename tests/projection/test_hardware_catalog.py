@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from importlib import resources
-from pathlib import Path
 
 import pytest
 
 from projection.errors import UnknownNameError
 from projection.hardware import HardwareSpec, PrecisionNotSupported, list_hardware, load_hardware
+from source_tree import fresh_python_stdout
 
 # The hardware ids of shared/specs/sweep-format.md ("Hardware ids").
 SWEEP_FORMAT_IDS = [
@@ -39,9 +37,7 @@ def test_every_sweep_format_id_loads(hardware_id: str) -> None:
 def test_an_id_reads_its_own_file_alone() -> None:
     code = ("from projection import hardware; assert hardware.load_hardware('MI355X').id == 'mi355x'; "
             "print(hardware._catalog.cache_info().currsize, hardware._spec_in_file.cache_info().currsize)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
-                          text=True, timeout=120, check=True)
-    assert done.stdout.split() == ["0", "1"]     # no full catalog read, one file
+    assert fresh_python_stdout(code).split() == ["0", "1"]     # no full catalog read, one file
 
 
 @pytest.mark.parametrize(

@@ -26,9 +26,7 @@ from projection.job import (
 from projection.model_spec import _catalog as model_catalog
 from projection.model_spec import load_model
 from projection.training_config import Cluster, TrainingConfig
-
-ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ("projection", "bench", "tools", "prompts", "agent", "evals", "projtune")
+from source_tree import ROOT, source_files
 
 
 # --- resolution ------------------------------------------------------------------------------------------------
@@ -182,8 +180,7 @@ def _calls_by_function(path: Path) -> dict[str, set[str]]:
 
 
 def _project_modules() -> dict[str, dict[str, set[str]]]:
-    return {str(path.relative_to(ROOT)): _calls_by_function(path)
-            for package in LAYERS for path in sorted((ROOT / package).rglob("*.py"))}
+    return {str(path.relative_to(ROOT)): _calls_by_function(path) for path in source_files()}
 
 
 # Catalog look-ups of one GPU that resolve no job (no cluster, no profile): name -> spec, family or capability.

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projection.device_profile import DeviceProfile
 from projection.hardware import load_hardware
 from projection.layout import ParallelDims, chunk_layers
 from projection.memory import (
@@ -26,14 +25,12 @@ from projection.framework import memory_traits
 from projection.model_spec import ModelSpec, load_model, model_from_hf_config
 from projection.params import layer_param_table
 from projection.training_config import TrainingConfig
+from memory_setup import H100, MIXTRAL, PROFILE
 
-H100 = load_hardware("h100-sxm")
-PROFILE = DeviceProfile(hardware_id="h100-sxm", memory_overhead_gib=3.0, memory_fragmentation=0.08)
 # Llama-3-70B shape with a vocabulary Megatron would not pad further at tp <= 8 (128 * 8 * 126).
 LLAMA = model_from_hf_config({"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80,
                               "num_attention_heads": 64, "num_key_value_heads": 8, "intermediate_size": 28672,
                               "vocab_size": 129024})
-MIXTRAL = load_model("mixtral-8x7b")
 
 
 def _dims(config: TrainingConfig, world: int) -> ParallelDims:

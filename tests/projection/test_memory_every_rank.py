@@ -10,15 +10,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from projection.device_profile import DeviceProfile
-from projection.hardware import load_hardware
 from projection.layout import ParallelDims
 from projection.memory import project_memory, stage_memory
 from projection.model_spec import load_model
 from projection.training_config import TrainingConfig
+from memory_setup import H100, PROFILE
 
-H100 = load_hardware("h100-sxm")
-PROFILE = DeviceProfile(hardware_id="h100-sxm", memory_overhead_gib=3.0, memory_fragmentation=0.08)
 _MODELS = [load_model(name) for name in ("llama3-8b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3",
                                          "llama3.1-405b")]
 

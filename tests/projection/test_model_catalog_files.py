@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from source_tree import fresh_python_stdout
 
 # The ids the project requires (the evals and sweep files refer to them).
 REQUIRED_IDS = {
@@ -106,6 +105,4 @@ def test_published_totals(model_id: str, billion: float) -> None:
 def test_an_id_reads_its_own_file_alone() -> None:
     code = ("from projection import model_spec as m; assert m.load_model('Mixtral-8x22B').name == 'mixtral-8x22b'; "
             "print(m._catalog.cache_info().currsize, m._entry_in_file.cache_info().currsize)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], capture_output=True,
-                          text=True, timeout=120, check=True)
-    assert done.stdout.split() == ["0", "1"]     # no full catalog read, one file
+    assert fresh_python_stdout(code).split() == ["0", "1"]     # no full catalog read, one file

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from projection.hardware import load_hardware
 from projection.layout import parallel_dims
 from projection.memory import project_memory
 from projection.memory_terms import (
@@ -19,12 +18,9 @@ from projection.memory_terms import (
 from projection.model_spec import load_model
 from projection.pipeline import peak_in_flight_closed_form
 from projection.training_config import Cluster, TrainingConfig
-from projection.device_profile import DeviceProfile
+from memory_setup import H100, MIXTRAL, PROFILE
 
-H100 = load_hardware("h100-sxm")
-PROFILE = DeviceProfile(hardware_id="h100-sxm", memory_overhead_gib=3.0, memory_fragmentation=0.08)
 LLAMA = load_model("llama3-8b")
-MIXTRAL = load_model("mixtral-8x7b")
 DENSE = TrainingConfig(tp=2, pp=2, vpp=2, mbs=2, gbs=256, seq_len=8192, sequence_parallel=True, zero=1,
                        comm_overlap=("dp", "tp", "pp", "cp"), cuda_graphs=False)
 MOE = TrainingConfig(tp=1, pp=2, vpp=2, ep=8, mbs=1, gbs=64, seq_len=4096, zero=1,

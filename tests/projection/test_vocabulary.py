@@ -23,10 +23,9 @@ from projection.training_config import (
     STATIC_MEMORY,
     TrainingConfig,
 )
+from source_tree import ROOT, source_files
 from tools.search_core import SEARCHED_SWITCHES, Evaluator, group_key
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("projection", "bench", "tools", "prompts", "agent", "evals", "projtune")
 
 # Spellings of (part of) a closed set outside its owner, each with its reason.  Key: (file, set name).
 ALLOWED: dict[tuple[str, str], str] = {
@@ -86,12 +85,11 @@ def test_training_config_fields_use_the_sets() -> None:
 
 def test_closed_sets_are_spelled_only_in_their_owner() -> None:
     offenders = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            for line, name in _spellings(path):
-                if rel != OWNERS.get(name, OWNER) and (rel, name) not in ALLOWED:
-                    offenders.append(f"{rel}:{line}: spells the {name} set; import it from projection/vocabulary.py")
+    for path in source_files():
+        rel = path.relative_to(ROOT).as_posix()
+        for line, name in _spellings(path):
+            if rel != OWNERS.get(name, OWNER) and (rel, name) not in ALLOWED:
+                offenders.append(f"{rel}:{line}: spells the {name} set; import it from projection/vocabulary.py")
     assert not offenders, "\n".join(offenders)
 
 
@@ -103,7 +101,7 @@ def test_the_spelling_check_can_fail(tmp_path: Path) -> None:
 
 def test_every_allowed_exception_still_exists() -> None:
     present = {(path.relative_to(ROOT).as_posix(), name)
-               for package in PACKAGES for path in (ROOT / package).rglob("*.py") for _, name in _spellings(path)}
+               for path in source_files() for _, name in _spellings(path)}
     assert set(ALLOWED) <= present, sorted(set(ALLOWED) - present)
 
 
@@ -138,13 +136,12 @@ def _framework_name_sets(path: Path) -> list[int]:
 
 def test_framework_names_are_spelled_only_in_the_record() -> None:
     offenders = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            if rel in FRAMEWORK_OWNERS or rel in FRAMEWORK_TABLES:
-                continue
-            offenders += [f"{rel}:{line}: a framework name set; use the record (projection/framework.py)"
-                          for line in _framework_name_sets(path)]
+    for path in source_files():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in FRAMEWORK_OWNERS or rel in FRAMEWORK_TABLES:
+            continue
+        offenders += [f"{rel}:{line}: a framework name set; use the record (projection/framework.py)"
+                      for line in _framework_name_sets(path)]
     assert not offenders, "\n".join(offenders)
     for rel in FRAMEWORK_TABLES:
         assert _framework_name_sets(ROOT / rel), f"{rel} no longer needs its exception"
