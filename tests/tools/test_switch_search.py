@@ -15,6 +15,7 @@ from projection.engine import project
 from projection.vocabulary import COMM_OVERLAPS
 from tools.constraints import Constraints
 from tools.search import SearchRequest, passes, resolve_request, run_search, screen_memory
+from tools.candidates import break_ties
 from tools.switch_rules import cuda_graphs_allowed
 from projection.switches import ep_overlap_blockers
 
@@ -29,9 +30,9 @@ def _bare(config: dict) -> tuple:
     return tuple(repr(config.get(k)) for k in LAYOUT_KEYS)
 
 
-def _exhaustive(request: SearchRequest, layouts) -> list[tuple[tuple, float, float]]:
+def _exhaustive(request: SearchRequest, layouts) -> list[tuple[tuple, float, float, object]]:
     job = resolve_request(request)
-    best: list[tuple[tuple, float, float]] = []
+    best: list[tuple[tuple, float, float, object]] = []
     for layout in layouts:
         bare = layout.model_copy(update={"comm_overlap": None, "cuda_graphs": None})
         overlaps = [c for c in COMM_OVERLAPS if c != "ep" or not ep_overlap_blockers(bare)]
@@ -48,9 +49,9 @@ def _exhaustive(request: SearchRequest, layouts) -> list[tuple[tuple, float, flo
                                 check=False)
                     key = (p.tokens_per_s_per_gpu, n + g)      # fastest; equal speed: more switches on
                     if found is None or key > found[0]:
-                        found = (key, p.memory.headroom_fraction)
+                        found = (key, p.memory.headroom_fraction, config)
         if found is not None:
-            best.append((_bare(bare.model_dump(mode="json")), found[0][0], found[1]))
+            best.append((_bare(bare.model_dump(mode="json")), found[0][0], found[1], found[2]))
     return best
 
 
@@ -75,16 +76,18 @@ def test_switch_choice_equals_exhaustive_search(request_: SearchRequest) -> None
     reference = _exhaustive(request_, layouts)
     result = run_search(request_, workers=1)
     ordered = sorted(reference, key=lambda r: (-r[1], -r[2]))
+    # the answer lists near-ties (tools.candidates.TIE_TOLERANCE) simplest first, as the search does
+    top = break_ties(ordered, lambda r: r[1], lambda r: r[3])[:request_.top_k]
     got = [(_bare(c.config), c.tokens_per_sec_per_gpu, c.headroom_fraction) for c in result.ranked]
-    assert [g[1:] for g in got] == [r[1:] for r in ordered[:request_.top_k]]
-    assert {g[0] for g in got} == {r[0] for r in ordered[:request_.top_k]}
+    assert [g[1:] for g in got] == [r[1:3] for r in top]
+    assert {g[0] for g in got} == {r[0] for r in top}
     front, top = [], -1.0
     for r in ordered:
         if r[2] > top:
             front.append(r)
             top = r[2]
     pareto = sorted((_bare(c.config), c.tokens_per_sec_per_gpu, c.headroom_fraction) for c in result.pareto)
-    assert pareto == sorted(front)
+    assert pareto == sorted(r[:3] for r in front)
     # the switches matter here: some layout's best setting is not the framework default, and the answer says so
     assert any(c.config.get("cuda_graphs") or "ep" in (c.config.get("comm_overlap") or ()) for c in result.ranked)
 
@@ -113,8 +116,9 @@ def test_a_layout_that_fits_only_without_cuda_graphs_is_searched_without_them(mo
     result = run_search(request, workers=1)
     assert searched and searched[0] >= 1
     reference = sorted(_exhaustive(request, layouts), key=lambda r: (-r[1], -r[2]))
+    top = break_ties(reference, lambda r: r[1], lambda r: r[3])[:request.top_k]
     got = [(_bare(c.config), c.tokens_per_sec_per_gpu, c.headroom_fraction) for c in result.ranked]
-    assert got == reference[:request.top_k]
+    assert got == [r[:3] for r in top]
     assert any(not c.config.get("cuda_graphs") and _bare(c.config) == _bare(graphed.model_dump(mode="json"))
                for c in [*result.ranked, *result.pareto])
 
