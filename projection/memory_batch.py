@@ -39,9 +39,11 @@ from projection.memory_terms import (
     GIB,
     StageMemory,
     _layer_tables_for,
+    StageParams,
     _shards,
     _stage_layers,
-    _states,
+    shard_sizes,
+    states_bytes,
     activation_context,
     cuda_graph_buffer_bytes,
     moe_dispatch_buffer_bytes,
@@ -123,6 +125,7 @@ class MemoryBatcher:
         self._contexts: dict[Any, Any] = {}
         self._table_arrays: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}   # kept alive by the lru cache
         self._rank_chunks: dict[tuple[Any, ...], _RankChunks] = {}
+        self._params: dict[tuple[Any, ...], np.ndarray] = {}   # (pp, vpp, split, tp, ep, etp) -> (5, pp) params
 
     # --- per-key rows (each computed once with the scalar module's functions) -------------------------------
     def _row(self, key: tuple[Any, ...], build: Any) -> int:
@@ -139,29 +142,81 @@ class MemoryBatcher:
         return np.stack([self._store[k] for k in unique.tolist()])[inverse]
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
-        """(4, pp): weights, gradients, optimizer, FP8 copies of every rank."""
-        key = ("S", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
-               config.precision, config.finetune, config.framework,
-               config.grad_reduce_in_fp32)
+        """(4, pp): weights, gradients, optimizer, FP8 copies of every rank (:meth:`_states_rows` of one layout)."""
+        key = _states_key(dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero,
+                          config.fsdp_size, config.precision, config)
+        row = self._ids.get(key)
+        if row is None:
+            dense, expert = _shards(config, dims)
+            params = self._stage_params((dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp))
+            row = self._states_rows([key], dims.pp, params[None], np.array([config.zero]), np.array([dense]),
+                                    np.array([expert]), config)[0]
+        return row
 
-        def build() -> np.ndarray:
-            model, traits = self.model, memory_traits(config.framework)
-            table = layer_param_table(model)
-            out = np.empty((4, dims.pp))
-            # ranks holding the same sequence of layer kinds (and ends) share their parameter counts and states
-            # (stage_params sums them layer by layer: equal sequences, equal sums)
-            by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-            for rank in range(dims.pp):
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                first, last = rank == 0, rank == dims.pp - 1
-                kinds = (first, last, *(id(table[layer]) for layer in layers))
-                states = by_kinds.get(kinds)
-                if states is None:
-                    params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
-                    states = by_kinds[kinds] = _states(params, config, dims, traits)
-                out[:, rank] = states
-            return out
-        return self._row(key, build)
+    def _states_rows(self, keys: list[tuple[Any, ...]], pp: int, params: np.ndarray, zero: np.ndarray,
+                     dense: np.ndarray, expert: np.ndarray, config: TrainingConfig) -> list[int]:
+        """Store the states rows of ``keys`` (layouts of depth ``pp`` that share ``config``'s precision, fine-tuning,
+        framework and gradient dtype) and return their ids: :func:`projection.memory_terms.states_bytes` of every
+        rank of every layout at once.  ``params``: (m, 5, pp) :data:`_PARAM_FIELDS` per rank; ``zero``, ``dense``,
+        ``expert``: (m,) ZeRO level and shard sizes."""
+        stage = StageParams(**{name: params[:, k, :] for k, name in enumerate(_PARAM_FIELDS)})
+        terms = states_bytes(stage, zero[:, None], dense[:, None], expert[:, None], config,
+                             memory_traits(config.framework))
+        out = np.empty((len(keys), 4, pp))
+        for k, term in enumerate(terms):
+            out[:, k, :] = term
+        ids = []
+        for key, row in zip(keys, out, strict=True):
+            ids.append(self._row(key, lambda row=row: row))
+        return ids
+
+    def _stage_params(self, key: tuple[Any, ...]) -> np.ndarray:
+        """(5, pp): :func:`projection.memory_terms.stage_params` (:data:`_PARAM_FIELDS`) of every rank of a
+        (pp, vpp, split, tp, ep, etp)."""
+        table = self._params.get(key)
+        if table is None:
+            pp, vpp, split, tp, ep, etp = key
+            model = self.model
+            ranks = [stage_params(model, _stage_layers(model.num_layers, pp, vpp, rank, split), tp, ep, etp, pp,
+                                  rank == 0, rank == pp - 1) for rank in range(pp)]
+            table = self._params[key] = np.array([[getattr(p, name) for p in ranks] for name in _PARAM_FIELDS],
+                                                 dtype=np.float64).reshape(len(_PARAM_FIELDS), pp)
+        return table
+
+    def states_rows_of(self, candidates: Any, reps: np.ndarray) -> np.ndarray:
+        """:meth:`_states_row` of the rows ``reps`` of a :class:`tools.candidate_columns.CandidateColumns`, read off
+        the columns (a typed config only per precision): the rows not stored yet built in one
+        :meth:`_states_rows` call per (pp, precision)."""
+        c, template = candidates.columns, candidates.template
+        cols = {name: c[name][reps] for name in _ROW_KEYS[0]}
+        values = {name: col.tolist() for name, col in cols.items()}
+        splits, precisions = candidates.splits, candidates.precisions
+        keys = [_states_key(pp, vpp, splits[s], tp, ep, etp, dp, cp, zero, fsdp or None, precisions[p], template)
+                for pp, vpp, s, tp, ep, etp, dp, cp, zero, fsdp, p in zip(
+                    *(values[name] for name in ("pp", "vpp", "split", "tp", "ep", "etp", "dp", "cp", "zero", "fsdp",
+                                                "precision")), strict=True)]
+        ids = np.array([self._ids.get(key, -1) for key in keys], dtype=np.int64)
+        missing = np.flatnonzero(ids < 0)
+        if not len(missing):
+            return ids
+        # expert-DP group size (projection.layout.ParallelDims.expert_dp): once per distinct (tp, cp, dp, ep, etp)
+        first, inverse = _distinct([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
+        expert_dp = np.array([candidates.dims(int(reps[missing[j]])).expert_dp for j in first.tolist()],
+                             dtype=np.int64)[inverse]
+        dense, expert = shard_sizes(cols["fsdp"][missing].astype(np.int64), cols["dp"][missing].astype(np.int64),
+                                    cols["cp"][missing].astype(np.int64), expert_dp)
+        group_first, group = _distinct([cols["pp"][missing], cols["precision"][missing]])
+        for g, at in enumerate(group_first.tolist()):
+            mine = np.flatnonzero(group == g)
+            pp = values["pp"][missing[at]]
+            params = np.stack([self._stage_params((pp, values["vpp"][j], splits[values["split"][j]], values["tp"][j],
+                                                   values["ep"][j], values["etp"][j]))
+                               for j in missing[mine].tolist()])
+            config = candidates.config(int(reps[missing[at]]), keep=False)
+            ids[missing[mine]] = self._states_rows([keys[j] for j in missing[mine].tolist()], pp, params,
+                                                   cols["zero"][missing[mine]].astype(np.int64), dense[mine],
+                                                   expert[mine], config)
+        return ids
 
     def _activation_row(self, config: TrainingConfig, dims: ParallelDims, ctx: Any) -> int:
         """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank."""
@@ -314,6 +369,9 @@ class MemoryBatcher:
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
             reps, inverse = candidates.key_ids(names, rows)
+            if k == 0:      # the states: every layout's at once, off the columns
+                ids[:, k] = self.states_rows_of(candidates, reps)[inverse]
+                continue
             values = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps.tolist()]
             ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
         for names, at in _SCALAR_KEYS:
@@ -382,6 +440,23 @@ class MemoryBatcher:
         fixed = w + g + o + f + workspace
         peak[index] = total.max(axis=1)
         static[index] = fixed.max(axis=1)
+
+
+_PARAM_FIELDS = ("dense", "experts", "gemm_dense", "gemm_modules", "adapters")   # StageParams, in its order
+
+
+def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: int, cp: int, zero: int,
+                fsdp_size: int | None, precision: str, job: TrainingConfig) -> tuple[Any, ...]:
+    """The key of a layout's states row: its sharding, precision and the job's fine-tuning, framework and
+    gradient dtype (``job``: any layout of the job)."""
+    return ("S", pp, vpp, split, tp, ep, etp, dp, cp, zero, fsdp_size, precision, job.finetune, job.framework,
+            job.grad_reduce_in_fp32)
+
+
+def _distinct(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first row of each distinct key, key id of every row) of equally long integer columns."""
+    _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 _SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)
