@@ -291,7 +291,7 @@ class MemoryBatcher:
 
     def _gather_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """ZeRO-3 gathered weights (current + prefetched layer) of every rank (zeros below ZeRO 3)."""
-        if config.zero < 3:
+        if not _gathers_weights(config.zero):
             return self._zeros_row(dims.pp)
         dense_shard, expert_shard = _shards(config, dims)
         key = ("Z", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
@@ -304,7 +304,7 @@ class MemoryBatcher:
 
     def _lora_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
-        if not (config.finetune == "lora" and config.is_low_precision):
+        if not _transposes_lora(config.finetune, config.is_low_precision):
             return self._zeros_row(dims.pp)
         key = ("L", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp)
 
@@ -372,8 +372,17 @@ class MemoryBatcher:
             if k == 0:      # the states: every layout's at once, off the columns
                 ids[:, k] = self.states_rows_of(candidates, reps)[inverse]
                 continue
-            values = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps.tolist()]
-            ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
+            values = np.empty(len(reps), dtype=np.int64)
+            built = np.ones(len(reps), dtype=bool)
+            if k >= 3:      # ZeRO-3 gathers, FP8 LoRA transposes: zero rows (of the depth) where the layout has none
+                built = (_gathers_weights(c["zero"][reps]) if k == 3
+                         else _transposes_lora(candidates.template.finetune, c["low_precision"][reps] == 1))
+                depth = c["pp"][reps]
+                for pp in np.unique(depth[~built]).tolist():
+                    values[~built & (depth == pp)] = self._zeros_row(pp)
+            where = np.flatnonzero(built)
+            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps[where].tolist()]
+            ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
             reps, inverse = candidates.key_ids(names, rows)
             values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
@@ -443,6 +452,17 @@ class MemoryBatcher:
 
 
 _PARAM_FIELDS = ("dense", "experts", "gemm_dense", "gemm_modules", "adapters")   # StageParams, in its order
+
+
+def _gathers_weights(zero: Any) -> Any:
+    """Whether a layout gathers sharded weights layer by layer (ZeRO 3 / FSDP); an int or an array of them."""
+    return zero >= 3
+
+
+def _transposes_lora(finetune: str | None, low_precision: Any) -> Any:
+    """Whether a layout makes the FP8 transpose of its running frozen LoRA layer (LoRA with an FP8 recipe);
+    ``low_precision`` a bool or a bool array."""
+    return (finetune == "lora") & low_precision
 
 
 def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: int, cp: int, zero: int,
