@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from projection import engine, fast_paths
+from projection import engine, fast_paths, module_heap
 from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
@@ -795,12 +795,12 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     moved to the collector's permanent generation (``gc.freeze``) for its duration, so the full
     collections a search triggers do not rescan them (~0.1 s of a 1 s search) and forked workers do
     not touch, and so copy, their pages.  They are moved back after, unless the caller had frozen objects
-    first (:mod:`projection.module_heap`): an unfreeze would move those back too.
+    first (:func:`projection.module_heap.freeze_heap`, asked in O(1)): an unfreeze would move those back too.
     With a deadline (:attr:`Evaluator.deadline`) the search stops at the first check past it (between
     chunks of groups and before each lead's projection) and returns what it has, marked
     ``complete=False``: the candidates visited so far, the projections done so far.
     """
-    frozen_before = gc.get_freeze_count()
+    frozen_before = module_heap.heap_frozen()
     gc.freeze()
     partial = Tally()
     try:
