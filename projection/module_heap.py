@@ -42,8 +42,8 @@ def collect_rarely() -> None:
 
 
 def heap_frozen() -> bool:
-    """Whether :func:`freeze_heap` (:func:`loading_modules`) has frozen the heap in this process (O(1): ``gc.get_freeze_count`` counts
-    the permanent generation object by object, 26-45 ms after a tune's imports)."""
+    """Whether :func:`freeze_heap` (:func:`loading_modules`) has frozen the heap in this process (O(1):
+    ``gc.get_freeze_count`` counts the permanent generation object by object, 26-45 ms after a tune's imports)."""
     return _frozen
 
 
