@@ -381,7 +381,8 @@ class MemoryBatcher:
                 for pp in np.unique(depth[~built]).tolist():
                     values[~built & (depth == pp)] = self._zeros_row(pp)
             where = np.flatnonzero(built)
-            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps[where].tolist()]
+            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r))
+                             for r in reps[where].tolist()]
             ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
             reps, inverse = candidates.key_ids(names, rows)
