@@ -89,16 +89,16 @@ class _RankChunks:
     holds: np.ndarray          # ranks with at least one layer
 
     @staticmethod
-    def of(model: ModelSpec, dims: ParallelDims) -> _RankChunks:
-        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)   # every rank has vpp chunks
-        shape = (dims.pp, len(chunks[0]))
+    def of(model: ModelSpec, pp: int, vpp: int, split: Any) -> _RankChunks:
+        chunks = chunk_layers(model.num_layers, pp, vpp, split)   # every rank has vpp chunks
+        shape = (pp, len(chunks[0]))
         lengths = np.array([len(c) for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
         starts = np.array([c[0] if c else 0 for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
         sizes = lengths.sum(axis=1)
         holds = sizes > 0
         order = np.array([layer for rank in chunks for c in rank for layer in c], dtype=np.int64)
         offsets = (np.cumsum(sizes) - sizes)[holds]
-        has_moe = np.zeros(dims.pp)
+        has_moe = np.zeros(pp)
         if len(order) and model.is_moe:
             moe = np.array([bool(m) for m in model.moe_layers[:model.num_layers]], dtype=np.float64)
             has_moe[holds] = np.maximum.reduceat(moe[order], offsets)
@@ -106,10 +106,11 @@ class _RankChunks:
                            stage_layers=sizes, has_moe=has_moe, order=order, offsets=offsets, holds=holds)
 
     def largest(self, per_layer: np.ndarray) -> np.ndarray:
-        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers)."""
-        out = np.zeros(len(self.holds))
+        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers); ``per_layer``
+        (layers,) or (m, layers) for m layouts at once."""
+        out = np.zeros((*per_layer.shape[:-1], len(self.holds)))
         if len(self.order):
-            out[self.holds] = np.maximum.reduceat(per_layer[self.order], self.offsets)
+            out[..., self.holds] = np.maximum.reduceat(per_layer[..., self.order], self.offsets, axis=-1)
         return out
 
 
@@ -219,32 +220,63 @@ class MemoryBatcher:
         return ids
 
     def _activation_row(self, config: TrainingConfig, dims: ParallelDims, ctx: Any) -> int:
-        """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank."""
-        full_layers = config.recompute_num_layers if config.recompute == "full" else None
-        key = ("A", id(ctx), dims.pp, dims.vpp, dims.split, config.recompute, full_layers)
+        """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank
+        (:meth:`_activation_rows` of one layout)."""
+        key = _activation_key(ctx, dims.pp, dims.vpp, dims.split, config.recompute, config.recompute_num_layers)
+        row = self._ids.get(key)
+        if row is None:
+            row = self._activation_rows([key], [ctx])[0]
+        return row
 
-        def build() -> np.ndarray:
-            tables = _layer_tables_for(self.model, ctx)
-            prefix, kept, rebuilt_by_layer = self._tables(tables)
-            ranks = self._ranks(dims)
-            if config.recompute != "full":
-                full = np.zeros_like(ranks.lengths)
-            elif full_layers is None:
-                full = ranks.lengths
-            else:   # recomputed_layers: Megatron's 'block' method, the first layers of the stage
-                budget = np.minimum(full_layers, ranks.stage_layers)[:, None]
-                full = np.maximum(0, np.minimum(ranks.lengths, budget - ranks.positions))
-            starts = ranks.starts
-            per_chunk = (prefix[starts + ranks.lengths] - prefix[starts + full]) + full * tables.full_input
-            out = np.zeros((4, dims.pp))
-            # chunk by chunk, as stage_memory adds them (an empty chunk adds 0.0): cumsum adds in order
-            out[0] = np.cumsum(per_chunk, axis=1)[:, -1]
-            out[1] = ranks.starts.shape[1]
-            if config.recompute != "none":
-                out[2] = ranks.largest(kept if config.recompute == "full" else rebuilt_by_layer)
-            out[3] = ranks.has_moe
-            return out
-        return self._row(key, build)
+    def _activation_rows(self, keys: list[tuple[Any, ...]], contexts: list[Any]) -> list[int]:
+        """Store the activation rows of ``keys`` (:func:`_activation_key`s of one (pp, vpp, split); ``contexts``:
+        their activation contexts) and return their ids: every layout at once, chunk by chunk as
+        :func:`projection.memory.stage_memory` adds them."""
+        _, pp, vpp, split = keys[0][:4]
+        ranks = self._ranks((pp, vpp, split))
+        tables = [_layer_tables_for(self.model, ctx) for ctx in contexts]
+        arrays = [self._tables(t) for t in tables]
+        prefix = np.stack([a[0] for a in arrays])                              # (m, layers + 1)
+        full_input = np.array([t.full_input for t in tables])
+        recompute = np.array([key[4] for key in keys])
+        is_full = (recompute == "full")[:, None, None]
+        # recomputed_layers: all layers of a chunk, or Megatron's 'block' method (the first layers of the stage)
+        budget = np.array([ranks.stage_layers.max() if key[5] is None else key[5] for key in keys])
+        budget = np.minimum(budget[:, None], ranks.stage_layers[None, :])[:, :, None]
+        full = np.where(is_full, np.maximum(0, np.minimum(ranks.lengths[None], budget - ranks.positions[None])), 0)
+        starts, at = ranks.starts[None], np.arange(len(keys))[:, None, None]
+        kept = prefix[at, starts + ranks.lengths[None]] - prefix[at, starts + full]
+        per_chunk = kept + full * full_input[:, None, None]
+        out = np.zeros((len(keys), 4, pp))
+        out[:, 0] = np.cumsum(per_chunk, axis=2)[:, :, -1]   # an empty chunk adds 0.0: cumsum adds in order
+        out[:, 1] = ranks.starts.shape[1]
+        rebuilt = np.stack([a[1] if r == "full" else a[2] for a, r in zip(arrays, recompute.tolist(), strict=True)])
+        out[:, 2] = np.where((recompute != "none")[:, None], ranks.largest(rebuilt), 0.0)
+        out[:, 3] = ranks.has_moe
+        return [self._row(key, lambda row=row: row) for key, row in zip(keys, out, strict=True)]
+
+    def activation_rows_of(self, candidates: Any, reps: np.ndarray) -> np.ndarray:
+        """:meth:`_activation_row` of the rows ``reps`` of a :class:`tools.candidate_columns.CandidateColumns`, read
+        off the columns (a typed config only per activation context): the rows not stored yet built in one
+        :meth:`_activation_rows` call per (pp, vpp, split)."""
+        c = candidates.columns
+        first, context_of = _distinct([c[name][reps] for name in _SCALAR_KEYS[0][0]])
+        contexts = [self._context(candidates.config(int(reps[j]), keep=False)) for j in first.tolist()]
+        values = {name: c[name][reps].tolist() for name in ("pp", "vpp", "split", "recompute")}
+        splits, variants = candidates.splits, candidates.recomputes
+        keys = [_activation_key(contexts[k], pp, vpp, splits[s], variants[r][0], variants[r][1])
+                for k, pp, vpp, s, r in zip(context_of.tolist(), values["pp"], values["vpp"], values["split"],
+                                            values["recompute"], strict=True)]
+        ids = np.array([self._ids.get(key, -1) for key in keys], dtype=np.int64)
+        missing = np.flatnonzero(ids < 0)
+        if not len(missing):
+            return ids
+        group_first, group = _distinct([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
+        for g in range(len(group_first)):
+            mine = missing[group == g].tolist()
+            ids[mine] = self._activation_rows([keys[j] for j in mine],
+                                              [contexts[k] for k in context_of[mine].tolist()])
+        return ids
 
     def _tables(self, tables: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(kept prefix sums, kept, rebuilt) bytes per layer of one activation context, as arrays."""
@@ -255,12 +287,11 @@ class MemoryBatcher:
                                                        np.asarray(tables.rebuilt, dtype=np.float64))
         return arrays
 
-    def _ranks(self, dims: ParallelDims) -> _RankChunks:
+    def _ranks(self, key: tuple[int, int, Any]) -> _RankChunks:
         """The chunks of every pipeline rank of a (pp, vpp, split), as arrays."""
-        key = (dims.pp, dims.vpp, dims.split)
         ranks = self._rank_chunks.get(key)
         if ranks is None:
-            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, dims)
+            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, *key)
         return ranks
 
     def _in_flight_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
@@ -369,8 +400,8 @@ class MemoryBatcher:
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
             reps, inverse = candidates.key_ids(names, rows)
-            if k == 0:      # the states: every layout's at once, off the columns
-                ids[:, k] = self.states_rows_of(candidates, reps)[inverse]
+            if k < 2:       # the states, the activations: every layout's at once, off the columns
+                ids[:, k] = (self.states_rows_of if k == 0 else self.activation_rows_of)(candidates, reps)[inverse]
                 continue
             values = np.empty(len(reps), dtype=np.int64)
             built = np.ones(len(reps), dtype=bool)
@@ -408,7 +439,7 @@ class MemoryBatcher:
         buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight)
         buffers = buffers + np.where(acts[3] > 0, overlap, 0.0)
         allocator = fragmentation * (activations + buffers)
-        layers = self._ranks(dims).stage_layers.tolist()
+        layers = self._ranks((dims.pp, dims.vpp, dims.split)).stage_layers.tolist()
         columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
                       allocator.tolist(), (in_flight / vpp).tolist(), strict=True)
         return tuple(StageMemory(rank=rank, layers=n, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
@@ -464,6 +495,12 @@ def _transposes_lora(finetune: str | None, low_precision: Any) -> Any:
     """Whether a layout makes the FP8 transpose of its running frozen LoRA layer (LoRA with an FP8 recipe);
     ``low_precision`` a bool or a bool array."""
     return (finetune == "lora") & low_precision
+
+
+def _activation_key(ctx: Any, pp: int, vpp: int, split: Any, recompute: str, recompute_num_layers: int | None
+                    ) -> tuple[Any, ...]:
+    """The key of a layout's activation row: its activation context, pipeline split and recompute variant."""
+    return ("A", pp, vpp, split, recompute, recompute_num_layers if recompute == "full" else None, id(ctx))
 
 
 def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: int, cp: int, zero: int,
