@@ -272,7 +272,7 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
         return []
     firsts = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
     reps, inverse = columns.key_ids(SHARDING, firsts)
-    text = [repr(Evaluator.sharding_key(columns.config(r))) for r in reps.tolist()]
+    text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
     c = columns.columns
 
@@ -284,6 +284,14 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
 
     return np.lexsort((c["tp"][firsts] > 1, rank(columns.dispatchers, c["dispatcher"][firsts]),
                        rank(columns.schedules, c["schedule"][firsts]), c["mbs"][firsts], shard_rank)).tolist()
+
+
+def sharding_key_of(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """:meth:`Evaluator.sharding_key` of a layout's ``_SHARDING_FIELDS`` values (FP8 recipes the engine models alike
+    count as one)."""
+    if values[_PRECISION_AT] in ENGINE_ALIKE_PRECISIONS:
+        return (*values[:_PRECISION_AT], "fp8", *values[_PRECISION_AT + 1:])
+    return values
 
 
 def engine_alike(config: TrainingConfig) -> TrainingConfig:
@@ -330,10 +338,7 @@ class Evaluator:
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
         """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
-        key = _sharding_values(config)
-        if config.precision in ENGINE_ALIKE_PRECISIONS:
-            key = (*key[:_PRECISION_AT], "fp8", *key[_PRECISION_AT + 1:])
-        return key
+        return sharding_key_of(_sharding_values(config))
 
     def sharding_of(self, index: int) -> Any:
         """:meth:`sharding_key` of a candidate (from the columns: an integer standing for it)."""
