@@ -374,14 +374,14 @@ class Evaluator:
             return
         if self.columns is not None and not self._screened_live:
             self._screen_live()
-        todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
-        if not todo:
+        rows = np.fromiter(indices, dtype=np.int64)
+        rows = rows[np.isnan(self._peaks[rows, 0])]        # NaN: not screened yet
+        if not len(rows):
             return
-        rows = np.array(todo)
         if self.columns is not None:
             self._screen_rows(rows)
             return
-        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
+        batch = screen_memories(self.job, [self.configs[i] for i in rows.tolist()], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
         self._peaks[rows, 1] = batch.static_peak_bytes
         self._peaks[rows, 2] = batch.capacity_bytes
@@ -423,6 +423,13 @@ class Evaluator:
             return peak, static, capacity
         memory = self.memory(index)
         return memory.peak_bytes, memory.static_peak_bytes, memory.capacity_bytes
+
+    def peaks_of(self, indices: np.ndarray) -> np.ndarray:
+        """(n, 3): :meth:`peak` of many candidates."""
+        if fast_paths.enabled():
+            self.screen(indices.tolist())
+            return self._peaks[indices]
+        return np.array([self.peak(i) for i in indices.tolist()], dtype=np.float64).reshape(-1, 3)
 
     def survivor_memory(self, index: int, peak: float) -> MemoryResult:
         """The full (scalar) memory result of a candidate that passed the screen; it must match the batch peak."""
@@ -711,20 +718,33 @@ class Evaluator:
                 tally.pruned += len(rest)
             elif rest:
                 live.append(g)
-        self.screen(i for g in live for i in self.groups[g][leads[g][0] + 1:])
-        queue: list[tuple[float, int, int, int]] = []       # (-headroom, rank, position, group)
+        # every variant after its lead, in (group, position) order: screened, then queued by headroom if it passes
+        indices: list[int] = []
+        ranks: list[int] = []
+        positions: list[int] = []
         for rank, g in enumerate(live):
             members = self.groups[g]
-            for position in range(leads[g][0] + 1, len(members)):
-                index = members[position]
-                peak, _, capacity = self.peak(index)
-                headroom = self.headroom(peak, capacity)
-                tally.visited += 1
-                if self.passes(peak, capacity):
-                    queue.append((-headroom, rank, position, g))
-                else:
-                    self._screened_out(tally, headroom, index)
-        queue.sort()
+            start = leads[g][0] + 1
+            indices += members[start:]
+            ranks += [rank] * (len(members) - start)
+            positions += range(start, len(members))
+        peaks = self.peaks_of(np.asarray(indices, dtype=np.int64))
+        peak, capacity = peaks[:, 0], peaks[:, 2]
+        headroom = self.headroom(peak, capacity)
+        passing = np.fromiter(map(self.passes, peak.tolist(), capacity.tolist()), dtype=bool, count=len(indices))
+        tally.visited += len(indices)
+        failed = np.flatnonzero(~passing)
+        if len(failed):
+            tally.screened_out += len(failed)
+            roomiest = int(failed[np.argmax(headroom[failed])])      # the first of the roomiest, as one by one
+            if tally.roomiest is None or headroom[roomiest] > tally.roomiest[0]:
+                tally.roomiest = (float(headroom[roomiest]), indices[roomiest])
+        rank_of, position_of = np.asarray(ranks, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+        order = np.flatnonzero(passing)
+        order = order[np.lexsort((position_of[order], rank_of[order], -headroom[order]))]
+        # (-headroom, rank, position, group), ascending
+        queue = list(zip((-headroom[order]).tolist(), rank_of[order].tolist(), position_of[order].tolist(),
+                         [live[r] for r in rank_of[order].tolist()], strict=True))
         # under FSDP each variant is bounded by its own engine bound: all of them in one batch
         # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
         variants = [self.groups[g][position] for _, _, position, g in queue]
