@@ -748,16 +748,21 @@ class Evaluator:
         # under FSDP each variant is bounded by its own engine bound: all of them in one batch
         # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
         variants = [self.groups[g][position] for _, _, position, g in queue]
-        own_bounds = dict(zip(variants, self.throughput_bounds(variants), strict=True))
+        own_bounds = self.throughput_bounds(variants)
+        lead_bounds = [bound_of(g) for g in live]                  # by rank in ``live``
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
-        since_refresh = 0
-        for neg_headroom, _, position, g in queue:
-            index = self.groups[g][position]
-            bound = min(bound_of(g), own_bounds[index] * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
+
+        def roomier_bounds() -> Bounds:
+            """The layouts projected in this phase as one front point: their best throughput, with at least the
+            headroom of every variant still queued (the queue runs from the most headroom down)."""
             kth = top[0] if len(top) >= top_k else float("-inf")
-            # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
-            roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
+            return Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(float("inf"),))
+
+        roomier = roomier_bounds()
+        since_refresh = 0
+        for (neg_headroom, rank, _, _), index, own in zip(queue, variants, own_bounds, strict=True):
+            bound = min(lead_bounds[rank], own * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
             if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
                 tally.pruned += 1
                 continue
@@ -768,6 +773,7 @@ class Evaluator:
                 heapq.heappush(top, tps)
             elif tps > top[0]:
                 heapq.heapreplace(top, tps)
+            roomier = roomier_bounds()
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY:
                 bounds = bounds_from(tally.outcomes, top_k)
