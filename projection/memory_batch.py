@@ -12,8 +12,12 @@ sums of per-rank terms (:class:`projection.memory.StageMemory`) that depend on f
 - buffers: the loss (last rank), the recompute rebuild, ZeRO-3 gathers, the FP8 transpose of a
   frozen LoRA layer and the MoE dispatch buffers.
 
-Each such per-rank row is computed once per distinct key with the scalar module's own functions
-(:func:`projection.memory.stage_params`, ``_states``, ``recomputed_layers``, ...), and the rows of
+Each such per-rank row is computed once per distinct key.  The states and the activations of a search's
+columns are built for every distinct key at once in numpy (:meth:`MemoryBatcher.states_rows_of`,
+:meth:`MemoryBatcher.activation_rows_of`: :func:`projection.memory_terms.states_bytes`, the same function the
+one-rank :func:`projection.memory.stage_memory` calls, on arrays of every rank of every key; the chunks' saved bytes
+as stage_memory adds them); a one-layout row is the same code with one key.  The other rows use the scalar module's
+own functions (:func:`projection.memory.stage_params`, ``recomputed_layers``, ...).  The rows of
 all candidates with the same ``pp`` are combined in numpy with the same IEEE operations in the same
 order as :func:`projection.memory.stage_memory` and ``StageMemory.total_bytes`` (adding an exact
 0.0 for a term the scalar path skips), so the results are identical, not close
