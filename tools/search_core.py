@@ -340,11 +340,11 @@ class Evaluator:
         """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
         return sharding_key_of(_sharding_values(config))
 
-    def sharding_of(self, index: int) -> Any:
-        """:meth:`sharding_key` of a candidate (from the columns: an integer standing for it)."""
+    def shardings_of(self, indices: np.ndarray) -> list[Any]:
+        """:meth:`sharding_key` of each candidate (from the columns: an integer standing for it)."""
         if self._sharding_ids is not None:
-            return int(self._sharding_ids[index])
-        return self.sharding_key(self.configs[index])
+            return self._sharding_ids[indices].tolist()
+        return [self.sharding_key(self.configs[i]) for i in indices.tolist()]
 
     def zero_of(self, index: int) -> int:
         """A candidate's ZeRO level."""
@@ -636,7 +636,8 @@ class Evaluator:
         """
         if not fast_paths.enabled():
             return
-        keyed = [(g, self.sharding_of(self.groups[g][0])) for g in group_ids]
+        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
+        keyed = list(zip(group_ids, self.shardings_of(firsts), strict=True))
         keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
         firsts: dict[tuple[Any, ...], int] = {}
         for g, key in keyed:
@@ -662,15 +663,16 @@ class Evaluator:
         group_ids = list(group_ids)
         self.prefetch_phase1(group_ids)
         found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
-        for g in group_ids:
+        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
+        # each group's least-recompute variant: its sharding, and its peaks as screened (NaN: read through peak())
+        for g, key, first in zip(group_ids, self.shardings_of(firsts), self._peaks[firsts].tolist(), strict=True):
             members = self.groups[g]
-            key = self.sharding_of(members[0])
             if key in self.static_misfits:
                 tally.screened_out += len(members)
                 tally.visited += len(members)
                 continue
             for position, index in enumerate(members):
-                peak, static, capacity = self.peak(index)
+                peak, static, capacity = first if position == 0 and first[0] == first[0] else self.peak(index)
                 tally.visited += 1
                 if self.passes(peak, capacity):
                     found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
