@@ -12,8 +12,12 @@ sums of per-rank terms (:class:`projection.memory.StageMemory`) that depend on f
 - buffers: the loss (last rank), the recompute rebuild, ZeRO-3 gathers, the FP8 transpose of a
   frozen LoRA layer and the MoE dispatch buffers.
 
-Each such per-rank row is computed once per distinct key with the scalar module's own functions
-(:func:`projection.memory.stage_params`, ``_states``, ``recomputed_layers``, ...), and the rows of
+Each such per-rank row is computed once per distinct key.  The states and the activations of a search's
+columns are built for every distinct key at once in numpy (:meth:`MemoryBatcher.states_rows_of`,
+:meth:`MemoryBatcher.activation_rows_of`: :func:`projection.memory_terms.states_bytes`, the same function the
+one-rank :func:`projection.memory.stage_memory` calls, on arrays of every rank of every key; the chunks' saved bytes
+as stage_memory adds them); a one-layout row is the same code with one key.  The other rows use the scalar module's
+own functions (:func:`projection.memory.stage_params`, ``recomputed_layers``, ...).  The rows of
 all candidates with the same ``pp`` are combined in numpy with the same IEEE operations in the same
 order as :func:`projection.memory.stage_memory` and ``StageMemory.total_bytes`` (adding an exact
 0.0 for a term the scalar path skips), so the results are identical, not close
@@ -39,9 +43,11 @@ from projection.memory_terms import (
     GIB,
     StageMemory,
     _layer_tables_for,
+    StageParams,
     _shards,
     _stage_layers,
-    _states,
+    shard_sizes,
+    states_bytes,
     activation_context,
     cuda_graph_buffer_bytes,
     moe_dispatch_buffer_bytes,
@@ -87,16 +93,16 @@ class _RankChunks:
     holds: np.ndarray          # ranks with at least one layer
 
     @staticmethod
-    def of(model: ModelSpec, dims: ParallelDims) -> _RankChunks:
-        chunks = chunk_layers(model.num_layers, dims.pp, dims.vpp, dims.split)   # every rank has vpp chunks
-        shape = (dims.pp, len(chunks[0]))
+    def of(model: ModelSpec, pp: int, vpp: int, split: Any) -> _RankChunks:
+        chunks = chunk_layers(model.num_layers, pp, vpp, split)   # every rank has vpp chunks
+        shape = (pp, len(chunks[0]))
         lengths = np.array([len(c) for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
         starts = np.array([c[0] if c else 0 for rank in chunks for c in rank], dtype=np.int64).reshape(shape)
         sizes = lengths.sum(axis=1)
         holds = sizes > 0
         order = np.array([layer for rank in chunks for c in rank for layer in c], dtype=np.int64)
         offsets = (np.cumsum(sizes) - sizes)[holds]
-        has_moe = np.zeros(dims.pp)
+        has_moe = np.zeros(pp)
         if len(order) and model.is_moe:
             moe = np.array([bool(m) for m in model.moe_layers[:model.num_layers]], dtype=np.float64)
             has_moe[holds] = np.maximum.reduceat(moe[order], offsets)
@@ -104,10 +110,11 @@ class _RankChunks:
                            stage_layers=sizes, has_moe=has_moe, order=order, offsets=offsets, holds=holds)
 
     def largest(self, per_layer: np.ndarray) -> np.ndarray:
-        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers)."""
-        out = np.zeros(len(self.holds))
+        """Per rank, the largest ``per_layer`` value over its layers (0 for a rank without layers); ``per_layer``
+        (layers,) or (m, layers) for m layouts at once."""
+        out = np.zeros((*per_layer.shape[:-1], len(self.holds)))
         if len(self.order):
-            out[self.holds] = np.maximum.reduceat(per_layer[self.order], self.offsets)
+            out[..., self.holds] = np.maximum.reduceat(per_layer[..., self.order], self.offsets, axis=-1)
         return out
 
 
@@ -123,6 +130,7 @@ class MemoryBatcher:
         self._contexts: dict[Any, Any] = {}
         self._table_arrays: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}   # kept alive by the lru cache
         self._rank_chunks: dict[tuple[Any, ...], _RankChunks] = {}
+        self._params: dict[tuple[Any, ...], np.ndarray] = {}   # (pp, vpp, split, tp, ep, etp) -> (5, pp) params
 
     # --- per-key rows (each computed once with the scalar module's functions) -------------------------------
     def _row(self, key: tuple[Any, ...], build: Any) -> int:
@@ -139,57 +147,140 @@ class MemoryBatcher:
         return np.stack([self._store[k] for k in unique.tolist()])[inverse]
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
-        """(4, pp): weights, gradients, optimizer, FP8 copies of every rank."""
-        key = ("S", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero, config.fsdp_size,
-               config.precision, config.finetune, config.framework,
-               config.grad_reduce_in_fp32)
+        """(4, pp): weights, gradients, optimizer, FP8 copies of every rank (:meth:`_states_rows` of one layout)."""
+        key = _states_key(dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dims.dp, dims.cp, config.zero,
+                          config.fsdp_size, config.precision, config)
+        row = self._ids.get(key)
+        if row is None:
+            dense, expert = _shards(config, dims)
+            params = self._stage_params((dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp))
+            row = self._states_rows([key], dims.pp, params[None], np.array([config.zero]), np.array([dense]),
+                                    np.array([expert]), config)[0]
+        return row
 
-        def build() -> np.ndarray:
-            model, traits = self.model, memory_traits(config.framework)
-            table = layer_param_table(model)
-            out = np.empty((4, dims.pp))
-            # ranks holding the same sequence of layer kinds (and ends) share their parameter counts and states
-            # (stage_params sums them layer by layer: equal sequences, equal sums)
-            by_kinds: dict[tuple[object, ...], tuple[float, float, float, float]] = {}
-            for rank in range(dims.pp):
-                layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
-                first, last = rank == 0, rank == dims.pp - 1
-                kinds = (first, last, *(id(table[layer]) for layer in layers))
-                states = by_kinds.get(kinds)
-                if states is None:
-                    params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
-                    states = by_kinds[kinds] = _states(params, config, dims, traits)
-                out[:, rank] = states
-            return out
-        return self._row(key, build)
+    def _states_rows(self, keys: list[tuple[Any, ...]], pp: int, params: np.ndarray, zero: np.ndarray,
+                     dense: np.ndarray, expert: np.ndarray, config: TrainingConfig) -> list[int]:
+        """Store the states rows of ``keys`` (layouts of depth ``pp`` that share ``config``'s precision, fine-tuning,
+        framework and gradient dtype) and return their ids: :func:`projection.memory_terms.states_bytes` of every
+        rank of every layout at once.  ``params``: (m, 5, pp) :data:`_PARAM_FIELDS` per rank; ``zero``, ``dense``,
+        ``expert``: (m,) ZeRO level and shard sizes."""
+        stage = StageParams(**{name: params[:, k, :] for k, name in enumerate(_PARAM_FIELDS)})
+        terms = states_bytes(stage, zero[:, None], dense[:, None], expert[:, None], config,
+                             memory_traits(config.framework))
+        out = np.empty((len(keys), 4, pp))
+        for k, term in enumerate(terms):
+            out[:, k, :] = term
+        ids = []
+        for key, row in zip(keys, out, strict=True):
+            ids.append(self._row(key, lambda row=row: row))
+        return ids
+
+    def _stage_params(self, key: tuple[Any, ...]) -> np.ndarray:
+        """(5, pp): :func:`projection.memory_terms.stage_params` (:data:`_PARAM_FIELDS`) of every rank of a
+        (pp, vpp, split, tp, ep, etp)."""
+        table = self._params.get(key)
+        if table is None:
+            pp, vpp, split, tp, ep, etp = key
+            model = self.model
+            ranks = [stage_params(model, _stage_layers(model.num_layers, pp, vpp, rank, split), tp, ep, etp, pp,
+                                  rank == 0, rank == pp - 1) for rank in range(pp)]
+            table = self._params[key] = np.array([[getattr(p, name) for p in ranks] for name in _PARAM_FIELDS],
+                                                 dtype=np.float64).reshape(len(_PARAM_FIELDS), pp)
+        return table
+
+    def states_rows_of(self, candidates: Any, reps: np.ndarray) -> np.ndarray:
+        """:meth:`_states_row` of the rows ``reps`` of a :class:`tools.candidate_columns.CandidateColumns`, read off
+        the columns (a typed config only per precision): the rows not stored yet built in one
+        :meth:`_states_rows` call per (pp, precision)."""
+        c, template = candidates.columns, candidates.template
+        cols = {name: c[name][reps] for name in _ROW_KEYS[0]}
+        values = {name: col.tolist() for name, col in cols.items()}
+        splits, precisions = candidates.splits, candidates.precisions
+        keys = [_states_key(pp, vpp, splits[s], tp, ep, etp, dp, cp, zero, fsdp or None, precisions[p], template)
+                for pp, vpp, s, tp, ep, etp, dp, cp, zero, fsdp, p in zip(
+                    *(values[name] for name in ("pp", "vpp", "split", "tp", "ep", "etp", "dp", "cp", "zero", "fsdp",
+                                                "precision")), strict=True)]
+        ids = np.array([self._ids.get(key, -1) for key in keys], dtype=np.int64)
+        missing = np.flatnonzero(ids < 0)
+        if not len(missing):
+            return ids
+        # expert-DP group size (projection.layout.ParallelDims.expert_dp): once per distinct (tp, cp, dp, ep, etp)
+        first, inverse = _distinct([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
+        expert_dp = np.array([candidates.dims(int(reps[missing[j]])).expert_dp for j in first.tolist()],
+                             dtype=np.int64)[inverse]
+        dense, expert = shard_sizes(cols["fsdp"][missing].astype(np.int64), cols["dp"][missing].astype(np.int64),
+                                    cols["cp"][missing].astype(np.int64), expert_dp)
+        group_first, group = _distinct([cols["pp"][missing], cols["precision"][missing]])
+        for g, at in enumerate(group_first.tolist()):
+            mine = np.flatnonzero(group == g)
+            pp = values["pp"][missing[at]]
+            params = np.stack([self._stage_params((pp, values["vpp"][j], splits[values["split"][j]], values["tp"][j],
+                                                   values["ep"][j], values["etp"][j]))
+                               for j in missing[mine].tolist()])
+            config = candidates.config(int(reps[missing[at]]), keep=False)
+            ids[missing[mine]] = self._states_rows([keys[j] for j in missing[mine].tolist()], pp, params,
+                                                   cols["zero"][missing[mine]].astype(np.int64), dense[mine],
+                                                   expert[mine], config)
+        return ids
 
     def _activation_row(self, config: TrainingConfig, dims: ParallelDims, ctx: Any) -> int:
-        """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank."""
-        full_layers = config.recompute_num_layers if config.recompute == "full" else None
-        key = ("A", id(ctx), dims.pp, dims.vpp, dims.split, config.recompute, full_layers)
+        """(4, pp): saved bytes of all chunks, chunk count, recompute rebuild, has-MoE of every rank
+        (:meth:`_activation_rows` of one layout)."""
+        key = _activation_key(ctx, dims.pp, dims.vpp, dims.split, config.recompute, config.recompute_num_layers)
+        row = self._ids.get(key)
+        if row is None:
+            row = self._activation_rows([key], [ctx])[0]
+        return row
 
-        def build() -> np.ndarray:
-            tables = _layer_tables_for(self.model, ctx)
-            prefix, kept, rebuilt_by_layer = self._tables(tables)
-            ranks = self._ranks(dims)
-            if config.recompute != "full":
-                full = np.zeros_like(ranks.lengths)
-            elif full_layers is None:
-                full = ranks.lengths
-            else:   # recomputed_layers: Megatron's 'block' method, the first layers of the stage
-                budget = np.minimum(full_layers, ranks.stage_layers)[:, None]
-                full = np.maximum(0, np.minimum(ranks.lengths, budget - ranks.positions))
-            starts = ranks.starts
-            per_chunk = (prefix[starts + ranks.lengths] - prefix[starts + full]) + full * tables.full_input
-            out = np.zeros((4, dims.pp))
-            # chunk by chunk, as stage_memory adds them (an empty chunk adds 0.0): cumsum adds in order
-            out[0] = np.cumsum(per_chunk, axis=1)[:, -1]
-            out[1] = ranks.starts.shape[1]
-            if config.recompute != "none":
-                out[2] = ranks.largest(kept if config.recompute == "full" else rebuilt_by_layer)
-            out[3] = ranks.has_moe
-            return out
-        return self._row(key, build)
+    def _activation_rows(self, keys: list[tuple[Any, ...]], contexts: list[Any]) -> list[int]:
+        """Store the activation rows of ``keys`` (:func:`_activation_key`s of one (pp, vpp, split); ``contexts``:
+        their activation contexts) and return their ids: every layout at once, chunk by chunk as
+        :func:`projection.memory.stage_memory` adds them."""
+        _, pp, vpp, split = keys[0][:4]
+        ranks = self._ranks((pp, vpp, split))
+        tables = [_layer_tables_for(self.model, ctx) for ctx in contexts]
+        arrays = [self._tables(t) for t in tables]
+        prefix = np.stack([a[0] for a in arrays])                              # (m, layers + 1)
+        full_input = np.array([t.full_input for t in tables])
+        recompute = np.array([key[4] for key in keys])
+        is_full = (recompute == "full")[:, None, None]
+        # recomputed_layers: all layers of a chunk, or Megatron's 'block' method (the first layers of the stage)
+        budget = np.array([ranks.stage_layers.max() if key[5] is None else key[5] for key in keys])
+        budget = np.minimum(budget[:, None], ranks.stage_layers[None, :])[:, :, None]
+        full = np.where(is_full, np.maximum(0, np.minimum(ranks.lengths[None], budget - ranks.positions[None])), 0)
+        starts, at = ranks.starts[None], np.arange(len(keys))[:, None, None]
+        kept = prefix[at, starts + ranks.lengths[None]] - prefix[at, starts + full]
+        per_chunk = kept + full * full_input[:, None, None]
+        out = np.zeros((len(keys), 4, pp))
+        out[:, 0] = np.cumsum(per_chunk, axis=2)[:, :, -1]   # an empty chunk adds 0.0: cumsum adds in order
+        out[:, 1] = ranks.starts.shape[1]
+        rebuilt = np.stack([a[1] if r == "full" else a[2] for a, r in zip(arrays, recompute.tolist(), strict=True)])
+        out[:, 2] = np.where((recompute != "none")[:, None], ranks.largest(rebuilt), 0.0)
+        out[:, 3] = ranks.has_moe
+        return [self._row(key, lambda row=row: row) for key, row in zip(keys, out, strict=True)]
+
+    def activation_rows_of(self, candidates: Any, reps: np.ndarray) -> np.ndarray:
+        """:meth:`_activation_row` of the rows ``reps`` of a :class:`tools.candidate_columns.CandidateColumns`, read
+        off the columns (a typed config only per activation context): the rows not stored yet built in one
+        :meth:`_activation_rows` call per (pp, vpp, split)."""
+        c = candidates.columns
+        first, context_of = _distinct([c[name][reps] for name in _SCALAR_KEYS[0][0]])
+        contexts = [self._context(candidates.config(int(reps[j]), keep=False)) for j in first.tolist()]
+        values = {name: c[name][reps].tolist() for name in ("pp", "vpp", "split", "recompute")}
+        splits, variants = candidates.splits, candidates.recomputes
+        keys = [_activation_key(contexts[k], pp, vpp, splits[s], variants[r][0], variants[r][1])
+                for k, pp, vpp, s, r in zip(context_of.tolist(), values["pp"], values["vpp"], values["split"],
+                                            values["recompute"], strict=True)]
+        ids = np.array([self._ids.get(key, -1) for key in keys], dtype=np.int64)
+        missing = np.flatnonzero(ids < 0)
+        if not len(missing):
+            return ids
+        group_first, group = _distinct([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
+        for g in range(len(group_first)):
+            mine = missing[group == g].tolist()
+            ids[mine] = self._activation_rows([keys[j] for j in mine],
+                                              [contexts[k] for k in context_of[mine].tolist()])
+        return ids
 
     def _tables(self, tables: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(kept prefix sums, kept, rebuilt) bytes per layer of one activation context, as arrays."""
@@ -200,12 +291,11 @@ class MemoryBatcher:
                                                        np.asarray(tables.rebuilt, dtype=np.float64))
         return arrays
 
-    def _ranks(self, dims: ParallelDims) -> _RankChunks:
+    def _ranks(self, key: tuple[int, int, Any]) -> _RankChunks:
         """The chunks of every pipeline rank of a (pp, vpp, split), as arrays."""
-        key = (dims.pp, dims.vpp, dims.split)
         ranks = self._rank_chunks.get(key)
         if ranks is None:
-            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, dims)
+            ranks = self._rank_chunks[key] = _RankChunks.of(self.model, *key)
         return ranks
 
     def _in_flight_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
@@ -236,7 +326,7 @@ class MemoryBatcher:
 
     def _gather_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """ZeRO-3 gathered weights (current + prefetched layer) of every rank (zeros below ZeRO 3)."""
-        if config.zero < 3:
+        if not _gathers_weights(config.zero):
             return self._zeros_row(dims.pp)
         dense_shard, expert_shard = _shards(config, dims)
         key = ("Z", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
@@ -249,7 +339,7 @@ class MemoryBatcher:
 
     def _lora_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
-        if not (config.finetune == "lora" and config.is_low_precision):
+        if not _transposes_lora(config.finetune, config.is_low_precision):
             return self._zeros_row(dims.pp)
         key = ("L", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp)
 
@@ -314,8 +404,21 @@ class MemoryBatcher:
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
             reps, inverse = candidates.key_ids(names, rows)
-            values = [build(candidates.config(r, keep=False), candidates.dims(r)) for r in reps.tolist()]
-            ids[:, k] = np.asarray(values, dtype=np.int64)[inverse]
+            if k < 2:       # the states, the activations: every layout's at once, off the columns
+                ids[:, k] = (self.states_rows_of if k == 0 else self.activation_rows_of)(candidates, reps)[inverse]
+                continue
+            values = np.empty(len(reps), dtype=np.int64)
+            built = np.ones(len(reps), dtype=bool)
+            if k >= 3:      # ZeRO-3 gathers, FP8 LoRA transposes: zero rows (of the depth) where the layout has none
+                built = (_gathers_weights(c["zero"][reps]) if k == 3
+                         else _transposes_lora(candidates.template.finetune, c["low_precision"][reps] == 1))
+                depth = c["pp"][reps]
+                for pp in np.unique(depth[~built]).tolist():
+                    values[~built & (depth == pp)] = self._zeros_row(pp)
+            where = np.flatnonzero(built)
+            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r))
+                             for r in reps[where].tolist()]
+            ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
             reps, inverse = candidates.key_ids(names, rows)
             values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
@@ -340,7 +443,7 @@ class MemoryBatcher:
         buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight)
         buffers = buffers + np.where(acts[3] > 0, overlap, 0.0)
         allocator = fragmentation * (activations + buffers)
-        layers = self._ranks(dims).stage_layers.tolist()
+        layers = self._ranks((dims.pp, dims.vpp, dims.split)).stage_layers.tolist()
         columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
                       allocator.tolist(), (in_flight / vpp).tolist(), strict=True)
         return tuple(StageMemory(rank=rank, layers=n, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
@@ -382,6 +485,40 @@ class MemoryBatcher:
         fixed = w + g + o + f + workspace
         peak[index] = total.max(axis=1)
         static[index] = fixed.max(axis=1)
+
+
+_PARAM_FIELDS = ("dense", "experts", "gemm_dense", "gemm_modules", "adapters")   # StageParams, in its order
+
+
+def _gathers_weights(zero: Any) -> Any:
+    """Whether a layout gathers sharded weights layer by layer (ZeRO 3 / FSDP); an int or an array of them."""
+    return zero >= 3
+
+
+def _transposes_lora(finetune: str | None, low_precision: Any) -> Any:
+    """Whether a layout makes the FP8 transpose of its running frozen LoRA layer (LoRA with an FP8 recipe);
+    ``low_precision`` a bool or a bool array."""
+    return (finetune == "lora") & low_precision
+
+
+def _activation_key(ctx: Any, pp: int, vpp: int, split: Any, recompute: str, recompute_num_layers: int | None
+                    ) -> tuple[Any, ...]:
+    """The key of a layout's activation row: its activation context, pipeline split and recompute variant."""
+    return ("A", pp, vpp, split, recompute, recompute_num_layers if recompute == "full" else None, id(ctx))
+
+
+def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: int, cp: int, zero: int,
+                fsdp_size: int | None, precision: str, job: TrainingConfig) -> tuple[Any, ...]:
+    """The key of a layout's states row: its sharding, precision and the job's fine-tuning, framework and
+    gradient dtype (``job``: any layout of the job)."""
+    return ("S", pp, vpp, split, tp, ep, etp, dp, cp, zero, fsdp_size, precision, job.finetune, job.framework,
+            job.grad_reduce_in_fp32)
+
+
+def _distinct(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(position of the first row of each distinct key, key id of every row) of equally long integer columns."""
+    _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 _SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)

@@ -54,6 +54,8 @@ from itertools import accumulate, repeat
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from projection.activations import (
     ActivationContext,
     embedding_activation_bytes,
@@ -210,21 +212,37 @@ def stage_params(model: ModelSpec, layers: tuple[int, ...], tp: int, ep: int, et
     return StageParams(dense=dense, experts=experts, gemm_dense=gemm, gemm_modules=modules, adapters=adapters)
 
 
-def _shards(config: TrainingConfig, dims: ParallelDims) -> tuple[int, int]:
-    """(dense, expert) sharding group sizes of ZeRO / FSDP."""
-    dense = config.fsdp_size or dims.dp * dims.cp
-    expert = max(1, min(dense, dims.expert_dp)) if config.fsdp_size else dims.expert_dp
+def shard_sizes(fsdp_size: Any, dp: Any, cp: Any, expert_dp: Any) -> tuple[Any, Any]:
+    """(dense, expert) sharding group sizes of ZeRO / FSDP (``fsdp_size`` 0: no HSDP size, shard over ``dp*cp``);
+    ints, or integer arrays of many layouts (elementwise)."""
+    dense = np.where(fsdp_size > 0, fsdp_size, dp * cp)
+    expert = np.where(fsdp_size > 0, np.maximum(1, np.minimum(dense, expert_dp)), expert_dp)
     return dense, expert
+
+
+def _shards(config: TrainingConfig, dims: ParallelDims) -> tuple[int, int]:
+    """(dense, expert) sharding group sizes of ZeRO / FSDP of one layout."""
+    dense, expert = shard_sizes(config.fsdp_size or 0, dims.dp, dims.cp, dims.expert_dp)
+    return int(dense), int(expert)
 
 
 def _states(params: StageParams, config: TrainingConfig, dims: ParallelDims, traits: MemoryTraits
             ) -> tuple[float, float, float, float]:
-    """(weights, gradients, optimizer, fp8) bytes of one GPU."""
+    """(weights, gradients, optimizer, fp8) bytes of one GPU (:func:`states_bytes` of one stage)."""
     dense_shard, expert_shard = _shards(config, dims)
-    zero = config.zero
-    w_div = (dense_shard if zero >= 3 else 1, expert_shard if zero >= 3 else 1)
-    g_div = (dense_shard if zero >= 2 else 1, expert_shard if zero >= 2 else 1)
-    o_div = (dense_shard if zero >= 1 else 1, expert_shard if zero >= 1 else 1)
+    return tuple(float(term) for term in states_bytes(params, config.zero, dense_shard, expert_shard, config,
+                                                      traits))
+
+
+def states_bytes(params: StageParams, zero: Any, dense_shard: Any, expert_shard: Any, config: TrainingConfig,
+                 traits: MemoryTraits) -> tuple[Any, Any, Any, Any]:
+    """(weights, gradients, optimizer, fp8) bytes of one GPU: of one stage (scalars), or of many stages and layouts
+    at once (``params``' fields, ``zero`` and the shard sizes numpy arrays that broadcast together: the batch
+    screen, :mod:`projection.memory_batch`).  ``config``: the precision, fine-tuning, framework and gradient dtype,
+    shared by every stage of the call (its ZeRO level and sharding are the arguments)."""
+    w_div = (np.where(zero >= 3, dense_shard, 1), np.where(zero >= 3, expert_shard, 1))
+    g_div = (np.where(zero >= 2, dense_shard, 1), np.where(zero >= 2, expert_shard, 1))
+    o_div = (np.where(zero >= 1, dense_shard, 1), np.where(zero >= 1, expert_shard, 1))
     low = config.is_low_precision
     copy = FP8_COPY_BYTES.get(config.precision, 2.0)
     gemm_experts = params.experts

@@ -103,22 +103,32 @@ class CandidateColumns:
         batch screen builds one per key and drops it)."""
         config = self._configs.get(i)
         if config is None:
-            c = self.columns
-            tp = int(c["tp"][i])
-            recompute, rnl, modules = self.recomputes[c["recompute"][i]]
-            fsdp = int(c["fsdp"][i])
-            config = self._configs[i] = self.template.model_copy(update=dict(
-                tp=tp, pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), etp=int(c["etp"][i]),
-                vpp=int(c["vpp"][i]), dp=int(c["dp"][i]), mbs=int(c["mbs"][i]),
-                precision=self.precisions[c["precision"][i]], recompute=recompute, recompute_num_layers=rnl,
-                recompute_modules=modules, sequence_parallel=tp > 1, zero=int(c["zero"][i]),
-                pp_schedule=self.schedules[c["schedule"][i]], fsdp_size=fsdp or None,
-                moe_dispatcher=self.dispatchers[c["dispatcher"][i]], **split_fields(self.splits[c["split"][i]]),
-                **self.switch_choices[c["switches"][i]][0],
-            ))
+            config = self._configs[i] = self.template.model_copy(update=self._fields(i))
             if not keep:
                 del self._configs[i]
         return config
+
+    def values(self, i: int, names: Sequence[str]) -> tuple[Any, ...]:
+        """The fields ``names`` of row ``i``'s typed layout (:meth:`config`'s, the same objects), without building
+        it."""
+        fields, template = self._fields(i), self.template
+        return tuple(fields[name] if name in fields else getattr(template, name) for name in names)
+
+    def _fields(self, i: int) -> dict[str, Any]:
+        """What row ``i``'s layout sets on top of the job's template."""
+        c = self.columns
+        tp = int(c["tp"][i])
+        recompute, rnl, modules = self.recomputes[c["recompute"][i]]
+        fsdp = int(c["fsdp"][i])
+        return dict(
+            tp=tp, pp=int(c["pp"][i]), cp=int(c["cp"][i]), ep=int(c["ep"][i]), etp=int(c["etp"][i]),
+            vpp=int(c["vpp"][i]), dp=int(c["dp"][i]), mbs=int(c["mbs"][i]),
+            precision=self.precisions[c["precision"][i]], recompute=recompute, recompute_num_layers=rnl,
+            recompute_modules=modules, sequence_parallel=tp > 1, zero=int(c["zero"][i]),
+            pp_schedule=self.schedules[c["schedule"][i]], fsdp_size=fsdp or None,
+            moe_dispatcher=self.dispatchers[c["dispatcher"][i]], **split_fields(self.splits[c["split"][i]]),
+            **self.switch_choices[c["switches"][i]][0],
+        )
 
     def dims(self, i: int) -> ParallelDims:
         """:func:`projection.layout.parallel_dims` of row ``i``, from the columns."""

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from projection import engine, fast_paths
+from projection import engine, fast_paths, module_heap
 from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.layout import parallel_dims
@@ -272,7 +272,7 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
         return []
     firsts = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
     reps, inverse = columns.key_ids(SHARDING, firsts)
-    text = [repr(Evaluator.sharding_key(columns.config(r))) for r in reps.tolist()]
+    text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
     c = columns.columns
 
@@ -284,6 +284,14 @@ def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]
 
     return np.lexsort((c["tp"][firsts] > 1, rank(columns.dispatchers, c["dispatcher"][firsts]),
                        rank(columns.schedules, c["schedule"][firsts]), c["mbs"][firsts], shard_rank)).tolist()
+
+
+def sharding_key_of(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """:meth:`Evaluator.sharding_key` of a layout's ``_SHARDING_FIELDS`` values (FP8 recipes the engine models alike
+    count as one)."""
+    if values[_PRECISION_AT] in ENGINE_ALIKE_PRECISIONS:
+        return (*values[:_PRECISION_AT], "fp8", *values[_PRECISION_AT + 1:])
+    return values
 
 
 def engine_alike(config: TrainingConfig) -> TrainingConfig:
@@ -330,16 +338,13 @@ class Evaluator:
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
         """What the static memory (weights, gradients, optimizer, FP8 copies) of a layout depends on."""
-        key = _sharding_values(config)
-        if config.precision in ENGINE_ALIKE_PRECISIONS:
-            key = (*key[:_PRECISION_AT], "fp8", *key[_PRECISION_AT + 1:])
-        return key
+        return sharding_key_of(_sharding_values(config))
 
-    def sharding_of(self, index: int) -> Any:
-        """:meth:`sharding_key` of a candidate (from the columns: an integer standing for it)."""
+    def shardings_of(self, indices: np.ndarray) -> list[Any]:
+        """:meth:`sharding_key` of each candidate (from the columns: an integer standing for it)."""
         if self._sharding_ids is not None:
-            return int(self._sharding_ids[index])
-        return self.sharding_key(self.configs[index])
+            return self._sharding_ids[indices].tolist()
+        return [self.sharding_key(self.configs[i]) for i in indices.tolist()]
 
     def zero_of(self, index: int) -> int:
         """A candidate's ZeRO level."""
@@ -369,14 +374,14 @@ class Evaluator:
             return
         if self.columns is not None and not self._screened_live:
             self._screen_live()
-        todo = [i for i in indices if self._peaks[i, 0] != self._peaks[i, 0]]   # NaN: not screened yet
-        if not todo:
+        rows = np.fromiter(indices, dtype=np.int64)
+        rows = rows[np.isnan(self._peaks[rows, 0])]        # NaN: not screened yet
+        if not len(rows):
             return
-        rows = np.array(todo)
         if self.columns is not None:
             self._screen_rows(rows)
             return
-        batch = screen_memories(self.job, [self.configs[i] for i in todo], self._batcher)
+        batch = screen_memories(self.job, [self.configs[i] for i in rows.tolist()], self._batcher)
         self._peaks[rows, 0] = batch.peak_bytes
         self._peaks[rows, 1] = batch.static_peak_bytes
         self._peaks[rows, 2] = batch.capacity_bytes
@@ -418,6 +423,13 @@ class Evaluator:
             return peak, static, capacity
         memory = self.memory(index)
         return memory.peak_bytes, memory.static_peak_bytes, memory.capacity_bytes
+
+    def peaks_of(self, indices: np.ndarray) -> np.ndarray:
+        """(n, 3): :meth:`peak` of many candidates."""
+        if fast_paths.enabled():
+            self.screen(indices.tolist())
+            return self._peaks[indices]
+        return np.array([self.peak(i) for i in indices.tolist()], dtype=np.float64).reshape(-1, 3)
 
     def survivor_memory(self, index: int, peak: float) -> MemoryResult:
         """The full (scalar) memory result of a candidate that passed the screen; it must match the batch peak."""
@@ -624,7 +636,8 @@ class Evaluator:
         """
         if not fast_paths.enabled():
             return
-        keyed = [(g, self.sharding_of(self.groups[g][0])) for g in group_ids]
+        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
+        keyed = list(zip(group_ids, self.shardings_of(firsts), strict=True))
         keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
         firsts: dict[tuple[Any, ...], int] = {}
         for g, key in keyed:
@@ -650,15 +663,16 @@ class Evaluator:
         group_ids = list(group_ids)
         self.prefetch_phase1(group_ids)
         found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
-        for g in group_ids:
+        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
+        # each group's least-recompute variant: its sharding, and its peaks as screened (NaN: read through peak())
+        for g, key, first in zip(group_ids, self.shardings_of(firsts), self._peaks[firsts].tolist(), strict=True):
             members = self.groups[g]
-            key = self.sharding_of(members[0])
             if key in self.static_misfits:
                 tally.screened_out += len(members)
                 tally.visited += len(members)
                 continue
             for position, index in enumerate(members):
-                peak, static, capacity = self.peak(index)
+                peak, static, capacity = first if position == 0 and first[0] == first[0] else self.peak(index)
                 tally.visited += 1
                 if self.passes(peak, capacity):
                     found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
@@ -706,33 +720,51 @@ class Evaluator:
                 tally.pruned += len(rest)
             elif rest:
                 live.append(g)
-        self.screen(i for g in live for i in self.groups[g][leads[g][0] + 1:])
-        queue: list[tuple[float, int, int, int]] = []       # (-headroom, rank, position, group)
+        # every variant after its lead, in (group, position) order: screened, then queued by headroom if it passes
+        indices: list[int] = []
+        ranks: list[int] = []
+        positions: list[int] = []
         for rank, g in enumerate(live):
             members = self.groups[g]
-            for position in range(leads[g][0] + 1, len(members)):
-                index = members[position]
-                peak, _, capacity = self.peak(index)
-                headroom = self.headroom(peak, capacity)
-                tally.visited += 1
-                if self.passes(peak, capacity):
-                    queue.append((-headroom, rank, position, g))
-                else:
-                    self._screened_out(tally, headroom, index)
-        queue.sort()
+            start = leads[g][0] + 1
+            indices += members[start:]
+            ranks += [rank] * (len(members) - start)
+            positions += range(start, len(members))
+        peaks = self.peaks_of(np.asarray(indices, dtype=np.int64))
+        peak, capacity = peaks[:, 0], peaks[:, 2]
+        headroom = self.headroom(peak, capacity)
+        passing = np.fromiter(map(self.passes, peak.tolist(), capacity.tolist()), dtype=bool, count=len(indices))
+        tally.visited += len(indices)
+        failed = np.flatnonzero(~passing)
+        if len(failed):
+            tally.screened_out += len(failed)
+            roomiest = int(failed[np.argmax(headroom[failed])])      # the first of the roomiest, as one by one
+            if tally.roomiest is None or headroom[roomiest] > tally.roomiest[0]:
+                tally.roomiest = (float(headroom[roomiest]), indices[roomiest])
+        rank_of, position_of = np.asarray(ranks, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+        order = np.flatnonzero(passing)
+        order = order[np.lexsort((position_of[order], rank_of[order], -headroom[order]))]
+        # (-headroom, rank, position, group), ascending
+        queue = list(zip((-headroom[order]).tolist(), rank_of[order].tolist(), position_of[order].tolist(),
+                         [live[r] for r in rank_of[order].tolist()], strict=True))
         # under FSDP each variant is bounded by its own engine bound: all of them in one batch
         # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
         variants = [self.groups[g][position] for _, _, position, g in queue]
-        own_bounds = dict(zip(variants, self.throughput_bounds(variants), strict=True))
+        own_bounds = self.throughput_bounds(variants)
+        lead_bounds = [bound_of(g) for g in live]                  # by rank in ``live``
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
-        since_refresh = 0
-        for neg_headroom, _, position, g in queue:
-            index = self.groups[g][position]
-            bound = min(bound_of(g), own_bounds[index] * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
+
+        def roomier_bounds() -> Bounds:
+            """The layouts projected in this phase as one front point: their best throughput, with at least the
+            headroom of every variant still queued (the queue runs from the most headroom down)."""
             kth = top[0] if len(top) >= top_k else float("-inf")
-            # the roomier layouts projected in this phase as one front point: their best throughput, this headroom
-            roomier = Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(-neg_headroom,))
+            return Bounds(kth_best=kth, neg_front_tps=(-best_roomier,), front_headroom=(float("inf"),))
+
+        roomier = roomier_bounds()
+        since_refresh = 0
+        for (neg_headroom, rank, _, _), index, own in zip(queue, variants, own_bounds, strict=True):
+            bound = min(lead_bounds[rank], own * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
             if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
                 tally.pruned += 1
                 continue
@@ -743,6 +775,7 @@ class Evaluator:
                 heapq.heappush(top, tps)
             elif tps > top[0]:
                 heapq.heapreplace(top, tps)
+            roomier = roomier_bounds()
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY:
                 bounds = bounds_from(tally.outcomes, top_k)
@@ -795,12 +828,12 @@ def evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] |
     moved to the collector's permanent generation (``gc.freeze``) for its duration, so the full
     collections a search triggers do not rescan them (~0.1 s of a 1 s search) and forked workers do
     not touch, and so copy, their pages.  They are moved back after, unless the caller had frozen objects
-    first (:mod:`projection.module_heap`): an unfreeze would move those back too.
+    first (:func:`projection.module_heap.freeze_heap`, asked in O(1)): an unfreeze would move those back too.
     With a deadline (:attr:`Evaluator.deadline`) the search stops at the first check past it (between
     chunks of groups and before each lead's projection) and returns what it has, marked
     ``complete=False``: the candidates visited so far, the projections done so far.
     """
-    frozen_before = gc.get_freeze_count()
+    frozen_before = module_heap.heap_frozen()
     gc.freeze()
     partial = Tally()
     try:
