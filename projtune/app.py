@@ -53,6 +53,23 @@ def build_app(modules: Sequence[str] = MODULES, only: str | None = None) -> type
     return built
 
 
+def preload(args: Sequence[str]) -> None:
+    """Import the modules the named command runs with (its module's ``RUN_MODULES``), unless it only prints help.
+
+    :func:`projtune.cli.main` calls this inside the same :func:`projection.module_heap.loading_modules` block that
+    builds the command, before the command runs: the same imports made from inside the running command (typer's
+    call stack, after the app was built and the heap frozen) cost ``projtune project`` about 70 ms more wall time,
+    mostly system time (measured 0.39 s against 0.32 s per process, session 9), for the same modules.
+    """
+    module = COMMAND_MODULES.get(args[0]) if args else None
+    if module is None or any(a in ("--help", "-h") for a in args):
+        return
+    import importlib
+
+    for name in getattr(_command_module(module), "RUN_MODULES", {}).get(args[0], ()):
+        importlib.import_module(name)
+
+
 def _command_module(name: str) -> Any:
     """The command module ``name`` of :data:`MODULES` (plain imports, which tests/test_architecture.py reads)."""
     if name == "project_cmd":

@@ -55,9 +55,10 @@ def main() -> None:
 
         collect_rarely()
         with loading_modules():       # typer and the command's module, loaded for good
-            from projtune.app import app_for
+            from projtune.app import app_for, preload
 
             command = app_for(sys.argv[1:])
+            preload(sys.argv[1:])     # what the command runs with, loaded in the same block
         command()
     except BaseException as err:
         if not _is_interrupt(err):

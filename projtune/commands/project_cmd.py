@@ -134,6 +134,13 @@ def memory_command(
     _run(locals(), memory_only=True)
 
 
+_RUN_MODULES = ("projection.engine", "projection.errors", "projection.job", "projection.layout", "projection.legality",
+                "projection.memory", "projection.memory_report", "projection.summary", "projtune.layout_input",
+                "projtune.render")
+RUN_MODULES: dict[str, tuple[str, ...]] = {"project": _RUN_MODULES, "memory": _RUN_MODULES}
+"""What ``project`` and ``memory`` import to run (:func:`_run`), for :func:`projtune.app.preload`."""
+
+
 def _run(args: dict[str, Any], *, memory_only: bool) -> None:
     from projection.module_heap import loading_modules
 

@@ -88,3 +88,36 @@ def test_no_command_or_an_unknown_one_gets_the_full_app() -> None:
     assert sorted(_names(app_for([]))) == sorted(_names(app_for(["projet"]))) == sorted(COMMAND_MODULES)
     result = CliRunner().invoke(app_for(["projet"]), ["projet"])
     assert result.exit_code == 2 and "No such command 'projet'" in result.output
+
+
+_PRELOAD = """
+import json, sys
+from projtune.app import preload
+before = set(sys.modules)
+preload(sys.argv[1:])
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+@pytest.mark.parametrize("argv, loads", [(PROJECT, True), (["memory", *PROJECT[1:]], True),
+                                         ([*PROJECT, "--help"], False), (["--help"], False),
+                                         (["tune", "tune llama3 8b on 8 h100"], False)])
+def test_preload_loads_what_the_command_runs_with_and_nothing_for_help(argv: list[str], loads: bool) -> None:
+    done = subprocess.run([sys.executable, "-c", _PRELOAD, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=True)
+    added = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ("projection.engine" in added) is loads, added
+
+
+def test_run_modules_are_the_modules_the_run_imports() -> None:
+    """project_cmd.RUN_MODULES lists exactly the modules its ``_run`` imports inside loading_modules (a module added
+    to one and not the other would load late again, or load for nothing)."""
+    import ast
+    import inspect
+
+    from projtune.commands import project_cmd
+
+    tree = ast.parse(inspect.getsource(project_cmd._run))
+    block = next(n for n in ast.walk(tree) if isinstance(n, ast.With))
+    imported = [n.module for n in block.body if isinstance(n, ast.ImportFrom)]
+    assert tuple(imported) == project_cmd.RUN_MODULES["project"] == project_cmd.RUN_MODULES["memory"]
