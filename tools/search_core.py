@@ -52,10 +52,10 @@ import numpy as np
 from projection import engine, fast_paths, module_heap
 from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
+from projection.framework import framework_profile
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.memory_batch import MemoryBatcher, PeakBatch
-from projection.framework import framework_profile
 from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
 from projection.switches import resolve_switches
 from projection.training_config import (
