@@ -579,13 +579,27 @@ def _prepare(model: ModelSpec, cluster: Cluster, config: TrainingConfig, hardwar
     return prepared
 
 
+def work_inputs(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
+                profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None) -> _WorkInputs:
+    """What :func:`layer_work` builds a layout's per-layer terms from (specs, switches in effect, per-layer costs,
+    head and embedding), for a caller that shares it between layouts: it reads the config's per-micro-batch work
+    fields and the switches in effect (:func:`projection.switches.resolve_switches`), not its recompute or
+    pipeline beyond what those switches read (the search builds it once per distinct such key)."""
+    return _work_inputs(model, cluster, config, hardware, profile, framework, None)
+
+
 def layer_work(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
-               profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None) -> LayerWork:
+               profile: DeviceProfile | None = None, framework: FrameworkProfile | None = None,
+               inputs: _WorkInputs | None = None) -> LayerWork:
     """Per-layer work of one micro-batch of a layout (:class:`projection.busiest_work.LayerWork`): the terms
-    :func:`_stage_times` sums.  Reads neither the pipeline (PP, VPP, split, schedule) nor DP, ZeRO or gbs."""
+    :func:`_stage_times` sums.  Reads neither the pipeline (PP, VPP, split, schedule) nor DP, ZeRO or gbs.
+
+    ``inputs``: the layout's :func:`work_inputs` when the caller has them (built for a layout with the same
+    per-micro-batch work fields and switches in effect); of the config itself only the selective recompute
+    modules and the fine-tuning mode are then read."""
     from projection.busiest_work import layer_work as from_terms   # numpy: only where a bound is asked for
 
-    w = _work_inputs(model, cluster, config, hardware, profile, framework, None)
+    w = inputs if inputs is not None else _work_inputs(model, cluster, config, hardware, profile, framework, None)
     distinct, kinds = _layer_terms(config, w.profile, w.framework, w.costs, model.num_layers, w.switches)
     return from_terms(distinct, kinds, w.head, w.embed)
 

@@ -52,10 +52,12 @@ import numpy as np
 from projection import engine, fast_paths, module_heap
 from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
+from projection.framework import framework_profile
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.memory_batch import MemoryBatcher, PeakBatch
 from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
+from projection.switches import resolve_switches
 from projection.training_config import (
     MICROBATCH_WORK,
     RECOMPUTE_KNOB,
@@ -65,6 +67,7 @@ from projection.training_config import (
     fields_without,
 )
 from projection.vocabulary import RECOMPUTE_LEVEL
+from projection.workload import selective_recompute_modules
 from tools.anchoring import anchored, slowest_factor
 from tools.candidate_columns import SHARDING, CandidateColumns, packed_ids
 
@@ -333,6 +336,8 @@ class Evaluator:
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
+        self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
+        self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
         self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
 
     @staticmethod
@@ -566,8 +571,24 @@ class Evaluator:
         return (work, [c[name][rows] for name in _PIPELINE_COLUMNS], [c[name][rows] for name in _OPTIMIZER_COLUMNS])
 
     def _layer_work_of(self, config: TrainingConfig) -> LayerWork:
+        """The per-layer work of a layout, built once per distinct (per-layer work fields, switches in effect,
+        selective recompute modules): what :func:`projection.engine.layer_work` reads.  Its work key also has
+        the full-recompute flag and whether PP runs without VPP, which it reads only through the switches in
+        effect, so keys that differ there alone share one build; the engine's work inputs (per-layer costs,
+        head, embedding) are shared by every recompute setting with the same switches."""
         job = self.job
-        return engine.layer_work(job.model, job.cluster, config, hardware=job.hardware, profile=job.profile)
+        base = (_layer_work_fields(config), resolve_switches(config, framework_profile(config.framework)))
+        key = (base, selective_recompute_modules(config))
+        work = self._works_by_terms.get(key)
+        if work is None:
+            inputs = self._work_inputs.get(base)
+            if inputs is None:
+                inputs = self._work_inputs[base] = engine.work_inputs(job.model, job.cluster, config,
+                                                                      hardware=job.hardware, profile=job.profile)
+            work = self._works_by_terms[key] = engine.layer_work(job.model, job.cluster, config,
+                                                                 hardware=job.hardware, profile=job.profile,
+                                                                 inputs=inputs)
+        return work
 
     def _stage_layers_of(self, config: TrainingConfig) -> StageLayers:
         return stage_layers(self.job.model.num_layers, config, parallel_dims(config, self.job.cluster))
