@@ -315,8 +315,7 @@ def borrowed_values(group: str, profile: DeviceProfile, profiles: dict[str, Devi
     for name in BORROWED:
         if cited_prior(group, name) or getattr(profile, name) != getattr(pristine_profile(group), name):
             continue
-        fitted = [getattr(p, name) for g, p in profiles.items()
-                  if getattr(p, name) != getattr(pristine_profile(g), name)]
+        fitted = [getattr(profiles[g], name) for g in _lenders(name, profiles)]
         if fitted:
             low, high = profile_bounds(group, name)
             update[name] = min(max(statistics.median(fitted), low), high)
@@ -327,10 +326,14 @@ def borrowed_note(update: dict[str, float], profiles: dict[str, DeviceProfile]) 
     """One clause saying which parameters a profile borrowed, their values and from which groups ("" if none)."""
     if not update:
         return ""
-    lenders = {name: sorted(g for g, p in profiles.items() if getattr(p, name) != getattr(pristine_profile(g), name))
-               for name in update}
     return ("; borrowed (no fit and no cited prior; evals/calibrate.py BORROWED): "
-            + ", ".join(f"{name} {value:.3g} = median of {', '.join(lenders[name])}" for name, value in update.items()))
+            + ", ".join(f"{name} {value:.3g} = median of {', '.join(_lenders(name, profiles))}"
+                        for name, value in update.items()))
+
+
+def _lenders(name: str, profiles: dict[str, DeviceProfile]) -> list[str]:
+    """The groups of ``profiles`` that fitted ``name`` (moved it off their own prior), sorted."""
+    return sorted(g for g, p in profiles.items() if getattr(p, name) != getattr(pristine_profile(g), name))
 
 
 def _borrowed(item: FitRun, profile: DeviceProfile, profiles: dict[str, DeviceProfile]) -> DeviceProfile:

@@ -376,8 +376,9 @@ EP_OVERLAP_TOKEN_COPIES = 2
 expert output waiting for the combine all-to-all."""
 
 
-def ep_overlap_buffer_bytes(model: ModelSpec, ctx: ActivationContext, overlapped: bool, has_moe: bool) -> float:
-    """Bytes the expert-parallel all-to-all overlap adds to a rank holding MoE layers.
+def ep_overlap_buffer_bytes(model: ModelSpec, ctx: ActivationContext, overlapped: bool) -> float:
+    """Bytes the expert-parallel all-to-all overlap adds to a rank holding MoE layers (the caller adds it only
+    where the rank holds some).
 
     Megatron-core ``--overlap-moe-expert-parallel-comm`` (with ``--delay-wgrad-compute``) "overlaps All-to-All with
     computation by merging FWD-BWD passes of adjacent microbatches" (Megatron-LM core_v0.16.1
@@ -385,8 +386,8 @@ def ep_overlap_buffer_bytes(model: ModelSpec, ctx: ActivationContext, overlapped
     micro-batch's MoE layer runs its backward, the next micro-batch's forward MoE layer dispatches, so the token
     buffers of two MoE layers are alive at once instead of one: :data:`EP_OVERLAP_TOKEN_COPIES` buffers of
     ``b * s/cp * top_k`` routed rows of ``hidden_size`` bf16 elements (``/tp`` under sequence parallelism, as the
-    dispatcher's input) more.  Zero without MoE layers on the rank or without the overlap."""
-    if not (overlapped and has_moe and model.is_moe):
+    dispatcher's input) more.  Zero for a dense model or without the overlap."""
+    if not (overlapped and model.is_moe):
         return 0.0
     return EP_OVERLAP_TOKEN_COPIES * model.top_k * hidden_state_bytes(ctx, model.hidden_size)
 
@@ -397,7 +398,7 @@ def switch_buffer_bytes(model: ModelSpec, config: TrainingConfig, ctx: Activatio
     switches = resolve_switches(config, framework_profile(config.framework))
     hidden = hidden_state_bytes(ctx, model.hidden_size)
     return (hidden if switches.cuda_graphs else 0.0,
-            ep_overlap_buffer_bytes(model, ctx, switches.overlapped("ep") and config.ep > 1, True))
+            ep_overlap_buffer_bytes(model, ctx, switches.overlapped("ep") and config.ep > 1))
 
 
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
