@@ -114,3 +114,24 @@ def test_no_amax_reduction_without_tensor_parallelism() -> None:
     groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(1, 1, net), ep=place_group(1, 1, net))
     dims = parallel_dims(config, Cluster(gpu="b200", num_gpus=8))
     assert workload.sp_amax_reduce_s(LLAMA, config, dims, net, groups, False) == 0.0
+
+
+def test_blackwell_per_tensor_fp8_weight_copies_have_no_transpose(monkeypatch: pytest.MonkeyPatch) -> None:
+    from projection import memory_terms
+    from projection.memory import project_memory
+    from projection.memory_terms import FP8_COPY_BYTES, fp8_copy_bytes, stage_memory
+
+    config = _config("fp8", tp=1, pp=4)
+    assert fp8_copy_bytes(config, True) == pytest.approx(1.0)                 # row-wise data only
+    assert fp8_copy_bytes(config, False) == pytest.approx(FP8_COPY_BYTES["fp8"]) == 2.0   # + transpose
+    assert fp8_copy_bytes(_config("fp8", "torchtitan"), True) == 2.0          # not TE's quantizer
+    assert fp8_copy_bytes(_config("mxfp8"), True) == pytest.approx(FP8_COPY_BYTES["mxfp8"])
+    dims = parallel_dims(config, Cluster(gpu="b200", num_gpus=8))
+    free = stage_memory(LLAMA, config, dims, PROFILE, 1, transpose_free=True)
+    tn = stage_memory(LLAMA, config, dims, PROFILE, 1, transpose_free=False)
+    assert free.fp8_copies_bytes == pytest.approx(tn.fp8_copies_bytes / 2, rel=0.01)   # amax history aside
+    assert project_memory(LLAMA, B200, config, dims, PROFILE).peak.fp8_copies_bytes == pytest.approx(
+        stage_memory(LLAMA, config, dims, PROFILE, 0, transpose_free=True).fp8_copies_bytes)
+    monkeypatch.setattr(memory_terms, "FP8_TRANSPOSE_BYTES", 0.0)
+    assert stage_memory(LLAMA, config, dims, PROFILE, 1, transpose_free=True).fp8_copies_bytes == pytest.approx(
+        tn.fp8_copies_bytes)
