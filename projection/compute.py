@@ -63,6 +63,18 @@ HOPPER_BLOCKWISE_GEMM_FRACTION = (870.4 / 1125.5 + 828.3 / 1082.8 + 828.3 / 1141
 # (host_launch_s per op) disappears as well: one graph launch replaces a layer pass's launches
 # (projection.workload.host_dispatch_s).
 CUDA_GRAPH_GAP_SAVING_S = 0.4e-6
+# GPU-side gap between two dependent kernels already queued on one stream, when the host is not what sets the pace:
+# the same measurement replays a chain of 2.9 us kernels from a CUDA graph at 3.4 us per kernel, so 3.4 - 2.9 =
+# 0.5 us per kernel is the GPU's own launch-to-launch gap (NVIDIA "Getting Started with CUDA Graphs", A. Gray, 2019).
+# A lower bound for any tiny kernel or memset in a chain: its own run time is not counted.
+GPU_KERNEL_GAP_S = 3.4e-6 - 2.9e-6
+# Chips whose FP8 tensor-core GEMMs take non-TN operand layouts, so a per-tensor-scaled FP8 tensor needs no transposed
+# copy for the backward GEMMs: Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported`` is true for compute
+# capability 10.x-11.x and >= 13.0 (NVIDIA/TransformerEngine@v2.7 transformer_engine/common/transformer_engine.cpp),
+# i.e. datacenter Blackwell (SM100 B200/GB200, SM103 B300/GB300); Hopper (SM90) is TN-only.  Then
+# ``Float8CurrentScalingQuantizer::create_tensor`` allocates the row-wise data and no transpose
+# (``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``, pytorch/csrc/quantizer.cpp).
+NON_TN_FP8_GEMM_FAMILIES = frozenset({"blackwell", "blackwell-ultra"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +98,7 @@ class DeviceRates:
     eager_elementwise: bool = False  # the framework runs a block's norms, rotary embedding and activation unfused
     unfused_attention: bool = False  # attention_backend "unfused": scores materialised (unfused_attention_fwd_bwd_s)
     cuda_graphs: bool = False        # a layer's kernels replay from one graph: one host launch per layer pass
+    fp8_transpose_free: bool = False  # per-tensor FP8 GEMMs take non-TN layouts: no transposed FP8 copy (Blackwell)
 
 
 def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
@@ -101,7 +114,7 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
     the profile's attention efficiency describes (``FrameworkProfile.attention_speed``).
     ``eager_elementwise``: the framework's ``eager_elementwise`` (projection.workload.eager_elementwise_bytes).
     ``unfused_attention`` / ``cuda_graphs``: the resolved switches (projection.switches); CUDA graphs shorten the
-    per-kernel launch gap by ``CUDA_GRAPH_GAP_SAVING_S``.
+    per-kernel launch gap by ``CUDA_GRAPH_GAP_SAVING_S``.  ``fp8_transpose_free`` is the chip's (:func:`fp8_transpose_free`).
     """
     low = precision not in ("bf16", "fp16")
     sixteen = hardware.peak_flops_for("fp16" if precision == "fp16" else "bf16")
@@ -129,7 +142,14 @@ def device_rates(hardware: HardwareSpec, profile: DeviceProfile, precision: str,
         eager_elementwise=eager_elementwise,
         unfused_attention=unfused_attention,
         cuda_graphs=cuda_graphs,
+        fp8_transpose_free=fp8_transpose_free(hardware),
     )
+
+
+def fp8_transpose_free(hardware: HardwareSpec) -> bool:
+    """True when the chip's FP8 GEMMs take non-TN layouts, so per-tensor FP8 keeps no transposed copy
+    (NON_TN_FP8_GEMM_FAMILIES: NVIDIA datacenter Blackwell)."""
+    return hardware.vendor == "nvidia" and hardware.family in NON_TN_FP8_GEMM_FAMILIES
 
 
 def block_scaling_fraction(hardware: HardwareSpec, precision: str) -> float:

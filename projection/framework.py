@@ -57,9 +57,12 @@ class WorkloadTraits:
     biases applied unfused after FC2, eager clamps before a clamped gated activation."""
     te_quantised_tp_gather: bool = False
     """Sequence-parallel all-gathers of a GEMM input move the quantised FP8 bytes (TE's fused LayerNorm-linear)."""
+    te_fp8_quantizers: bool = False
+    """FP8 GEMM inputs are quantised by Transformer Engine's quantizers, which keep no transposed per-tensor FP8 copy
+    on a chip whose FP8 GEMMs take non-TN layouts (projection.workload.cast_bytes_per_element)."""
 
 
-TE_MEGATRON_CORE = WorkloadTraits(te_grouped_mlp=True, te_quantised_tp_gather=True)
+TE_MEGATRON_CORE = WorkloadTraits(te_grouped_mlp=True, te_quantised_tp_gather=True, te_fp8_quantizers=True)
 
 
 @dataclass(frozen=True, kw_only=True)

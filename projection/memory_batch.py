@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from projection.activations import embedding_activation_bytes, output_activation_bytes
+from projection.compute import fp8_transpose_free
 from projection.device_profile import DeviceProfile
 from projection.framework import framework_profile, memory_traits
 from projection.hardware import HardwareSpec
@@ -166,7 +167,7 @@ class MemoryBatcher:
         ``expert``: (m,) ZeRO level and shard sizes."""
         stage = StageParams(**{name: params[:, k, :] for k, name in enumerate(_PARAM_FIELDS)})
         terms = states_bytes(stage, zero[:, None], dense[:, None], expert[:, None], config,
-                             memory_traits(config.framework))
+                             memory_traits(config.framework), transpose_free=fp8_transpose_free(self.hardware))
         out = np.empty((len(keys), 4, pp))
         for k, term in enumerate(terms):
             out[:, k, :] = term

@@ -74,14 +74,26 @@ from projection.params import embedding_params, layer_param_table, output_params
 from projection.pipeline import peak_in_flight_closed_form
 from projection.switches import grad_buffer_bytes, resolve_switches
 from projection.training_config import TrainingConfig
-from projection.workload import KERNEL_DISPATCHERS
+from projection.workload import FP8_TRANSPOSE_BYTES, KERNEL_DISPATCHERS
 
 GIB = 2**30
 BF16_BYTES = 2
 FP8_COPY_BYTES = {"fp8": 2.0, "fp8-blockwise": 2.0 + 2 * 4 / (128 * 128), "mxfp8": 2.0 + 2 / 32,
                   "nvfp4": 1.0 + 2 / 16}
 """Quantised copy bytes per GEMM weight element: data + transpose (TE Float8Tensor), plus scales
-(FP8 block-wise: one fp32 scale per 128x128 block; MXFP8: one E8M0 byte per 32; NVFP4: one E4M3 per 16)."""
+(FP8 block-wise: one fp32 scale per 128x128 block; MXFP8: one E8M0 byte per 32; NVFP4: one E4M3 per 16).
+On a chip whose FP8 GEMMs take non-TN layouts TE keeps no per-tensor transpose (:func:`fp8_copy_bytes`)."""
+
+
+def fp8_copy_bytes(config: TrainingConfig, transpose_free: bool) -> float:
+    """Quantised copy bytes per GEMM weight element (FP8_COPY_BYTES): per-tensor FP8 under Transformer Engine on a
+    chip whose FP8 GEMMs take non-TN layouts (``transpose_free``: projection.compute.fp8_transpose_free, datacenter
+    Blackwell) keeps the row-wise data only, ``FP8_TRANSPOSE_BYTES`` less (TE v2.7 pytorch/csrc/quantizer.cpp:
+    ``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``)."""
+    copy = FP8_COPY_BYTES.get(config.precision, 2.0)
+    if config.precision == "fp8" and transpose_free and framework_record(config.framework).workload.te_fp8_quantizers:
+        return copy - FP8_TRANSPOSE_BYTES
+    return copy
 AMAX_HISTORY_BYTES = 1024 * 4 * 3   # TE DelayedScaling amax_history_len=1024, fp32, input/weight/grad per GEMM
 LORA_RANK = 16                      # MLPerf Llama 2 70B LoRA reference (r=16); NeMo LoRA on linear_qkv/linear_proj
 DEEPEP_BUFFER_BYTES = 2 * GIB       # DeepEP NVL + RDMA buffers as Megatron's fused_a2a sizes them (num_sms, ~1 GB each)
@@ -226,25 +238,26 @@ def _shards(config: TrainingConfig, dims: ParallelDims) -> tuple[int, int]:
     return int(dense), int(expert)
 
 
-def _states(params: StageParams, config: TrainingConfig, dims: ParallelDims, traits: MemoryTraits
-            ) -> tuple[float, float, float, float]:
+def _states(params: StageParams, config: TrainingConfig, dims: ParallelDims, traits: MemoryTraits,
+            transpose_free: bool = False) -> tuple[float, float, float, float]:
     """(weights, gradients, optimizer, fp8) bytes of one GPU (:func:`states_bytes` of one stage)."""
     dense_shard, expert_shard = _shards(config, dims)
     return tuple(float(term) for term in states_bytes(params, config.zero, dense_shard, expert_shard, config,
-                                                      traits))
+                                                      traits, transpose_free=transpose_free))
 
 
 def states_bytes(params: StageParams, zero: Any, dense_shard: Any, expert_shard: Any, config: TrainingConfig,
-                 traits: MemoryTraits) -> tuple[Any, Any, Any, Any]:
+                 traits: MemoryTraits, *, transpose_free: bool = False) -> tuple[Any, Any, Any, Any]:
     """(weights, gradients, optimizer, fp8) bytes of one GPU: of one stage (scalars), or of many stages and layouts
     at once (``params``' fields, ``zero`` and the shard sizes numpy arrays that broadcast together: the batch
     screen, :mod:`projection.memory_batch`).  ``config``: the precision, fine-tuning, framework and gradient dtype,
-    shared by every stage of the call (its ZeRO level and sharding are the arguments)."""
+    shared by every stage of the call (its ZeRO level and sharding are the arguments).  ``transpose_free``: the
+    chip keeps no per-tensor FP8 transpose (:func:`fp8_copy_bytes`)."""
     w_div = (np.where(zero >= 3, dense_shard, 1), np.where(zero >= 3, expert_shard, 1))
     g_div = (np.where(zero >= 2, dense_shard, 1), np.where(zero >= 2, expert_shard, 1))
     o_div = (np.where(zero >= 1, dense_shard, 1), np.where(zero >= 1, expert_shard, 1))
     low = config.is_low_precision
-    copy = FP8_COPY_BYTES.get(config.precision, 2.0)
+    copy = fp8_copy_bytes(config, transpose_free)
     gemm_experts = params.experts
     if config.finetune == "lora":
         # Frozen base: no gradients, no optimizer states; an FP8 recipe keeps the base in FP8 only, without a
@@ -402,8 +415,10 @@ def switch_buffer_bytes(model: ModelSpec, config: TrainingConfig, ctx: Activatio
 
 
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
-                 rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8) -> StageMemory:
-    """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain).
+                 rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8,
+                 transpose_free: bool = False) -> StageMemory:
+    """Peak memory of one GPU of pipeline rank ``rank`` (``scale_up_gpus``: GPUs of one NVLink/xGMI domain;
+    ``transpose_free``: the chip keeps no per-tensor FP8 transpose, :func:`fp8_copy_bytes`).
 
     The readable one-rank reference; :func:`project_memory` runs the array form of every rank at once
     (:meth:`projection.memory_batch.MemoryBatcher.stages`), equal to it field by field.
@@ -415,7 +430,7 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     layers = _stage_layers(model.num_layers, dims.pp, dims.vpp, rank, dims.split)
     first, last = rank == 0, rank == dims.pp - 1
     params = stage_params(model, layers, dims.tp, dims.ep, dims.etp, dims.pp, first, last)
-    weights, grads, optimizer, fp8 = _states(params, config, dims, traits)
+    weights, grads, optimizer, fp8 = _states(params, config, dims, traits, transpose_free)
 
     stage_layer_count = len(layers)
     total_chunk_bytes = 0.0

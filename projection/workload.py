@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_to_all_s,
+from projection.collectives import (GroupPlacement, NetworkParams, all_gather_s, all_reduce_s, all_to_all_s,
                                    p2p_s, reduce_scatter_s)
-from projection.compute import (DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
+from projection.compute import (GPU_KERNEL_GAP_S, DeviceRates, attention_fwd_bwd_s, gemm_fwd_bwd_s, streaming_s,
                                 unfused_attention_fwd_bwd_s)
 from projection.layout import ParallelDims
 from projection.framework import WorkloadTraits, framework_record, memory_traits
@@ -100,6 +100,9 @@ FAN_IN_BYTES = 4                   # fp32 fan-in output per received token eleme
 #   amax, one to cast", TE docs, features/low_precision_training/fp8_delayed_scaling) and the row-wise and
 #   transposed FP8 copies the weight-gradient GEMM needs (1 + 1 B, transformer_engine/common/transpose/
 #   cast_transpose.cu).  Delayed scaling saves the amax read (4 B); TrainingConfig cannot name it yet.
+#   On chips whose FP8 GEMMs take non-TN layouts (projection.compute.NON_TN_FP8_GEMM_FAMILIES: datacenter
+#   Blackwell) Transformer Engine writes the row-wise copy only, which the backward GEMMs read in NN / NT layouts
+#   (FP8_TRANSPOSE_BYTES less: 5 B; cast_bytes_per_element).
 # - fp8-blockwise (1x128 / 128x128 scales, DeepSeek-V3 style, Float8BlockScaling): one pass - each block's
 #   amax is computed inside the cast kernel (TE Float8BlockQuantizer::quantize is a single nvte_quantize_v2,
 #   transformer_engine/pytorch/csrc/quantizer.cpp) - writing both 1-D quantised copies with an fp32 scale per
@@ -144,13 +147,27 @@ RING_MERGE_KERNELS_BWD = 10    # cat, 3 accumulates, 2 partial-update cats, grad
 # projection/catalog/frameworks/deepspeed.yaml; a run's attention_backend overrides it, DeviceRates.unfused_attention.)
 CAST_BYTES_PER_ELEMENT = {"fp8": 2.0 + 2.0 + 2.0, "fp8-blockwise": 2.0 + 2.0 * (1 + 4 / 128),
                           "mxfp8": 2.0 + 2.0 * (1 + 1 / 32), "nvfp4": 2.0 + 2.0 * (0.5 + 1 / 16) + 4.0}
-# Kernels one quantisation of a GEMM input launches, by recipe (transformer_engine/pytorch/csrc/quantizer.cpp):
-# current scaling runs nvte_compute_amax, nvte_compute_scale_from_amax and nvte_quantize_v2 (3); the block
-# recipes (Float8BlockQuantizer, MXFP8Quantizer) and NVFP4 quantise in one kernel.  A grouped GEMM's input is
-# quantised expert by expert: TE's multi_tensor_quantize fuses the casts of several tensors into one launch
-# (nvte_multi_cast_transpose) only for delayed scaling (extensions/cast.cpp: "Currently only have fused kernel
-# for FP8 delayed scaling"), so each local expert's split pays the recipe's kernels.
-CAST_KERNELS_PER_TENSOR = {"fp8": 3, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+FP8_TRANSPOSE_BYTES = 1.0   # the transposed per-tensor FP8 copy a TN-only chip needs, B per element (see above)
+# GPU operations one quantisation of a GEMM input runs on its stream, by recipe (NVIDIA/TransformerEngine@v2.7):
+# current scaling (Float8CurrentScalingQuantizer::quantize_impl, pytorch/csrc/quantizer.cpp) runs nvte_compute_amax,
+# which zeroes the amax with ``cudaMemsetAsync`` before its reduction kernel (launch_amax_kernel,
+# common/recipe/current_scaling.cu), then nvte_compute_scale_from_amax (a <<<1, 1>>> kernel) and nvte_quantize_v2:
+# 4 dependent operations, each waiting for the one before; the block recipes (Float8BlockQuantizer,
+# MXFP8Quantizer) and NVFP4 quantise in one kernel.  A grouped GEMM's input is quantised expert by expert: TE's
+# split_quantize fuses the casts of several tensors into one launch (nvte_multi_cast_transpose) only for delayed
+# scaling (extensions/cast.cpp multi_tensor_quantize_impl: "Currently only have fused kernel for FP8 delayed
+# scaling"), so each local expert's split pays the recipe's operations.  Same code at the pinned revision the
+# grouped-GEMM notes below cite.
+CAST_KERNELS_PER_TENSOR = {"fp8": 4, "fp8-blockwise": 1, "mxfp8": 1, "nvfp4": 1}
+# Amax reduction of per-tensor current scaling under sequence parallelism: a column-parallel linear's input quantizer
+# and a row-parallel linear's grad-output quantizer all-reduce their amax (one fp32, MAX) over the TP group before the
+# scale is computed (TE v2.7 module/linear.py, layernorm_linear.py, layernorm_mlp.py
+# ``_customize_quantizers_float8_current_scaling``: ``with_amax_reduction = True``, ``amax_reduction_group =
+# self.tp_group`` when ``sequence_parallel``; quantizer.cpp: ``amax_reduction_group->allreduce(...)->wait()``).  The
+# cast waits for it, so it is latency on the layer's path: per layer forward one per column-parallel TE linear (QKV,
+# and FC1 of a dense MLP; an MoE block's experts are GroupedLinear, which has no TP under current scaling) and, in the
+# backward, one per row-parallel linear (output projection, FC2), charged as the forward as every TP collective is.
+AMAX_BYTES = 4.0
 # Frameworks whose MoE grouped GEMM is Transformer Engine's GroupedLinear (Megatron-core moe_grouped_gemm with the
 # TE backend): general_grouped_gemm runs one cuBLAS GEMM per local expert, round-robin on TE's compute streams
 # (NVIDIA/TransformerEngine@5c62f728 transformer_engine/common/gemm/cublaslt_gemm.cu multi_stream_cublas_gemm:
@@ -550,13 +567,43 @@ def cast_kernels(precision: str, gemms: int, inputs: int) -> tuple[int, int]:
     """(GPU kernels, host launches) of a layer forward's casts beyond KERNELS_PER_LAYER_FWD's one per GEMM.
 
     ``gemms`` low-precision GEMM launches quantise ``inputs`` tensors (a grouped GEMM one per local expert).
-    Every further input is one more full cast kernel.  Current scaling's amax and scale kernels
+    Every further input is one more full cast kernel.  Current scaling's memset, amax and scale operations
     (CAST_KERNELS_PER_TENSOR) are launched from the host, so they count against the host dispatch floor; on the
-    GPU the amax pass is charged as the bytes it reads (CAST_BYTES_PER_ELEMENT) and the scale kernel reads one
-    float, so neither is charged the fixed per-kernel cost of an element-wise pass (``kernel_overhead_s``).
+    GPU the amax pass is charged as the bytes it reads (CAST_BYTES_PER_ELEMENT) and the memset and scale kernel
+    touch one float, so none is charged the fixed per-kernel cost of an element-wise pass (``kernel_overhead_s``):
+    they pay the gap of a dependent chain instead (:func:`cast_chain_s`).
     """
     extra_casts = max(0, inputs - gemms)
     return extra_casts, max(0, CAST_KERNELS_PER_TENSOR.get(precision, 1) * inputs - gemms)
+
+
+def cast_chain_s(precision: str, inputs: int) -> float:
+    """GPU seconds of a layer forward's quantisation chains beyond their cast kernels: every operation a recipe runs
+    before the cast of an input (CAST_KERNELS_PER_TENSOR - 1: current scaling's memset, amax and scale) waits for the
+    one before it and pays the GPU's launch-to-launch gap (GPU_KERNEL_GAP_S, s per operation), ``inputs`` times (a
+    grouped GEMM quantises each local expert's split).  0 for the one-kernel block recipes."""
+    return max(0, CAST_KERNELS_PER_TENSOR.get(precision, 1) - 1) * inputs * GPU_KERNEL_GAP_S
+
+
+def cast_bytes_per_element(config: TrainingConfig, rates: DeviceRates) -> float:
+    """HBM bytes per element cast to a low-precision GEMM input (CAST_BYTES_PER_ELEMENT): per-tensor FP8 quantised
+    by Transformer Engine on a chip whose FP8 GEMMs take non-TN layouts writes no transposed copy
+    (FP8_TRANSPOSE_BYTES less; DeviceRates.fp8_transpose_free, WorkloadTraits.te_fp8_quantizers)."""
+    base = CAST_BYTES_PER_ELEMENT[config.precision]
+    if config.precision == "fp8" and rates.fp8_transpose_free and traits(config).te_fp8_quantizers:
+        return base - FP8_TRANSPOSE_BYTES
+    return base
+
+
+def sp_amax_reduce_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net: NetworkParams,
+                     groups: CommGroups, moe: bool) -> float:
+    """Seconds of a layer forward's amax all-reduces (AMAX_BYTES over the TP group, one per column-parallel TE
+    linear: 2 in a dense layer, 1 in an MoE layer) under per-tensor current scaling with sequence parallelism
+    (Transformer Engine's amax reduction, see AMAX_BYTES); 0 otherwise."""
+    if (config.precision != "fp8" or not config.sequence_parallel or dims.tp <= 1
+            or not traits(config).te_quantised_tp_gather):
+        return 0.0
+    return (1 if moe else 2) * all_reduce_s(AMAX_BYTES, groups.tp, net)
 
 
 def fp8_cast_elements(model: ModelSpec, tokens: float, tp: int, routed: float, etp: int = 1) -> float:
@@ -809,13 +856,15 @@ def _elementwise(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, r
     eager = eager_elementwise_bytes(model, config, rates, norm_elements, rope_elements, mlp.act_elements,
                                     repeat_elements)
     if config.is_low_precision:  # casts of every low-precision GEMM input, at the recipe's bytes per element
-        stream_bytes += CAST_BYTES_PER_ELEMENT[config.precision] * fp8_cast_elements(model, tokens, t, mlp.routed,
-                                                                                    dims.etp)
+        stream_bytes += cast_bytes_per_element(config, rates) * fp8_cast_elements(model, tokens, t, mlp.routed,
+                                                                                 dims.etp)
         # KERNELS_PER_LAYER_FWD holds one cast per GEMM; the per-expert casts and the recipe's further launches:
         extra_casts, cast_launches = cast_kernels(config.precision, g.quantised_calls, g.quantised_inputs)
         kernels += extra_casts
         g.launches += cast_launches - extra_casts
     stream = streaming_s(stream_bytes, kernels, rates)
+    if config.is_low_precision:
+        stream += cast_chain_s(config.precision, g.quantised_inputs)
     g.launches += kernels + 1 + eager.kernels_fwd   # element-wise kernels and the attention kernel
     eager_fwd = streaming_s(eager.fwd, eager.kernels_fwd, rates) if eager.kernels_fwd else 0.0
     eager_bwd = streaming_s(eager.bwd, eager.kernels_bwd, rates) if eager.kernels_bwd else 0.0
@@ -835,7 +884,8 @@ def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, ne
         quantised = tp_gather_bytes(config) if config.sequence_parallel else ACT_BYTES   # no SP: all-reduces
         gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
                    + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
-        tp_comm = gathers + 2.0 * reduce_scatter_s(ACT_BYTES * tokens * h, groups.tp, net)
+        tp_comm = (gathers + 2.0 * reduce_scatter_s(ACT_BYTES * tokens * h, groups.tp, net)
+                   + sp_amax_reduce_s(model, config, dims, net, groups, moe))
     # CP: the ring passes K/V to the next rank cp - 1 times, one send/recv per step.  Inside a domain each
     # step is a point-to-point transfer (p2p_s: the achieved NVSwitch bandwidth, or one xGMI link of an AMD
     # mesh, not the sum of its 7 links: a ring neighbour is one peer); across domains an all-gather.

@@ -84,7 +84,7 @@ def test_development_data_findings() -> None:
           for r in ("26.02", "26.02.01") for g in ("gb300", "gb200", "b300", "b200", "h100-sxm")],
     ]}
     assert found == {
-        ("megatron-bridge-25.09.yaml", "megatron-bridge-25.09-llama3-70b-gb200-64g-gbs128-s8k", 1, "GA"),
+        # (entry 1's GA=16 row now records the pinned recipe's fp8_mx mbs 1: CHECKS.md 44)
         ("megatron-bridge-25.09.yaml", "megatron-bridge-25.09-deepseek-v3-gb200-256g-gbs2048-s4k", 1, "ep"),
         ("megatron-bridge-25.09.yaml", "megatron-bridge-25.09-deepseek-v3-h100-sxm-1024g-gbs8192-s4k", 0,
          "moe_routing"),

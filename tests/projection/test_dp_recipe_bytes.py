@@ -85,7 +85,8 @@ def test_memory_holds_no_bf16_copy_of_fp8_primary_weights() -> None:
     fp8 = project_memory(LLAMA70, B200, config.model_copy(update={"precision": "fp8"}), dims, PROFILE).stages[1]
     # FP8 primary weights: only the norms stay in bf16 (< 0.1% of a middle stage's weights)
     assert fp8.weights_bytes < 0.001 * bf16.weights_bytes
-    assert fp8.fp8_copies_bytes > 0.9 * bf16.weights_bytes       # FP8 data + transpose, 2 x 1 B
+    # FP8 data, 1 B: B200's FP8 GEMMs take non-TN layouts, so TE keeps no transpose (memory_terms.fp8_copy_bytes)
+    assert 0.45 * bf16.weights_bytes < fp8.fp8_copies_bytes < 0.55 * bf16.weights_bytes
     assert fp8.gradients_bytes == bf16.gradients_bytes
     mx = project_memory(LLAMA70, B200, config.model_copy(update={"precision": "mxfp8"}), dims, PROFILE).stages[1]
     assert mx.weights_bytes == bf16.weights_bytes                # MXFP8 keeps its bf16 weights here

@@ -54,8 +54,8 @@ def test_block_scaled_gemms_run_below_per_tensor_ones() -> None:
 def test_grouped_gemm_inputs_are_quantised_expert_by_expert() -> None:
     # 6 low-precision GEMMs, two of them grouped over 16 local experts: 4 + 2 * 16 = 36 inputs
     assert cast_kernels("mxfp8", 6, 36) == (30, 30)             # 30 casts beyond one per GEMM
-    assert cast_kernels("fp8", 6, 36) == (30, 3 * 36 - 6)       # current scaling: amax + scale + cast launches
-    assert cast_kernels("fp8", 4, 4) == (0, 8)                  # dense layer: only the host sees the extra launches
+    assert cast_kernels("fp8", 6, 36) == (30, 4 * 36 - 6)       # current scaling: memset + amax + scale + cast
+    assert cast_kernels("fp8", 4, 4) == (0, 12)                 # dense layer: only the host sees the extra launches
     assert cast_kernels("fp8-blockwise", 4, 4) == (0, 0)
 
 
