@@ -32,7 +32,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from projection.pipeline_period import REACH_BOUNDS, needed_periods, periodic_shape, room
+from projection.pipeline_period import REACH_BOUNDS, needed_periods, periodic_shape, transient
 from projection.pipeline_plan import (_BW, _F, _NUM_KINDS, _PAUSE, Schedule, _drive, _one_f_one_b_table, _op_keys,
                                       _peaks_arrays)
 
@@ -254,25 +254,20 @@ class _Shortcut:
     def extrapolate(self, done: list[int | None], step: _Step, warmups: list[int], makespan: int) -> int | None:
         """The long step's makespan from the finished shorter one, or None when its check fails.
 
-        The check of the compiled-plan shortcut (`pipeline_steady._attempt`): the repetition (in
-        `pipeline_period.repetition`'s terms, every op of period i + c ends D after its twin in period i,
-        for i >= t) holds with ``needed_periods(reach, c, t)`` <= the shorter step's periods, i.e. with
-        t <= ``last = periods - room``: every op from period ``last`` on and its twin c periods later, to
-        the end of the rank's periodic middle, differ by D; and the periods that read head ops end before
-        ``last``.
+        The check of the compiled-plan shortcut (`pipeline_steady._attempt`): from the repetition's transient
+        t over the shorter step's periodic middle (`pipeline_period.transient`: every op of period i + c ends D
+        after its twin in period i, for i >= t), the periods it needs (`needed_periods`) are at most the
+        shorter step's.
         """
         assert self.taken is not None and self.shape is not None
         K, c, D, counts = self.taken
         lengths = self.shape[2]
         per = lengths[0] // 2
-        lag, head_reach, tail_reach = REACH_BOUNDS[self.args[0]]
-        last = min(counts) - room(lag, tail_reach, c)
-        if head_reach + 1 > last or last < 0:
+        sequences = [_periodic_ends(done, step, r, warmup, per, 0, n)
+                     for r, (n, warmup) in enumerate(zip(counts, warmups, strict=True))]
+        t = transient(sequences, lengths, c, D)
+        if needed_periods(REACH_BOUNDS[self.args[0]], c, t) > min(counts):
             return None
-        for r, (n, warmup) in enumerate(zip(counts, warmups, strict=True)):
-            ends = _periodic_ends(done, step, r, warmup, per, last, n)
-            if not all(map(D.__eq__, map(operator.sub, ends[c * 2 * per:], ends))):
-                return None
         return makespan + K * D
 
 
