@@ -33,9 +33,9 @@ from operator import itemgetter
 import numpy as np
 
 from projection.pipeline_period import REACH_BOUNDS, needed_periods, periodic_shape, transient
-from projection.pipeline_plan import (_BW, _F, _NUM_KINDS, _PAUSE, Schedule, _drive, _one_f_one_b_table, _op_keys,
-                                      _peaks_arrays)
+from projection.pipeline_plan import _BW, _F, _NUM_KINDS, Schedule, _one_f_one_b_table, _op_keys, _peaks_arrays
 
+_PAUSE = -1                 # what a rank yields at the horizon (done keys are >= 0)
 _NO_HORIZON = 1 << 62
 _FIRST_CHECK = 12           # periods simulated before the first repetition test (a cycle needs 8 + c)
 _MIN_OPS = 1 << 14          # shorter steps take no shortcut (plain pass ~5 ms: tests could cost more than saved)
@@ -145,6 +145,44 @@ def _op_rank(done: list[int | None], deps: list[int], times: list[int], owns: li
         t = (t if t > f else f) + d
         done[own] = t + p2p
     ends[r] = t
+
+
+def _drive(runs: list[Iterator[int]], done: list[int | None], pause: Callable[[], None] | None = None) -> bool:
+    """Run every rank's generator (one per rank, in rank order) to its end; return whether all ended (False: the
+    orders deadlock).
+
+    A generator yields the done key it waits for, or `_PAUSE` at the shortcut's horizon.  Every input from
+    another rank comes from a neighbour (rank r - 1 or r + 1, mod pp: the virtual stages before and after a
+    chunk's sit there, the V of zbv and the wrap of interleaved included), so a blocked rank is resumed after
+    one of its two neighbours ran and its key is done.  When every rank is finished or paused, ``pause()`` runs
+    (the shortcut's test) and the paused ranks resume.
+    """
+    pp = len(runs)
+    waits: list[int | None] = [None] * pp        # the key a rank waits for, or _PAUSE
+    finished = [False] * pp
+    # the next rank is pushed last, so it runs first: it takes the forwards just made (fewer resumes)
+    neighbours = [((r - 1) % pp, (r + 1) % pp) for r in range(pp)]
+    ready = list(range(pp - 1, -1, -1))
+    while True:
+        while ready:
+            r = ready.pop()
+            k = waits[r]
+            if finished[r] or (k is not None and (k < 0 or done[k] is None)):
+                continue
+            waits[r] = next(runs[r], None)
+            finished[r] = waits[r] is None
+            for other in neighbours[r]:
+                k = waits[other]
+                if k is not None and k >= 0 and done[k] is not None:
+                    ready.append(other)
+        paused = [r for r in range(pp) if waits[r] == _PAUSE]
+        if not paused:
+            return all(finished)
+        assert pause is not None
+        pause()
+        for r in paused:
+            waits[r] = None
+        ready = paused[::-1]
 
 
 def _periodic_ends(done: list[int | None], step: _Step, r: int, warmup: int, per: int, first: int, last: int

@@ -18,8 +18,7 @@ op encoding.
 from __future__ import annotations
 
 import functools
-import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -33,7 +32,6 @@ SCHEDULES: tuple[Schedule, ...] = PIPELINE_SCHEDULES
 # Op kinds. BW is B and W run back to back (every schedule but the zero-bubble ones).
 _F, _B, _W, _BW = 0, 1, 2, 3
 _NUM_KINDS = 4
-_PAUSE = -1          # what a rank's generator yields at a pause of the one-pass shortcut (done keys are >= 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,27 +277,51 @@ def _op_keys(schedule: Schedule, pp: int, vpp: int, m: int, group: int
 def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> _Plan:
     """Turn the per-rank orders into flat arrays in one topological order.
 
-    The order drains each rank as far as its inputs allow (`_drive`, the drain the one-pass simulation runs
-    too); a blocked rank waits on its missing input and resumes when that op is placed. Ops left unplaced
-    mean the orders deadlock, a bug in a builder (the validation rules exclude Megatron's deadlocking shapes).
-    Keys, dependencies and peaks are numpy over all ops; only the drain, which needs each op's input to be
-    placed first, loops.
+    The order drains each rank as far as its inputs allow; a blocked rank waits
+    on its missing input and resumes when that op is placed. Ops left unplaced
+    mean the orders deadlock, a bug in a builder (the validation rules exclude
+    Megatron's deadlocking shapes).
+    Keys, dependencies and peaks are numpy over all ops; only the drain, which
+    needs each op's input to be placed first, loops (over ready checks alone).
     """
     kind, own_keys, dep_keys, crosses, dur_keys = _op_keys(schedule, pp, vpp, m, group)
-    # Global index (1-based) of the placed op of each done key; None = not yet.  The extra last slot, read by
-    # the key -1 (no input), counts as placed.  Any topological order gives the same finish times (exact
-    # integers, max-plus), hence the same results.
-    done: list[int | None] = [None] * (m * pp * vpp * 3) + [0]
-    placed = itertools.count(1)
-    runs = [_placing_rank(done, deps, owns, placed)
-            for deps, owns in zip(dep_keys.tolist(), own_keys.tolist(), strict=True)]
-    ended = _drive(runs, done)
-    assert ended, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
-    # rank-major arrays -> topological order (keys no op owns stay None: read only through own keys)
-    pp, n = kind.shape
-    global_index = np.asarray(itemgetter(*own_keys.ravel().tolist())(done), dtype=np.int64).reshape(pp, n)
-    done_arr = np.zeros(len(done), dtype=np.int64)
-    done_arr[own_keys] = global_index
+    # Global index (1-based) of the finished op of each done key; 0 = not yet.  The extra last slot, read by
+    # the key -1 (no input), counts as done.
+    done = [0] * (m * pp * vpp * 3) + [-1]
+    n = kind.shape[1]
+    placed = 0
+    # A rank drains until an input is missing, then waits on that key; finishing the key wakes it.
+    # Each op is placed once and each wait is registered once (no rounds over idle ranks).  Any
+    # topological order gives the same finish times (exact integers, max-plus), hence the same results.
+    # A key is waited on by at most one rank (an input on the same rank is placed before its reader):
+    # waiting[key] is that rank, -1 none; held[r] is the own key of rank r's blocked op.
+    waiting = [-1] * len(done)
+    held: list[int | None] = [None] * pp
+    runs = [zip(deps, owns) for deps, owns in zip(dep_keys.tolist(), own_keys.tolist(), strict=True)]
+    ready = list(range(pp - 1, -1, -1))
+    wake = ready.append
+    while ready:
+        r = ready.pop()
+        own = held[r]
+        if own is not None:                # woken: its input is done now
+            placed += 1
+            done[own] = placed
+            if waiting[own] >= 0:
+                wake(waiting[own])
+            held[r] = None
+        for k, own in runs[r]:
+            if not done[k]:
+                waiting[k] = r
+                held[r] = own
+                break
+            placed += 1
+            done[own] = placed
+            if waiting[own] >= 0:
+                wake(waiting[own])
+    assert placed == pp * n, f"{schedule} order deadlocks (pp={pp}, vpp={vpp}, m={m})"
+    # rank-major arrays -> topological order
+    done_arr = np.asarray(done, dtype=np.int64)
+    global_index = done_arr[own_keys]
     order_of = np.empty(pp * n, dtype=np.int64)
     order_of[global_index.ravel() - 1] = np.arange(pp * n)
     prev_rm = np.concatenate([np.zeros((pp, 1), dtype=np.int64), global_index[:, :-1]], axis=1).ravel()
@@ -321,54 +343,6 @@ def _compile_plan(schedule: Schedule, pp: int, vpp: int, m: int, group: int) -> 
         peak_pending_weight_grad=pending_w,
         rank_ops=tuple(map(ints, global_index)),
     )
-
-
-def _placing_rank(done: list[int | None], deps: list[int], owns: list[int], placed: Iterator[int]) -> Iterator[int]:
-    """Place a rank's ops in its order: each op once its input's done key is placed (yielding that key until it
-    is), numbering the placed ops in ``done`` from ``placed`` (1, 2, ..., shared by every rank)."""
-    for k, own in zip(deps, owns, strict=True):
-        while done[k] is None:
-            yield k
-        done[own] = next(placed)
-
-
-def _drive(runs: list[Iterator[int]], done: list[int | None], pause: Callable[[], None] | None = None) -> bool:
-    """Run every rank's generator (one per rank, in rank order) to its end; return whether all ended (False: the
-    orders deadlock).
-
-    A generator yields the done key it waits for, or `_PAUSE` at the one-pass shortcut's horizon
-    (`projection.pipeline_direct`).  Every input from
-    another rank comes from a neighbour (rank r - 1 or r + 1, mod pp: the virtual stages before and after a
-    chunk's sit there, the V of zbv and the wrap of interleaved included), so a blocked rank is resumed after
-    one of its two neighbours ran and its key is done.  When every rank is finished or paused, ``pause()`` runs
-    (the shortcut's test) and the paused ranks resume.
-    """
-    pp = len(runs)
-    waits: list[int | None] = [None] * pp        # the key a rank waits for, or _PAUSE
-    finished = [False] * pp
-    # the next rank is pushed last, so it runs first: it takes the forwards just made (fewer resumes)
-    neighbours = [((r - 1) % pp, (r + 1) % pp) for r in range(pp)]
-    ready = list(range(pp - 1, -1, -1))
-    while True:
-        while ready:
-            r = ready.pop()
-            k = waits[r]
-            if finished[r] or (k is not None and (k < 0 or done[k] is None)):
-                continue
-            waits[r] = next(runs[r], None)
-            finished[r] = waits[r] is None
-            for other in neighbours[r]:
-                k = waits[other]
-                if k is not None and k >= 0 and done[k] is not None:
-                    ready.append(other)
-        paused = [r for r in range(pp) if waits[r] == _PAUSE]
-        if not paused:
-            return all(finished)
-        assert pause is not None
-        pause()
-        for r in paused:
-            waits[r] = None
-        ready = paused[::-1]
 
 
 _SHARED_INTS: list[int] = []
