@@ -36,7 +36,7 @@ import numpy as np
 from projection.activations import embedding_activation_bytes, output_activation_bytes
 from projection.compute import fp8_transpose_free
 from projection.device_profile import DeviceProfile
-from projection.framework import framework_profile, memory_traits
+from projection.framework import memory_traits
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory_terms import (
@@ -51,6 +51,9 @@ from projection.memory_terms import (
     states_bytes,
     activation_context,
     cuda_graph_buffer_bytes,
+    gathered_layer_params,
+    local_layer_params,
+    loss_bytes_per_logit,
     moe_dispatch_buffer_bytes,
     stage_params,
     switch_buffer_bytes,
@@ -317,9 +320,8 @@ class MemoryBatcher:
     def _build_ends(self, config: TrainingConfig, ctx: Any) -> tuple[float, float]:
 
         def build() -> tuple[float, float]:
-            traits = memory_traits(config.framework)
-            loss_bytes = traits.loss_bytes_per_logit or framework_profile(config.framework).loss_bytes_per_logit
-            return embedding_activation_bytes(self.model, ctx), output_activation_bytes(self.model, ctx, loss_bytes)
+            return (embedding_activation_bytes(self.model, ctx),
+                    output_activation_bytes(self.model, ctx, loss_bytes_per_logit(config.framework)))
         return build()
 
     def _zeros_row(self, pp: int) -> int:
@@ -331,23 +333,15 @@ class MemoryBatcher:
             return self._zeros_row(dims.pp)
         dense_shard, expert_shard = _shards(config, dims)
         key = ("Z", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp, dense_shard, expert_shard)
-
-        def gathered(p: Any) -> float:    # the bf16 params a ZeRO-3 all-gather brings in for one layer
-            return ((p.attention + p.mlp + p.shared_experts) / dims.tp * (1 - 1 / dense_shard)
-                    + p.experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard))
-
-        return self._row(key, lambda: 2 * BF16_BYTES * self._largest_layer_per_rank(dims, gathered))
+        return self._row(key, lambda: 2 * BF16_BYTES * self._largest_layer_per_rank(
+            dims, lambda p: gathered_layer_params(p, dims, dense_shard, expert_shard)))
 
     def _lora_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """FP8 transpose of the running frozen LoRA layer of every rank (zeros without FP8 LoRA)."""
         if not _transposes_lora(config.finetune, config.is_low_precision):
             return self._zeros_row(dims.pp)
         key = ("L", dims.pp, dims.vpp, dims.split, dims.tp, dims.ep, dims.etp)
-
-        def local(p: Any) -> float:       # one layer's parameters on this rank
-            return (p.attention + p.mlp + p.shared_experts) / dims.tp + p.experts / (dims.ep * dims.etp)
-
-        return self._row(key, lambda: self._largest_layer_per_rank(dims, local))
+        return self._row(key, lambda: self._largest_layer_per_rank(dims, lambda p: local_layer_params(p, dims)))
 
     def _largest_layer_per_rank(self, dims: ParallelDims, value: Callable[[Any], float]) -> np.ndarray:
         """Per pipeline rank, the largest ``value`` (of a layer's parameter counts) over the rank's layers; 0 for a

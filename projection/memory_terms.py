@@ -70,7 +70,7 @@ from projection.layout import ParallelDims, chunk_layers, effective_schedule, re
 from projection.memory_frameworks import MemoryTraits
 from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit
 from projection.model_spec import ModelSpec
-from projection.params import embedding_params, layer_param_table, output_params
+from projection.params import LayerParams, embedding_params, layer_param_table, output_params
 from projection.pipeline import peak_in_flight_closed_form
 from projection.switches import grad_buffer_bytes, resolve_switches
 from projection.training_config import TrainingConfig
@@ -414,6 +414,24 @@ def switch_buffer_bytes(model: ModelSpec, config: TrainingConfig, ctx: Activatio
             ep_overlap_buffer_bytes(model, ctx, switches.overlapped("ep") and config.ep > 1))
 
 
+def gathered_layer_params(p: LayerParams, dims: ParallelDims, dense_shard: Any, expert_shard: Any) -> float:
+    """Parameters (elements) of one layer that a ZeRO-3 all-gather brings to a GPU: of its dense share (/ tp) and
+    expert share (/ (ep x etp)), the part the other ``dense_shard`` / ``expert_shard`` shards hold."""
+    return ((p.attention + p.mlp + p.shared_experts) / dims.tp * (1 - 1 / dense_shard)
+            + p.experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard))
+
+
+def local_layer_params(p: LayerParams, dims: ParallelDims) -> float:
+    """Parameters (elements) of one layer on one GPU of its pipeline rank: dense / tp, experts / (ep x etp)."""
+    return (p.attention + p.mlp + p.shared_experts) / dims.tp + p.experts / (dims.ep * dims.etp)
+
+
+def loss_bytes_per_logit(framework: str) -> float:
+    """Bytes per logit the loss holds (logits and their gradient): the framework's memory trait, else its
+    profile's (:mod:`projection.memory_frameworks`, :mod:`projection.framework`)."""
+    return memory_traits(framework).loss_bytes_per_logit or framework_profile(framework).loss_bytes_per_logit
+
+
 def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, profile: DeviceProfile,
                  rank: int, tables: _LayerTables | None = None, *, scale_up_gpus: int = 8,
                  transpose_free: bool = False) -> StageMemory:
@@ -448,8 +466,7 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
         activations += min(in_flight, dims.num_microbatches) * embedding_activation_bytes(model, ctx) / dims.vpp
     buffers = 0.0
     if last:
-        loss_bytes = traits.loss_bytes_per_logit or framework_profile(config.framework).loss_bytes_per_logit
-        buffers += output_activation_bytes(model, ctx, loss_bytes)  # logits and their gradient during the loss
+        buffers += output_activation_bytes(model, ctx, loss_bytes_per_logit(config.framework))  # logits, their gradient
     if config.recompute != "none" and layers:
         # What recompute dropped is rebuilt for one layer at a time while its backward runs:
         # the whole layer under full recompute, the dropped modules under selective.
@@ -459,15 +476,12 @@ def stage_memory(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, p
     if config.zero >= 3 and layers:
         table = layer_param_table(model)
         # Gathered bf16 weights of the current and the prefetched layer: the part other shards hold.
-        biggest = max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
-                      * (1 - 1 / dense_shard) + table[layer].experts / (dims.ep * dims.etp) * (1 - 1 / expert_shard)
-                      for layer in layers)
-        buffers += 2 * BF16_BYTES * biggest
+        buffers += 2 * BF16_BYTES * max(gathered_layer_params(table[layer], dims, dense_shard, expert_shard)
+                                        for layer in layers)
     if config.finetune == "lora" and config.is_low_precision and layers:
         table = layer_param_table(model)
         # FP8 transpose of the running layer's frozen weights, made for its dgrad GEMMs (1 B per element).
-        buffers += max((table[layer].attention + table[layer].mlp + table[layer].shared_experts) / dims.tp
-                       + table[layer].experts / (dims.ep * dims.etp) for layer in layers)
+        buffers += max(local_layer_params(table[layer], dims) for layer in layers)
     # (a dense model has no dispatch buffer whatever its layers: skip the scan)
     has_moe = model.is_moe and any(model.moe_layers[layer] for layer in layers)
     buffers += moe_dispatch_buffer_bytes(model, config, dims, has_moe, scale_up_gpus)

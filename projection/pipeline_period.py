@@ -3,8 +3,9 @@
 Both steady-state shortcuts read these: the cold one-pass simulation (`projection.pipeline_direct`) and the
 compiled-plan shortcut of a shape seen before (`projection.pipeline_steady`).  The argument that makes a
 repetition extrapolate exactly is in pipeline_steady.py; here are its pieces: where the periods are
-(`periodic_shape`), whether finish times repeat (`repetition`) and how many periods the argument needs
-(`room`, `needed_periods`).
+(`periodic_shape`), whether finish times repeat (`repetition`, `transient`) and how many periods the argument
+needs (`room`, `needed_periods`): both shortcuts accept a repetition by the same test, `needed_periods` <= the
+periods simulated.
 """
 
 from __future__ import annotations
@@ -66,16 +67,23 @@ def repetition(sequences: Sequence[Sequence[int]], lengths: Sequence[int], cycle
                                           seq[-span * c * length:-c * length])))
                    for seq, length in zip(sequences, lengths, strict=True)):
             continue
-        t = 0
-        for seq, length in zip(sequences, lengths, strict=True):
-            step = c * length
-            unequal = list(map(D.__ne__, map(operator.sub, seq[step:], seq)))   # unequal[k]: op k + step vs op k
-            if True in unequal:
-                last_bad = len(unequal) - 1 - unequal[::-1].index(True)
-                t = max(t, -(-(last_bad + 1) // length))   # first period whose ops all repeat, to the end
+        t = transient(sequences, lengths, c, D)
         if best is None or t + c < best[2] + best[0]:
             best = (c, D, t)
     return best
+
+
+def transient(sequences: Sequence[Sequence[int]], lengths: Sequence[int], c: int, D: int) -> int:
+    """The first period t from which every op, to the end of its rank's periods, finishes D after its twin c
+    periods before (``sequences`` and ``lengths`` as for `repetition`); the number of periods when none does."""
+    t = 0
+    for seq, length in zip(sequences, lengths, strict=True):
+        step = c * length
+        unequal = list(map(D.__ne__, map(operator.sub, seq[step:], seq)))   # unequal[k]: op k + step vs op k
+        if True in unequal:
+            last_bad = len(unequal) - 1 - unequal[::-1].index(True)
+            t = max(t, -(-(last_bad + 1) // length))   # first period whose ops all repeat, to the end
+    return t
 
 
 def room(lag: int, tail_reach: int, c: int) -> int:

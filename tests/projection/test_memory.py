@@ -286,3 +286,26 @@ def test_torchtitan_tp_shards_the_layer_inputs_over_the_sequence() -> None:
     dims = _dims(config, 256)
     titan = stage_memory(LLAMA, config, dims, PROFILE, 0).activations_bytes
     assert titan == pytest.approx(stage_memory(LLAMA, megatron, dims, PROFILE, 0).activations_bytes / 8, rel=0.01)
+
+
+def test_zero3_gather_and_fp8_lora_transpose_are_one_layer_of_weights() -> None:
+    """Pinned on Llama 3 8B (a layer: attention 4096 x (4096 + 2 x 1024) + 4096 x 4096 = 41,943,040, SwiGLU MLP
+    3 x 4096 x 14,336 = 176,160,768 parameters), in the production path and the one-rank reference alike.
+
+    ZeRO-3 over 8 GPUs gathers the current and the prefetched layer in bf16, of which the other 7 shards hold 7/8:
+    2 x 2 B x 218,103,808 x 7/8.  FP8 LoRA at TP 2 transposes the running layer's frozen weights once, 1 B each:
+    218,103,808 / 2.  Either term zeroed fails here."""
+    model, hardware = load_model("llama3-8b"), load_hardware("h100-sxm")
+
+    def transient(config: TrainingConfig) -> tuple[float, float]:
+        dims = _dims(config, 8)
+        return (project_memory(model, hardware, config, dims, PROFILE).stages[0].transient_bytes,
+                stage_memory(model, config, dims, PROFILE, 0).transient_bytes)
+
+    zero3 = TrainingConfig(tp=1, pp=1, mbs=1, gbs=8, seq_len=4096, zero=3)
+    gathered = [a - b for a, b in zip(transient(zero3), transient(zero3.model_copy(update={"zero": 2})), strict=True)]
+    assert gathered == [2 * 2 * 218_103_808 * 7 / 8] * 2
+    lora = TrainingConfig(tp=2, pp=1, mbs=1, gbs=8, seq_len=4096, zero=1, precision="fp8", finetune="lora")
+    transposed = [a - b for a, b in zip(transient(lora), transient(lora.model_copy(update={"precision": "bf16"})),
+                                        strict=True)]
+    assert transposed == [218_103_808 / 2] * 2
