@@ -266,8 +266,8 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         # also fails)
         costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]]
                                 & evaluator.screened())
-        failing = [i for i in costly.tolist() if not evaluator.passes(*_peak_pair(evaluator, i))]
-        rescued = _fallbacks_that_fit(job, evaluator, columns, np.asarray(failing, dtype=np.int64))
+        peaks = evaluator.peaks_of(costly)
+        rescued = _fallbacks_that_fit(job, evaluator, columns, costly[~evaluator.passes(peaks[:, 0], peaks[:, 2])])
         fallbacks = [configs[i].model_copy(update=columns.switch_choices[columns.columns["switches"][i]][1])
                      for i in rescued]
         return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
@@ -277,8 +277,10 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         choices = switch_choices(framework, job.model, config.model_copy(update=unset), ep_overlap_hides=hides)
         if len(choices) > 1:
             second[i] = choices[1]
-    fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(
-        evaluator, i))]
+    costly = np.fromiter(second, dtype=np.int64, count=len(second))
+    peaks = evaluator.peaks_of(costly)
+    fallbacks = [configs[i].model_copy(update=second[i])
+                 for i in costly[~evaluator.passes(peaks[:, 0], peaks[:, 2])].tolist()]
     return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
 
 
@@ -290,8 +292,7 @@ def _fallbacks_that_fit(job: Job, evaluator: Evaluator, columns: CandidateColumn
     fallback = replace(columns, switch_choices=[choices[1:] or choices for choices in columns.switch_choices],
                        _configs={})
     peaks = batcher_for(job.model, job.hardware, job.profile).peaks_of_rows(fallback, rows)
-    return [i for i, peak, capacity in zip(rows.tolist(), peaks.peak_bytes.tolist(), peaks.capacity_bytes.tolist(),
-                                           strict=True) if evaluator.passes(peak, capacity)]
+    return rows[evaluator.passes(peaks.peak_bytes, peaks.capacity_bytes)].tolist()
 
 
 def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadline: float | None, corrections: Any,
@@ -310,11 +311,6 @@ def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadl
     tally.pruned += more.pruned
     tally.complete = tally.complete and more.complete
     return _Joined(configs, fallbacks)
-
-
-def _peak_pair(evaluator: Evaluator, index: int) -> tuple[float, float]:
-    peak, _, capacity = evaluator.peak(index)
-    return peak, capacity
 
 
 def _finish(job: Job, configs: Sequence[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None

@@ -44,6 +44,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -56,7 +57,7 @@ from projection.framework import framework_profile
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
 from projection.memory_batch import MemoryBatcher, PeakBatch
-from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
+from projection.memory_verdict import SHIPPED_MARGINS, could_pass, screen_passes
 from projection.switches import resolve_switches
 from projection.training_config import (
     MICROBATCH_WORK,
@@ -75,6 +76,7 @@ BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by t
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
 IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this search included) to add a worker
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
+_SERIAL_GROUPS = 8192            # groups per phase-1 call in one process (numpy rounds; progress, deadline checks)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
 # FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
 # Empty since issue 11: the recipes' casts move different bytes (projection/workload.py CAST_BYTES_PER_ELEMENT).
@@ -103,6 +105,11 @@ _LAYER_WORK_FIELDS = tuple(name for name in _WORK_FIELDS if name not in _PIPELIN
 _PIPELINE_COLUMNS = ("pp", "vpp", "split", "schedule", "recompute")
 _LAYER_WORK_COLUMNS = ("mbs", "tp", "cp", "ep", "etp", "precision", "dispatcher", "switches")
 _OPTIMIZER_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp")
+# what the ZeRO-3 DP floor reads (projection/engine.py fsdp_exposed_floor: the DP collectives' sizes and groups,
+# their dtype, the switches' overlap and gradient bytes, full recompute's re-gathers), on the columns and the configs
+_FSDP_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "fsdp", "precision", "switches")
+_FSDP_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size", "precision", "comm_overlap",
+                "grad_reduce_in_fp32", "finetune", "framework")
 
 
 def _recompute_terms(recompute: str, modules: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
@@ -121,6 +128,11 @@ _sharding_values = attrgetter(*_SHARDING_FIELDS)
 _pipeline_values = attrgetter(*_PIPELINE_FIELDS)
 _layer_work_fields = attrgetter(*_LAYER_WORK_FIELDS)
 _optimizer_values = attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size")
+_fsdp_fields = attrgetter(*_FSDP_FIELDS)
+
+
+def _fsdp_values(config: TrainingConfig) -> tuple[Any, ...]:
+    return _fsdp_fields(config), config.recompute == "full"
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
 _SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
@@ -315,6 +327,10 @@ class Evaluator:
                  keep_projections: bool, deadline: float | None = None, corrections: Any = None,
                  columns: CandidateColumns | None = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
+        # the groups as flat arrays: every group's members one after the other, where each starts, how many
+        self._group_sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+        self._group_starts = np.cumsum(self._group_sizes) - self._group_sizes
+        self._members = np.fromiter(chain.from_iterable(groups), dtype=np.int64, count=int(self._group_sizes.sum()))
         # the candidates as columns (tools/candidate_columns.py; ``configs`` is then the same object): the batch
         # screen and the sharding of each layout read them, and a typed config is built only where one is read
         self.columns = columns if fast_paths.enabled() else None
@@ -339,6 +355,8 @@ class Evaluator:
         self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
         self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
         self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
+        self._full_of_code: np.ndarray | None = None      # columns: recompute code -> full recompute or not
+        self._fsdp_floor_cache: dict[tuple[Any, ...], tuple[float, float]] = {}   # ZeRO-3 DP floors by key
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -379,7 +397,7 @@ class Evaluator:
             return
         if self.columns is not None and not self._screened_live:
             self._screen_live()
-        rows = np.fromiter(indices, dtype=np.int64)
+        rows = indices if isinstance(indices, np.ndarray) else np.fromiter(indices, dtype=np.int64)
         rows = rows[np.isnan(self._peaks[rows, 0])]        # NaN: not screened yet
         if not len(rows):
             return
@@ -400,8 +418,8 @@ class Evaluator:
             return
         _, firsts, shard_of = np.unique(self._sharding_ids, return_index=True, return_inverse=True)
         self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
-        live = np.array([could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
-                         for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
+        live = could_pass(self._peaks[firsts, 1] + self._memory_offset, self._peaks[firsts, 2], self.min_headroom,
+                          SHIPPED_MARGINS)
         rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
         if len(rows):
             self._screen_rows(rows)
@@ -432,7 +450,7 @@ class Evaluator:
     def peaks_of(self, indices: np.ndarray) -> np.ndarray:
         """(n, 3): :meth:`peak` of many candidates."""
         if fast_paths.enabled():
-            self.screen(indices.tolist())
+            self.screen(indices)
             return self._peaks[indices]
         return np.array([self.peak(i) for i in indices.tolist()], dtype=np.float64).reshape(-1, 3)
 
@@ -461,10 +479,10 @@ class Evaluator:
         """1 - peak / capacity, the peak with the anchors' memory offset (as the anchored projections have it)."""
         return 1.0 - (peak + self._memory_offset) / capacity
 
-    def passes(self, peak: float, capacity: float) -> bool:
-        """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses; plus the
-        anchors' memory offset)."""
-        return passes_screen(peak + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
+    def passes(self, peak: Any, capacity: Any) -> Any:
+        """The screen's verdict on peaks, a bool array (:func:`projection.memory_verdict.screen_passes` with the
+        margins project_memory uses; plus the anchors' memory offset)."""
+        return screen_passes(peak + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
@@ -517,9 +535,41 @@ class Evaluator:
             microbatches = np.array([parallel_dims(self.configs[i], job.cluster).num_microbatches for i in indices],
                                     dtype=np.float64)
         optimizer = np.asarray(optimizers)[optimizer_ids]
+        floor, alone = self._fsdp_floors(rows)
         tokens = float(self.template_tokens())
-        seconds = microbatches * work + optimizer + job.profile.step_overhead_s
+        seconds = (np.maximum(microbatches * work + microbatches * floor, microbatches * alone) + optimizer
+                   + job.profile.step_overhead_s)
         return (tokens / seconds / job.cluster.num_gpus * self._bound_scale).tolist()
+
+    def _fsdp_floors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`projection.engine.fsdp_exposed_floor` of every row (zeros below ZeRO 3), once per distinct key of
+        the ZeRO-3 rows."""
+        floor, alone = np.zeros(len(rows)), np.zeros(len(rows))
+        if self.columns is not None:
+            fsdp = np.flatnonzero(self.columns.columns["zero"][rows] >= 3)
+        else:
+            fsdp = np.flatnonzero(np.fromiter((self.configs[i].zero >= 3 for i in rows.tolist()), dtype=bool,
+                                              count=len(rows)))
+        if len(fsdp):
+            keys = None
+            if self.columns is not None:
+                c, sub = self.columns.columns, rows[fsdp]
+                keys = [c[name][sub] for name in _FSDP_COLUMNS] + [self._full_codes()[c["recompute"][sub]]]
+            values, ids = self._distinct(rows[fsdp], keys, _fsdp_values, self._fsdp_floor_cache, self._fsdp_floor_of)
+            pairs = np.asarray(values, dtype=np.float64).reshape(-1, 2)[ids]
+            floor[fsdp], alone[fsdp] = pairs[:, 0], pairs[:, 1]
+        return floor, alone
+
+    def _full_codes(self) -> np.ndarray:
+        """Columns: per recompute code, 1 for full recompute (what the ZeRO-3 floor reads of recompute)."""
+        assert self.columns is not None
+        if self._full_of_code is None:
+            self._full_of_code = np.array([r == "full" for r, _, _ in self.columns.recomputes], dtype=np.int64)
+        return self._full_of_code
+
+    def _fsdp_floor_of(self, config: TrainingConfig) -> tuple[float, float]:
+        job = self.job
+        return engine.fsdp_exposed_floor(job.model, job.cluster, config, hardware=job.hardware, profile=job.profile)
 
     def template_tokens(self) -> int:
         """Tokens of one step (gbs * seq_len: the same for every candidate of a search)."""
@@ -644,70 +694,81 @@ class Evaluator:
         if tally.roomiest is None or headroom > tally.roomiest[0]:
             tally.roomiest = (headroom, index)
 
-    def prefetch_phase1(self, group_ids: list[int]) -> None:
-        """Batch-screen what :meth:`phase1` will read, in three batches, screening little it will not read.
-
-        1. the least-recompute variant of one group per sharding key: the static memory of a sharding
-           (weights, gradients, optimizer, FP8 copies, workspace) is the same for all its variants, so
-           this tells which shardings misfit statically (their other groups are skipped unscreened);
-        2. the least-recompute variant of every other group of the remaining shardings;
-        3. the other variants of the groups whose first variant did not pass.
-        A prefetch only decides what is computed early: phase 1 still reads every peak it needs
-        (:meth:`peak` screens any that is missing), so the results do not depend on it.
-        """
-        if not fast_paths.enabled():
-            return
-        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
-        keyed = list(zip(group_ids, self.shardings_of(firsts), strict=True))
-        keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
-        firsts: dict[tuple[Any, ...], int] = {}
-        for g, key in keyed:
-            firsts.setdefault(key, g)
-        self.screen(self.groups[g][0] for g in firsts.values())
-        misfit = set()
-        for key, g in firsts.items():
-            _, static, capacity = self._peaks[self.groups[g][0]].tolist()
-            if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
-                misfit.add(key)
-        live = [g for g, key in keyed if key not in misfit]
-        self.screen(self.groups[g][0] for g in live)
-        self.screen(i for g in live if not self.passes(*self._peaks[self.groups[g][0], ::2].tolist())
-                    for i in self.groups[g][1:])
-
     def phase1(self, group_ids: Iterable[int]) -> Tally:
-        """For each group: screen from the least recompute up, project the first variant that fits.
+        """For each group: screen from the least recompute up, queue the first variant that fits (its lead).
 
-        The peaks it reads are batch-screened first (:meth:`prefetch_phase1`); only the leads get the
-        full scalar memory result (the engine needs it), checked equal to the batch peak.
+        In rounds over the groups at once (numpy): round ``p`` reads the peaks of the ``p``-th variant of every group
+        without a lead yet, so the peaks read (batch-screened per round, or the scalar results with the fast paths
+        off) are those a group-by-group walk reads.  First, one group per sharding key tells which shardings misfit
+        statically (the static memory of a sharding, weights, gradients, optimizer, FP8 copies and workspace, is the
+        same for all its variants: when it alone would not pass, no variant passes); the other groups of those are
+        counted screened out unread.  Only the leads get the full scalar memory result later (the engine needs it),
+        checked equal to the batch peak.  Counts and the roomiest screened-out layout are the walk's (ties: the
+        first in visiting order).
         """
         tally = Tally()
-        group_ids = list(group_ids)
-        self.prefetch_phase1(group_ids)
-        found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
-        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
-        # each group's least-recompute variant: its sharding, and its peaks as screened (NaN: read through peak())
-        for g, key, first in zip(group_ids, self.shardings_of(firsts), self._peaks[firsts].tolist(), strict=True):
-            members = self.groups[g]
-            if key in self.static_misfits:
-                tally.screened_out += len(members)
-                tally.visited += len(members)
-                continue
-            for position, index in enumerate(members):
-                peak, static, capacity = first if position == 0 and first[0] == first[0] else self.peak(index)
-                tally.visited += 1
-                if self.passes(peak, capacity):
-                    found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
-                    break
-                self._screened_out(tally, self.headroom(peak, capacity), index)
-                # Nothing with this sharding can pass when its static memory alone would not (same rule).
-                if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
-                    self.static_misfits.add(key)
-                    rest = len(members) - position - 1
-                    tally.screened_out += rest
-                    tally.visited += rest
-                    break
-        tally.pending += [Lead(group=g, position=position, index=index, headroom=headroom,
-                               static_headroom=static_headroom) for g, position, index, headroom, static_headroom in found]
+        ids = np.fromiter(group_ids, dtype=np.int64)
+        if not len(ids):
+            return tally
+        starts, sizes = self._group_starts[ids], self._group_sizes[ids]
+        key_of = self.shardings_of(self._members[starts])
+        codes: dict[Any, int] = {}
+        key = np.fromiter((codes.setdefault(k, len(codes)) for k in key_of), dtype=np.int64, count=len(ids))
+        keys = list(codes)
+        misfit = np.array([k in self.static_misfits for k in keys], dtype=bool)
+        # the first group of each sharding not known to misfit: its least-recompute variant tells
+        _, first_group = np.unique(key, return_index=True)
+        probe = first_group[~misfit[key[first_group]]]
+        peaks = self.peaks_of(self._members[starts[probe]])
+        static_misfit = ~could_pass(peaks[:, 1] + self._memory_offset, peaks[:, 2], self.min_headroom,
+                                    SHIPPED_MARGINS)
+        found = static_misfit & ~self.passes(peaks[:, 0], peaks[:, 2])    # (a variant that passes is a lead)
+        new_misfits = key[probe[found]]
+        self.static_misfits.update(keys[k] for k in new_misfits.tolist())
+        # (group's place in ``ids``, position, headroom, index) of every read that did not pass
+        failed: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []
+        failed.append((probe[found], 0, self.headroom(peaks[found, 0], peaks[found, 2]),
+                       self._members[starts[probe[found]]]))
+        misfit[new_misfits] = True
+        dropped = misfit[key]
+        tally.screened_out += int(sizes[dropped].sum())
+        tally.visited += int(sizes[dropped].sum())
+        # rounds over the rest: position p of every group still without a lead
+        live = np.flatnonzero(~dropped)
+        lead_position = np.full(len(ids), -1, dtype=np.int64)
+        lead_peaks = np.zeros((len(ids), 3))
+        active, position = live, 0
+        while len(active):
+            active = active[sizes[active] > position]
+            if not len(active):
+                break
+            rows = self._members[starts[active] + position]
+            peaks = self.peaks_of(rows)
+            ok = self.passes(peaks[:, 0], peaks[:, 2])
+            lead_position[active[ok]] = position
+            lead_peaks[active[ok]] = peaks[ok]
+            failed.append((active[~ok], position, self.headroom(peaks[~ok, 0], peaks[~ok, 2]), rows[~ok]))
+            active = active[~ok]
+            position += 1
+        led = lead_position >= 0
+        heads, unled = np.flatnonzero(led), live[~led[live]]
+        tally.visited += int((lead_position[heads] + 1).sum() + sizes[unled].sum())
+        tally.screened_out += int(lead_position[heads].sum() + sizes[unled].sum())
+        headroom = np.concatenate([f[2] for f in failed])
+        if len(headroom):     # the roomiest screened-out read, the first in visiting order among equals
+            place = np.concatenate([f[0] for f in failed])
+            at_position = np.concatenate([np.full(len(f[0]), f[1], dtype=np.int64) for f in failed])
+            index = np.concatenate([f[3] for f in failed])
+            best = np.flatnonzero(headroom == headroom.max())
+            at = best[np.lexsort((at_position[best], place[best]))[0]]
+            tally.roomiest = (float(headroom[at]), int(index[at]))
+        heads = np.flatnonzero(led)
+        positions = lead_position[heads]
+        indices = self._members[starts[heads] + positions]
+        peak, static, capacity = lead_peaks[heads, 0], lead_peaks[heads, 1], lead_peaks[heads, 2]
+        tally.pending += [Lead(group=g, position=p, index=i, headroom=h, static_headroom=sh) for g, p, i, h, sh in zip(
+            ids[heads].tolist(), positions.tolist(), indices.tolist(), self.headroom(peak, capacity).tolist(),
+            self.headroom(static, capacity).tolist(), strict=True)]
         return tally
 
     def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
@@ -754,7 +815,7 @@ class Evaluator:
         peaks = self.peaks_of(np.asarray(indices, dtype=np.int64))
         peak, capacity = peaks[:, 0], peaks[:, 2]
         headroom = self.headroom(peak, capacity)
-        passing = np.fromiter(map(self.passes, peak.tolist(), capacity.tolist()), dtype=bool, count=len(indices))
+        passing = self.passes(peak, capacity)
         tally.visited += len(indices)
         failed = np.flatnonzero(~passing)
         if len(failed):
@@ -880,7 +941,8 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
 
     group_ids = (sorted(range(len(evaluator.groups)), key=order) if evaluator.columns is None
                  else group_order(evaluator.columns, evaluator.groups))
-    chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
+    size = _TASK_GROUPS if workers > 1 else _SERIAL_GROUPS
+    chunks = [group_ids[i:i + size] for i in range(0, len(group_ids), size)]
 
     def absorb(part: Tally) -> None:
         total.merge(part)

@@ -135,3 +135,21 @@ def test_the_lower_bound_never_exceeds_the_projected_time(model_id: str, gpu: st
             assert 0 < bound <= projected * (1 + 1e-12), (config, bound, projected)
             checked += 1
     assert checked >= 40
+
+
+def test_the_lower_bound_counts_fsdp_communication() -> None:
+    """Under ZeRO 3 the bound adds the DP communication the step exposes at least (engine.fsdp_exposed_floor):
+    tighter than the busiest rank's work alone, still at most the projected time; nothing below ZeRO 3."""
+    from projection import engine
+
+    model, hardware = load_model("qwen3-30b-a3b"), load_hardware("mi355x")
+    cluster = Cluster(gpu="mi355x", num_gpus=16)
+    fsdp = TrainingConfig(tp=1, pp=1, cp=1, ep=8, mbs=1, gbs=64, seq_len=8192, precision="bf16", zero=3)
+    floor, alone = engine.fsdp_exposed_floor(model, cluster, fsdp, hardware=hardware)
+    assert 0 < floor <= alone
+    bound = iteration_time_lower_bound(model, cluster, fsdp, hardware=hardware)
+    projected = project(model, cluster, fsdp, hardware=hardware, check=False)
+    assert bound <= projected.iteration_time_s
+    assert bound - floor * projected.dims.num_microbatches >= projected.breakdown.optimizer_s
+    ddp = fsdp.model_copy(update={"zero": 1})
+    assert engine.fsdp_exposed_floor(model, cluster, ddp, hardware=hardware) == (0.0, 0.0)
