@@ -647,22 +647,23 @@ def iteration_time_lower_bound(model: ModelSpec, cluster: Cluster, config: Train
                                framework: FrameworkProfile | None = None) -> float:
     """A lower bound of :func:`project`'s iteration time, seconds, at a fraction of its cost.
 
-    The pipeline makespan is at least the busiest rank's work (no bubble, no p2p;
-    :func:`projection.busiest_work.busiest_work`, the array form the search runs over many layouts), and exposed
+    The pipeline makespan is at least, over the ranks, a rank's work plus the fill before its first op and (where
+    backward and weight gradient run as one op) the drain after its last (no p2p, no other bubble;
+    :func:`projection.busiest_work.makespan_floor`, the array form the search runs over many layouts), and exposed
     DP communication is at least zero, under ZeRO 3 at least :func:`fsdp_exposed_floor` (beside the makespan, and
     with it); optimizer and step overhead are exact.  Search uses it to skip layouts that cannot reach the current
     top-k.  Assumes a legal layout.
     """
-    from projection.busiest_work import busiest_work, stage_layers
+    from projection.busiest_work import makespan_floor, stage_layers
 
     hardware = hardware_of(cluster, hardware)
     profile = profile or default_profile(hardware)
     dims = parallel_dims(config, cluster)
     work = layer_work(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
-    busiest = float(busiest_work([work], [0], [stage_layers(model.num_layers, config, dims)], [0])[0])
-    floor, alone = fsdp_exposed_floor(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
     m = dims.num_microbatches
-    return (max(m * busiest + m * floor, m * alone) + _optimizer_s(model, config, dims, hardware, profile)
+    makespan = float(makespan_floor([work], [0], [stage_layers(model.num_layers, config, dims)], [0], [m])[0])
+    floor, alone = fsdp_exposed_floor(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
+    return (max(makespan + m * floor, m * alone) + _optimizer_s(model, config, dims, hardware, profile)
             + profile.step_overhead_s)
 
 

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from projection import engine, fast_paths, module_heap
-from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
+from projection.busiest_work import LayerWork, StageLayers, makespan_floor, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.framework import framework_profile
 from projection.layout import parallel_dims
@@ -528,16 +528,16 @@ class Evaluator:
         stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
                                            self._stage_layers_of)
         optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
-        work = busiest_work(works, work_ids, stages, stage_ids)
         if self.columns is not None:
             microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
         else:
             microbatches = np.array([parallel_dims(self.configs[i], job.cluster).num_microbatches for i in indices],
                                     dtype=np.float64)
+        makespan = makespan_floor(works, work_ids, stages, stage_ids, microbatches)
         optimizer = np.asarray(optimizers)[optimizer_ids]
         floor, alone = self._fsdp_floors(rows)
         tokens = float(self.template_tokens())
-        seconds = (np.maximum(microbatches * work + microbatches * floor, microbatches * alone) + optimizer
+        seconds = (np.maximum(makespan + microbatches * floor, microbatches * alone) + optimizer
                    + job.profile.step_overhead_s)
         return (tokens / seconds / job.cluster.num_gpus * self._bound_scale).tolist()
 
