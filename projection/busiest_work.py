@@ -52,7 +52,10 @@ def layer_work(distinct: Sequence[tuple[float, ...]], kinds: Sequence[int], head
     them) and the head's and embedding's costs (:func:`projection.workload.head_cost`, ``embedding_cost``)."""
     terms = np.asarray(distinct, dtype=np.float64)[:, :4]
     fwd, b_in, b_w, selective = terms.T
-    per_kind = np.stack([fwd + b_in + b_w + selective, fwd + fwd + b_in + b_w, fwd])   # (3, distinct)
+    per_kind = np.empty((3, len(terms)))             # (3, distinct)
+    per_kind[0] = fwd + b_in + b_w + selective
+    per_kind[1] = fwd + fwd + b_in + b_w
+    per_kind[2] = fwd
     prefix = np.zeros((3, len(kinds) + 1))
     np.cumsum(per_kind[:, np.asarray(kinds, dtype=np.intp)], axis=1, out=prefix[:, 1:])
     return LayerWork(plain=prefix[0], full=prefix[1], forward=prefix[2], embed=embed[0] + embed[1],

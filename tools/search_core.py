@@ -117,6 +117,13 @@ def _recompute_terms(recompute: str, modules: tuple[str, ...]) -> tuple[bool, tu
     return recompute == "full", tuple(modules) if recompute == "selective" else ()
 
 
+def _recompute_code(codes: dict[tuple[str, ...], int], recompute: str, modules: tuple[str, ...]) -> int:
+    """An integer for a recompute setting: in its lowest bit, full recompute or not; above, a code of the selective
+    modules (what the per-layer terms read of it, :func:`_recompute_terms`)."""
+    full, selective = _recompute_terms(recompute, modules)
+    return codes.setdefault(selective, len(codes)) << 1 | full
+
+
 def _layer_work_values(config: TrainingConfig) -> tuple[Any, ...]:
     return (*_layer_work_fields(config), _recompute_terms(config.recompute, config.recompute_modules),
             config.pp > 1 and config.vpp == 1)
@@ -354,7 +361,10 @@ class Evaluator:
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
         self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
         self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
-        self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
+        # columns: recompute code -> code of _recompute_terms, full recompute in its lowest bit (_recompute_code)
+        self._recompute_codes: np.ndarray | None = None
+        self._switch_code_of: dict[tuple[int, ...], int] = {}   # columns: what the switches read -> their code
+        self._switch_ids: dict[Any, int] = {}                   # switches in effect -> code
         self._full_of_code: np.ndarray | None = None      # columns: recompute code -> full recompute or not
         self._fsdp_floor_cache: dict[tuple[Any, ...], tuple[float, float]] = {}   # ZeRO-3 DP floors by key
 
@@ -613,12 +623,33 @@ class Evaluator:
         c, columns = self.columns.columns, self.columns
         if self._recompute_codes is None:
             codes: dict[tuple[Any, ...], int] = {}
-            self._recompute_codes = np.array([codes.setdefault(_recompute_terms(r, modules), len(codes))
-                                              for r, _, modules in columns.recomputes], dtype=np.int64)
-        pp = c["pp"][rows]
+            self._recompute_codes = np.array([_recompute_code(codes, r, modules) for r, _, modules in
+                                              columns.recomputes], dtype=np.int64)
         work = [c[name][rows] for name in _LAYER_WORK_COLUMNS]
-        work += [self._recompute_codes[c["recompute"][rows]], ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64)]
+        work += [self._switch_codes(rows), self._recompute_codes[c["recompute"][rows]] >> 1]
         return (work, [c[name][rows] for name in _PIPELINE_COLUMNS], [c[name][rows] for name in _OPTIMIZER_COLUMNS])
+
+    def _switch_codes(self, rows: np.ndarray) -> np.ndarray:
+        """Columns: per row, a code of the switches in effect (:func:`projection.switches.resolve_switches`), resolved
+        once per distinct value of what they read: the searched switches and the expert overlap's rules (EP, PP
+        without VPP, full recompute, dispatcher; projection.switches.ep_overlap_blockers)."""
+        assert self.columns is not None and self._recompute_codes is not None
+        c = self.columns.columns
+        pp = c["pp"][rows]
+        reads = [c["switches"][rows], (c["ep"][rows] > 1).astype(np.int64),
+                 ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64), self._recompute_codes[c["recompute"][rows]] & 1,
+                 c["dispatcher"][rows]]
+        first, ids = packed_ids(reads)
+        codes = np.empty(len(first), dtype=np.int64)
+        for k, (key, rep) in enumerate(zip(zip(*(r[first].tolist() for r in reads), strict=True),
+                                          rows[first].tolist(), strict=True)):
+            code = self._switch_code_of.get(key)
+            if code is None:
+                config = self.transient_config(rep)
+                switches = resolve_switches(config, framework_profile(config.framework))
+                code = self._switch_code_of[key] = self._switch_ids.setdefault(switches, len(self._switch_ids))
+            codes[k] = code
+        return codes[ids]
 
     def _layer_work_of(self, config: TrainingConfig) -> LayerWork:
         """The per-layer work of a layout, built once per distinct (per-layer work fields, switches in effect,
