@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from projection import fast_paths
+from projection import fast_paths, module_heap
 from projection.engine import Projection, project
 from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
@@ -170,6 +170,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     Raises:
         ProjtuneError: unknown model or GPU, or an unreadable profile.
     """
+    with module_heap.collecting_rarely():
+        return _run_search(request, progress, workers, deadline_s)
+
+
+def _run_search(request: SearchRequest, progress: Progress | None, workers: int | None, deadline_s: float | None
+                ) -> SearchResult:
     start = time.perf_counter()
     record = request_framework(request)
     framework = None if record is None else record.name

@@ -56,7 +56,7 @@ from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.framework import framework_profile
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
-from projection.memory_batch import MemoryBatcher, PeakBatch
+from projection.memory_batch import MemoryBatcher, PeakBatch, batcher_for
 from projection.memory_verdict import SHIPPED_MARGINS, could_pass, screen_passes
 from projection.switches import resolve_switches
 from projection.training_config import (
@@ -354,7 +354,8 @@ class Evaluator:
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
         self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
         # the batch screen (fast paths on): peak, static peak and usable bytes per candidate, NaN until screened
-        self._batcher = MemoryBatcher(job.model, job.hardware, job.profile)
+        # the job's shared batcher: its rows serve the fallbacks' screen and the leads' memory results too
+        self._batcher = batcher_for(job.model, job.hardware, job.profile)
         self._peaks = np.full((len(configs), 3), np.nan)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
