@@ -201,13 +201,33 @@ class Bounds:
     neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for bisect)
     front_headroom: tuple[float, ...]   # ascending, aligned with neg_front_tps
 
-    def dominated(self, tps_bound: float, headroom: float) -> bool:
-        """Whether a layout with at most ``tps_bound`` and ``headroom`` can be neither top-k nor on the front."""
-        if tps_bound >= self.kth_best:
-            return False
+    def dominated(self, tps_bound: Any, headroom: Any) -> Any:
+        """Whether layouts with at most ``tps_bound`` and ``headroom`` (arrays, or one of each) can be neither top-k
+        nor on the front: a bool array."""
+        tps_bound, headroom = np.asarray(tps_bound, dtype=np.float64), np.asarray(headroom, dtype=np.float64)
+        below = tps_bound < self.kth_best
+        if not self.front_headroom:
+            return below & False
         # front points with tps >= tps_bound are a prefix (tps descending); its last has the most headroom
-        count = bisect.bisect_right(self.neg_front_tps, -tps_bound)
-        return count > 0 and self.front_headroom[count - 1] >= headroom
+        count = np.searchsorted(np.asarray(self.neg_front_tps), -tps_bound, side="right")
+        front = np.asarray(self.front_headroom)[np.maximum(count - 1, 0)]
+        return below & (count > 0) & (front >= headroom)
+
+
+def _first_undominated(bounds: Sequence[Bounds], tps_bound: np.ndarray, headroom: np.ndarray, start: int) -> int:
+    """The first position from ``start`` whose layout none of ``bounds`` dominates (``len(tps_bound)``: none), read
+    in windows that grow while everything in them is dominated (a search prunes long runs between projections)."""
+    window = 256
+    while start < len(tps_bound):
+        stop = min(len(tps_bound), start + window)
+        mask = np.zeros(stop - start, dtype=bool)
+        for b in bounds:
+            mask |= b.dominated(tps_bound[start:stop], headroom[start:stop])
+        free = np.flatnonzero(~mask)
+        if len(free):
+            return start + int(free[0])
+        start, window = stop, window * 4
+    return len(tps_bound)
 
 
 def bounds_from(outcomes: Sequence[Outcome], top_k: int) -> Bounds:
@@ -703,11 +723,20 @@ class Evaluator:
         seen = list(known)
         bounds = bounds_from(seen, top_k)
         since_refresh = 0
-        for lead in sorted(pending, key=lambda item: -item.tps_bound):
-            if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.headroom):
-                tally.pruned += 1
-                tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
-                continue
+        order = np.argsort(-np.fromiter((lead.tps_bound for lead in pending), dtype=np.float64, count=len(pending)),
+                           kind="stable")
+        ordered = [pending[k] for k in order.tolist()]
+        tps_bound = np.array([lead.tps_bound for lead in ordered], dtype=np.float64) * (1.0 + BOUND_MARGIN)
+        headroom = np.array([lead.headroom for lead in ordered], dtype=np.float64)
+        at = 0
+        while at < len(ordered):
+            nxt = _first_undominated([bounds], tps_bound, headroom, at)
+            tally.pruned += nxt - at
+            tally.leads.update((lead.group, (lead.position, lead.tps_bound, lead.static_headroom))
+                               for lead in ordered[at:nxt])
+            if nxt == len(ordered):
+                break
+            lead = ordered[nxt]
             self.check_deadline()
             reused = None if done is None else done.get(lead.index)
             if reused is not None:
@@ -720,6 +749,7 @@ class Evaluator:
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
                 bounds = bounds_from([*seen, *tally.outcomes], top_k)
                 since_refresh = 0
+            at = nxt + 1
 
     def _screened_out(self, tally: Tally, headroom: float, index: int) -> None:
         tally.screened_out += 1
@@ -820,31 +850,31 @@ class Evaluator:
         projected numbers and the peaks, the same on every path.
         """
         bounds = bounds_from(tally.outcomes, top_k)
-
-        def bound_of(g: int) -> float:
-            return leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
-
-        live = []
-        for g in group_ids:
-            if g not in leads:
-                continue
-            rest = self.groups[g][leads[g][0] + 1:]
-            if bounds.dominated(bound_of(g), leads[g][2]):
-                tally.visited += len(rest)
-                tally.pruned += len(rest)
-            elif rest:
-                live.append(g)
+        # the groups with a lead, in ``group_ids`` order: lead position, throughput (or bound), static headroom
+        ids = np.fromiter(group_ids, dtype=np.int64)
+        ids = ids[np.fromiter((g in leads for g in ids.tolist()), dtype=bool, count=len(ids))]
+        lead = np.array([leads[g] for g in ids.tolist()], dtype=np.float64).reshape(-1, 3)
+        at, tps, static_headroom = lead[:, 0].astype(np.int64), lead[:, 1], lead[:, 2]
+        if self.columns is not None:
+            zero = self.columns.columns["zero"][self._members[self._group_starts[ids]]]
+        else:
+            zero = np.fromiter((self.configs[i].zero for i in self._members[self._group_starts[ids]].tolist()),
+                               dtype=np.int64, count=len(ids))
+        group_bound = np.where(zero < 3, tps * (1.0 + BOUND_MARGIN), np.inf)
+        rest = self._group_sizes[ids] - at - 1
+        whole = np.broadcast_to(np.asarray(bounds.dominated(group_bound, static_headroom), dtype=bool), ids.shape)
+        tally.visited += int(rest[whole].sum())
+        tally.pruned += int(rest[whole].sum())
+        keep = ~whole & (rest > 0)
+        live, lead_bounds, counts = ids[keep], group_bound[keep], rest[keep]
         # every variant after its lead, in (group, position) order: screened, then queued by headroom if it passes
-        indices: list[int] = []
-        ranks: list[int] = []
-        positions: list[int] = []
-        for rank, g in enumerate(live):
-            members = self.groups[g]
-            start = leads[g][0] + 1
-            indices += members[start:]
-            ranks += [rank] * (len(members) - start)
-            positions += range(start, len(members))
-        peaks = self.peaks_of(np.asarray(indices, dtype=np.int64))
+        first = self._group_starts[live] + at[keep] + 1
+        offsets = np.cumsum(counts) - counts
+        step = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets, counts)
+        indices = self._members[np.repeat(first, counts) + step]
+        rank_of = np.repeat(np.arange(len(live), dtype=np.int64), counts)
+        position_of = np.repeat(at[keep] + 1, counts) + step
+        peaks = self.peaks_of(indices)
         peak, capacity = peaks[:, 0], peaks[:, 2]
         headroom = self.headroom(peak, capacity)
         passing = self.passes(peak, capacity)
@@ -854,18 +884,15 @@ class Evaluator:
             tally.screened_out += len(failed)
             roomiest = int(failed[np.argmax(headroom[failed])])      # the first of the roomiest, as one by one
             if tally.roomiest is None or headroom[roomiest] > tally.roomiest[0]:
-                tally.roomiest = (float(headroom[roomiest]), indices[roomiest])
-        rank_of, position_of = np.asarray(ranks, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+                tally.roomiest = (float(headroom[roomiest]), int(indices[roomiest]))
         order = np.flatnonzero(passing)
         order = order[np.lexsort((position_of[order], rank_of[order], -headroom[order]))]
-        # (-headroom, rank, position, group), ascending
-        queue = list(zip((-headroom[order]).tolist(), rank_of[order].tolist(), position_of[order].tolist(),
-                         [live[r] for r in rank_of[order].tolist()], strict=True))
-        # under FSDP each variant is bounded by its own engine bound: all of them in one batch
-        # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
-        variants = [self.groups[g][position] for _, _, position, g in queue]
-        own_bounds = self.throughput_bounds(variants)
-        lead_bounds = [bound_of(g) for g in live]                  # by rank in ``live``
+        # (-headroom, rank, position), ascending; each variant's own engine bound too (more recompute: more work, a
+        # lower bound than its lead's; under FSDP its only one), all in one batch
+        variants = indices[order]
+        own = np.asarray(self.throughput_bounds(variants.tolist()), dtype=np.float64).reshape(-1)
+        bound = np.minimum(lead_bounds[rank_of[order]], own * (1.0 + BOUND_MARGIN))
+        room = headroom[order]
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
 
@@ -877,23 +904,25 @@ class Evaluator:
 
         roomier = roomier_bounds()
         since_refresh = 0
-        for (neg_headroom, rank, _, _), index, own in zip(queue, variants, own_bounds, strict=True):
-            bound = min(lead_bounds[rank], own * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
-            if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
-                tally.pruned += 1
-                continue
+        position = 0
+        while position < len(variants):
+            nxt = _first_undominated([roomier, bounds], bound, room, position)
+            tally.pruned += nxt - position
+            if nxt == len(variants):
+                break
             self.check_deadline()
-            tps = self.project(index, tally).tokens_per_s_per_gpu
-            best_roomier = max(best_roomier, tps)
+            tps_now = self.project(int(variants[nxt]), tally).tokens_per_s_per_gpu
+            best_roomier = max(best_roomier, tps_now)
             if len(top) < top_k:
-                heapq.heappush(top, tps)
-            elif tps > top[0]:
-                heapq.heapreplace(top, tps)
+                heapq.heappush(top, tps_now)
+            elif tps_now > top[0]:
+                heapq.heapreplace(top, tps_now)
             roomier = roomier_bounds()
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY:
                 bounds = bounds_from(tally.outcomes, top_k)
                 since_refresh = 0
+            position = nxt + 1
 
 
 _WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
