@@ -304,7 +304,13 @@ def sharding_ids(columns: CandidateColumns) -> np.ndarray:
                  for p in columns.precisions]
         columns.columns["sharding_precision"] = np.asarray(codes, dtype=np.int64)[columns.columns["precision"]]
         names[names.index("precision")] = "sharding_precision"
-    return columns.key_ids(names)[1]
+    # every row of a (outer row, precision) block has the block's sharding (the blocks' rows are its recompute
+    # variants, candidate_columns.CandidateColumns.block_starts): key ids of the blocks' first rows, repeated
+    starts = columns.block_starts
+    if not len(starts):
+        return np.zeros(len(columns), dtype=np.intp)
+    sizes = np.diff(starts, append=len(columns))
+    return np.repeat(columns.key_ids(names, starts)[1], sizes)
 
 
 def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]:
@@ -447,11 +453,14 @@ class Evaluator:
         assert self.columns is not None and self._sharding_ids is not None
         if not len(self.configs):
             return
-        _, firsts, shard_of = np.unique(self._sharding_ids, return_index=True, return_inverse=True)
+        # the first row of each sharding (its ids count from 0 up): the first row of its first block
+        starts = self.columns.block_starts
+        _, first_block = np.unique(self._sharding_ids[starts], return_index=True)
+        firsts = starts[first_block]
         self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
         live = could_pass(self._peaks[firsts, 1] + self._memory_offset, self._peaks[firsts, 2], self.min_headroom,
                           SHIPPED_MARGINS)
-        rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
+        rows = np.flatnonzero(live[self._sharding_ids] & np.isnan(self._peaks[:, 0]))
         if len(rows):
             self._screen_rows(rows)
 
