@@ -169,6 +169,49 @@ class CandidateColumns:
         return [members[k] for k in np.argsort(np.concatenate(positions), kind="stable").tolist()]
 
 
+    def group_arrays(self) -> GroupArrays:
+        """:meth:`groups` as flat arrays (no Python list per group): the same groups, in the same order."""
+        starts = self.block_starts
+        sizes = np.diff(starts, append=len(self)) if len(starts) else np.zeros(0, dtype=np.int64)
+        block_pp = self.columns["pp"][starts]
+        width = max((len(codes) for codes in self.variants.values()), default=1)
+        lookup = np.zeros((max(self.variants, default=0) + 1, width), dtype=np.int64)  # pp, place -> variant
+        single = np.zeros(len(lookup), dtype=bool)                # pp without a recompute order: one group a row
+        for pp, codes in self.variants.items():
+            levels = [_level(self.recomputes[k]) for k in codes]
+            if None in levels or len(set(levels)) != len(levels):
+                single[pp] = True
+                lookup[pp, :len(codes)] = np.arange(len(codes))
+                continue
+            lookup[pp, :len(codes)] = [k for _, k in sorted(zip(levels, range(len(codes)), strict=True))]
+        offsets = np.cumsum(sizes) - sizes
+        place = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(offsets, sizes)
+        members = np.repeat(starts, sizes) + lookup[np.repeat(block_pp, sizes), place]
+        # a block is one group, or (no recompute order) one group per row
+        group_sizes = np.repeat(np.where(single[block_pp], 1, sizes), np.where(single[block_pp], sizes, 1))
+        return GroupArrays(members=members, starts=np.cumsum(group_sizes) - group_sizes, sizes=group_sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupArrays:
+    """Recompute groups as flat arrays: every group's members (candidate indices, least recompute first) one after
+    the other, where each group starts and how many it has; indexing gives a group's members as a list."""
+
+    members: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, g: int) -> list[int]:
+        start = int(self.starts[g])
+        return self.members[start:start + int(self.sizes[g])].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[g] for g in range(len(self)))
+
+
 def packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(position of the first row of each distinct key, key id of every row) of equally long integer arrays, one per
     key part (``names``: theirs, for the error); distinct keys in ascending packed order."""

@@ -197,7 +197,7 @@ def _run_search(request: SearchRequest, progress: Progress | None, workers: int 
         space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=constraints,
                             gbs=request.gbs, seq_len=request.seq_len, framework=framework, ep_overlap_hides=hides)
         columns = enumerate_columns(space, job_template(space, request.finetune, request.packed_document_tokens))
-        configs, groups = columns, columns.groups()
+        configs, groups = columns, columns.group_arrays()
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len, request.finetune,

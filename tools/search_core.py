@@ -70,7 +70,7 @@ from projection.training_config import (
 from projection.vocabulary import RECOMPUTE_LEVEL
 from projection.workload import selective_recompute_modules
 from tools.anchoring import anchored, slowest_factor
-from tools.candidate_columns import SHARDING, CandidateColumns, packed_ids
+from tools.candidate_columns import SHARDING, CandidateColumns, GroupArrays, packed_ids
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
@@ -313,12 +313,13 @@ def sharding_ids(columns: CandidateColumns) -> np.ndarray:
     return np.repeat(columns.key_ids(names, starts)[1], sizes)
 
 
-def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]:
+def group_order(columns: CandidateColumns, groups: list[list[int]] | GroupArrays) -> list[int]:
     """The order :func:`evaluate` visits groups in (see its ``order``), from the columns: by the repr of the
     sharding key, then mbs, schedule, dispatcher and sequence parallelism, ties in group order (a stable sort)."""
     if not groups:
         return []
-    firsts = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
+    firsts = (groups.members[groups.starts] if isinstance(groups, GroupArrays)
+              else np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups)))
     reps, inverse = columns.key_ids(SHARDING, firsts)
     text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
@@ -356,14 +357,18 @@ class DeadlineReached(Exception):
 class Evaluator:
     """Screens and projects candidates of one job (the state a worker process inherits)."""
 
-    def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
-                 keep_projections: bool, deadline: float | None = None, corrections: Any = None,
+    def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]] | GroupArrays,
+                 min_headroom: float, keep_projections: bool, deadline: float | None = None, corrections: Any = None,
                  columns: CandidateColumns | None = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
         # the groups as flat arrays: every group's members one after the other, where each starts, how many
-        self._group_sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
-        self._group_starts = np.cumsum(self._group_sizes) - self._group_sizes
-        self._members = np.fromiter(chain.from_iterable(groups), dtype=np.int64, count=int(self._group_sizes.sum()))
+        if isinstance(groups, GroupArrays):
+            self._members, self._group_starts, self._group_sizes = groups.members, groups.starts, groups.sizes
+        else:
+            self._group_sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+            self._group_starts = np.cumsum(self._group_sizes) - self._group_sizes
+            self._members = np.fromiter(chain.from_iterable(groups), dtype=np.int64,
+                                        count=int(self._group_sizes.sum()))
         # the candidates as columns (tools/candidate_columns.py; ``configs`` is then the same object): the batch
         # screen and the sharding of each layout read them, and a typed config is built only where one is read
         self.columns = columns if fast_paths.enabled() else None
