@@ -78,6 +78,7 @@ IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this sea
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
 _SERIAL_GROUPS = 8192            # groups per phase-1 call in one process (numpy rounds; progress, deadline checks)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
+_OWN_BOUND_BATCH = 16384         # phase-2 variants looked ahead for their own engine bounds in one batch
 # FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
 # Empty since issue 11: the recipes' casts move different bytes (projection/workload.py CAST_BYTES_PER_ELEMENT).
 ENGINE_ALIKE_PRECISIONS: frozenset[str] = frozenset()
@@ -214,16 +215,21 @@ class Bounds:
         return below & (count > 0) & (front >= headroom)
 
 
+def _dominated_by(bounds: Sequence[Bounds], tps_bound: np.ndarray, headroom: np.ndarray) -> np.ndarray:
+    """Per layout, whether any of ``bounds`` dominates it (:meth:`Bounds.dominated`), a bool array."""
+    mask = np.zeros(len(tps_bound), dtype=bool)
+    for b in bounds:
+        mask |= b.dominated(tps_bound, headroom)
+    return mask
+
+
 def _first_undominated(bounds: Sequence[Bounds], tps_bound: np.ndarray, headroom: np.ndarray, start: int) -> int:
     """The first position from ``start`` whose layout none of ``bounds`` dominates (``len(tps_bound)``: none), read
     in windows that grow while everything in them is dominated (a search prunes long runs between projections)."""
     window = 256
     while start < len(tps_bound):
         stop = min(len(tps_bound), start + window)
-        mask = np.zeros(stop - start, dtype=bool)
-        for b in bounds:
-            mask |= b.dominated(tps_bound[start:stop], headroom[start:stop])
-        free = np.flatnonzero(~mask)
+        free = np.flatnonzero(~_dominated_by(bounds, tps_bound[start:stop], headroom[start:stop]))
         if len(free):
             return start + int(free[0])
         start, window = stop, window * 4
@@ -901,11 +907,14 @@ class Evaluator:
                 tally.roomiest = (float(headroom[roomiest]), int(indices[roomiest]))
         order = np.flatnonzero(passing)
         order = order[np.lexsort((position_of[order], rank_of[order], -headroom[order]))]
-        # (-headroom, rank, position), ascending; each variant's own engine bound too (more recompute: more work, a
-        # lower bound than its lead's; under FSDP its only one), all in one batch
+        # (-headroom, rank, position), ascending.  A variant's bound is the smaller of its lead's and its own engine
+        # bound (more recompute: more work; under FSDP its only one); the own bounds are computed, in batches, only
+        # for the variants that their lead's bound alone leaves undominated when the scan reaches them (a larger
+        # bound prunes less, never wrongly: the same decisions)
         variants = indices[order]
-        own = np.asarray(self.throughput_bounds(variants.tolist()), dtype=np.float64).reshape(-1)
-        bound = np.minimum(lead_bounds[rank_of[order]], own * (1.0 + BOUND_MARGIN))
+        lead_bound = lead_bounds[rank_of[order]]
+        bound = lead_bound.copy()
+        settled = np.zeros(len(variants), dtype=bool)
         room = headroom[order]
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
@@ -922,8 +931,16 @@ class Evaluator:
         while position < len(variants):
             nxt = _first_undominated([roomier, bounds], bound, room, position)
             tally.pruned += nxt - position
+            position = nxt
             if nxt == len(variants):
                 break
+            if not settled[nxt]:      # its own bound, and those of the next undominated ones, then look again
+                span = np.arange(nxt, min(len(variants), nxt + _OWN_BOUND_BATCH))
+                span = span[~settled[span] & ~_dominated_by([roomier, bounds], bound[span], room[span])]
+                own = np.asarray(self.throughput_bounds(variants[span].tolist()), dtype=np.float64).reshape(-1)
+                bound[span] = np.minimum(lead_bound[span], own * (1.0 + BOUND_MARGIN))
+                settled[span] = True
+                continue
             self.check_deadline()
             tps_now = self.project(int(variants[nxt]), tally).tokens_per_s_per_gpu
             best_roomier = max(best_roomier, tps_now)
