@@ -35,7 +35,6 @@ memory result, checked equal to the batch peak.
 
 from __future__ import annotations
 
-import bisect
 import gc
 import heapq
 import multiprocessing
@@ -199,7 +198,7 @@ class Bounds:
     """Phase-1 facts phase 2 prunes against: the k-th best throughput and the Pareto front."""
 
     kth_best: float
-    neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for bisect)
+    neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for searchsorted)
     front_headroom: tuple[float, ...]   # ascending, aligned with neg_front_tps
 
     def dominated(self, tps_bound: Any, headroom: Any) -> Any:
