@@ -313,14 +313,27 @@ def _choose_switches(space: SearchSpace, columns: CandidateColumns) -> None:
 
     if not len(columns):
         return
-    reps, inverse = columns.key_ids(SWITCH_KEYS)
+    # every column of the key but recompute is the same on all rows of a block (its rows are the recompute variants
+    # of its depth, in order): distinct keys are (a block key, one of its depth's variants), in the packed order of
+    # SWITCH_KEYS, each with the choices of its first row
+    c, starts = columns.columns, columns.block_starts
+    sizes = np.diff(starts, append=len(columns))
+    outer = SWITCH_KEYS[1:]
+    reps, block_key = columns.key_ids(outer, starts)
+    pairs = []    # (key values, block key, recompute code, row)
+    for b, rep in enumerate(reps.tolist()):
+        values = tuple(int(c[name][rep]) for name in outer)
+        for place, code in enumerate(columns.variants[values[outer.index("pp")]]):
+            pairs.append(((code, *values), b, code, rep + place))
+    pairs.sort()
     codes = _Codes()
-    key_codes = [codes(tuple(tuple(sorted(choice.items())) for choice in
-                             switch_choices(space.framework, space.model, columns.config(r, keep=False),
-                                            ep_overlap_hides=space.ep_overlap_hides)))
-                 for r in reps.tolist()]
+    table = np.zeros((len(reps), max(len(columns.recomputes), 1)), dtype=np.int64)
+    for _, b, code, row in pairs:
+        table[b, code] = codes(tuple(tuple(sorted(choice.items())) for choice in
+                                     switch_choices(space.framework, space.model, columns.config(row, keep=False),
+                                                    ep_overlap_hides=space.ep_overlap_hides)))
     columns.switch_choices = [tuple(dict(choice) for choice in choices) for choices in codes.values]
-    columns.columns["switches"] = np.asarray(key_codes, dtype=np.int64)[inverse]
+    columns.columns["switches"] = table[np.repeat(block_key, sizes), c["recompute"]]
 
 
 def iterate_configs(columns: CandidateColumns) -> Iterator[TrainingConfig]:
