@@ -770,11 +770,6 @@ class Evaluator:
                 since_refresh = 0
             at = nxt + 1
 
-    def _screened_out(self, tally: Tally, headroom: float, index: int) -> None:
-        tally.screened_out += 1
-        if tally.roomiest is None or headroom > tally.roomiest[0]:
-            tally.roomiest = (headroom, index)
-
     def phase1(self, group_ids: Iterable[int]) -> Tally:
         """For each group: screen from the least recompute up, queue the first variant that fits (its lead).
 
