@@ -21,7 +21,7 @@ The sums run in another order than the stage times', so a result may differ from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +40,7 @@ class LayerWork:
 
     plain: np.ndarray    # (num_layers + 1,) cumulative fwd + bwd_input + bwd_weight + selective recompute
     full: np.ndarray     # (num_layers + 1,) cumulative 2 fwd + bwd_input + bwd_weight (full recompute)
+    forward: np.ndarray  # (num_layers + 1,) cumulative fwd (a chunk's forward op)
     embed: float         # embedding forward + backward, on rank 0
     head: float          # final norm, LM head and loss forward + backward-input + backward-weight, on the head rank
 
@@ -51,10 +52,14 @@ def layer_work(distinct: Sequence[tuple[float, ...]], kinds: Sequence[int], head
     them) and the head's and embedding's costs (:func:`projection.workload.head_cost`, ``embedding_cost``)."""
     terms = np.asarray(distinct, dtype=np.float64)[:, :4]
     fwd, b_in, b_w, selective = terms.T
-    per_kind = np.stack([fwd + b_in + b_w + selective, fwd + fwd + b_in + b_w])   # (2, distinct)
-    prefix = np.zeros((2, len(kinds) + 1))
+    per_kind = np.empty((3, len(terms)))             # (3, distinct)
+    per_kind[0] = fwd + b_in + b_w + selective
+    per_kind[1] = fwd + fwd + b_in + b_w
+    per_kind[2] = fwd
+    prefix = np.zeros((3, len(kinds) + 1))
     np.cumsum(per_kind[:, np.asarray(kinds, dtype=np.intp)], axis=1, out=prefix[:, 1:])
-    return LayerWork(plain=prefix[0], full=prefix[1], embed=embed[0] + embed[1], head=head[0] + head[1] + head[2])
+    return LayerWork(plain=prefix[0], full=prefix[1], forward=prefix[2], embed=embed[0] + embed[1],
+                     head=head[0] + head[1] + head[2])
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class StageLayers:
     mid: np.ndarray      # (pp, vpp) first layer after the chunk's fully recomputed prefix
     hi: np.ndarray       # (pp, vpp) one past the chunk's last layer
     head_rank: int
+    drains: bool         # the schedule runs each backward with its weight gradient as one op (not zero-bubble, ZB-V)
 
 
 def stage_layers(num_layers: int, config: TrainingConfig, dims: ParallelDims) -> StageLayers:
@@ -81,20 +87,24 @@ def stage_layers(num_layers: int, config: TrainingConfig, dims: ParallelDims) ->
             mid[rank, c] = start + recomputed_layers(config, chunk, stage_layer_count, position)
             hi[rank, c] = start + len(chunk)
             position += len(chunk)
-    head_rank = 0 if effective_schedule(config) == "zbv" else dims.pp - 1
-    return StageLayers(lo=lo, mid=mid, hi=hi, head_rank=head_rank)
+    schedule = effective_schedule(config)
+    head_rank = 0 if schedule == "zbv" else dims.pp - 1
+    return StageLayers(lo=lo, mid=mid, hi=hi, head_rank=head_rank, drains=schedule not in SPLIT_WEIGHT_SCHEDULES)
 
 
-def busiest_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequence[StageLayers],
-                 stage_ids: np.ndarray) -> np.ndarray:
-    """Per layout, the busiest rank's work of one micro-batch, seconds: layout ``i`` has the per-layer work
-    ``works[work_ids[i]]`` and the pipeline ``stages[stage_ids[i]]``; less :data:`FLOAT_SLACK`."""
-    work_ids, stage_ids = np.asarray(work_ids, dtype=np.intp), np.asarray(stage_ids, dtype=np.intp)
-    result = np.empty(len(work_ids))
-    if not len(work_ids):
-        return result
+SPLIT_WEIGHT_SCHEDULES = frozenset({"zero-bubble", "zbv"})
+"""Schedules whose weight-gradient ops run apart from the backward (projection/pipeline_plan.py ``_rank_arrays``:
+W ops deferred); the others run backward and weight gradient as one op."""
+
+
+def _rank_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequence[StageLayers],
+               stage_ids: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, StageLayers, np.ndarray, np.ndarray,
+                                                     np.ndarray]]:
+    """Per pipeline met: (its layouts' positions, each one's row in the arrays that follow, its layers, per (work,
+    rank) the work of one micro-batch, and per (work, rank) the forward and the whole of chunk 0)."""
     plain = np.stack([w.plain for w in works])
     full = np.stack([w.full for w in works])
+    forward = np.stack([w.forward for w in works])
     embed = np.array([w.embed for w in works])
     head = np.array([w.head for w in works])
     for s in np.unique(stage_ids).tolist():
@@ -109,5 +119,44 @@ def busiest_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Seque
             per_rank += chunk[:, :, c]
         per_rank[:, 0] += embed[used]
         per_rank[:, layers.head_rank] += head[used]
-        result[rows] = per_rank.max(axis=1)[which.reshape(-1)]
+        first = forward[used][:, layers.hi[:, 0]] - forward[used][:, layers.lo[:, 0]]
+        yield rows, which.reshape(-1), layers, per_rank, first, chunk[:, :, 0]
+
+
+def busiest_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequence[StageLayers],
+                 stage_ids: np.ndarray) -> np.ndarray:
+    """Per layout, the busiest rank's work of one micro-batch, seconds: layout ``i`` has the per-layer work
+    ``works[work_ids[i]]`` and the pipeline ``stages[stage_ids[i]]``; less :data:`FLOAT_SLACK`."""
+    work_ids, stage_ids = np.asarray(work_ids, dtype=np.intp), np.asarray(stage_ids, dtype=np.intp)
+    result = np.empty(len(work_ids))
+    if not len(work_ids):
+        return result
+    for rows, which, _, per_rank, _, _ in _rank_work(works, work_ids, stages, stage_ids):
+        result[rows] = per_rank.max(axis=1)[which]
+    return result * (1.0 - FLOAT_SLACK)
+
+
+def makespan_floor(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequence[StageLayers],
+                   stage_ids: np.ndarray, microbatches: np.ndarray) -> np.ndarray:
+    """Per layout, a lower bound of the pipeline makespan of ``microbatches`` micro-batches, seconds (layouts as in
+    :func:`busiest_work`; less :data:`FLOAT_SLACK`).
+
+    A rank runs its ops one at a time: ``m`` times its work of one micro-batch.  Its first op waits for the forward
+    of a micro-batch through chunk 0 of every rank before it (a forward needs the one of the virtual stage before:
+    projection/pipeline.py simulate_pipeline; chunk 0 of rank ``s`` is virtual stage ``s`` in every schedule), the
+    fill.  Where backward and weight gradient run as one op (:attr:`StageLayers.drains`), a rank's last op is a
+    backward (each forward's backward runs after it on the same rank), after which that micro-batch's backward
+    still runs through chunk 0 of every rank before it, the drain.  So the makespan is at least, over the ranks,
+    fill + m * work + drain (p2p latencies, bubbles elsewhere and the embedding and LM head of chunk 0 left out).
+    """
+    work_ids, stage_ids = np.asarray(work_ids, dtype=np.intp), np.asarray(stage_ids, dtype=np.intp)
+    m = np.asarray(microbatches, dtype=np.float64)
+    result = np.empty(len(work_ids))
+    if not len(work_ids):
+        return result
+    for rows, which, layers, per_rank, first, chunk0 in _rank_work(works, work_ids, stages, stage_ids):
+        before = first if not layers.drains else chunk0          # chunk 0's forward (and backward) of each rank
+        edges = np.zeros_like(before)
+        edges[:, 1:] = np.cumsum(before[:, :-1], axis=1)         # summed over the ranks before each rank
+        result[rows] = (edges[which] + m[rows, None] * per_rank[which]).max(axis=1)
     return result * (1.0 - FLOAT_SLACK)

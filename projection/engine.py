@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, reduce
 from itertools import accumulate, repeat
 from operator import add, itemgetter
@@ -442,6 +442,44 @@ def _dp_comm_parts(model: ModelSpec, config: TrainingConfig, dims: ParallelDims,
     return gathered, total, host
 
 
+def _dp_exposure(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net, framework: FrameworkProfile,
+                 profile: DeviceProfile, switches: Switches) -> tuple[float, float, float]:
+    """The step's DP communication as :func:`project` exposes it, seconds per GPU and step: (blocking, hideable,
+    overlap fraction).  ``blocking`` runs between the compute kernels whatever the overlap (a framework whose ZeRO-3
+    parameter all-gathers block the host, ``FrameworkProfile.zero3_gathers_block_host``, runs them and the host
+    work around them there); ``hideable`` may hide under compute, up to ``overlap`` of itself (0: not overlapped)."""
+    gathers_s, rest_s, host_s = _dp_comm_parts(model, config, dims, net, framework)
+    gathers_s, rest_s = gathers_s / framework.dp_comm_efficiency, rest_s / framework.dp_comm_efficiency
+    blocking = gathers_s + host_s if framework.zero3_gathers_block_host else 0.0
+    hideable = gathers_s + rest_s + host_s - blocking
+    overlap = overlap_fraction(switches, "dp", profile.dp_overlap_fraction if framework.dp_overlap_fraction is None
+                               else framework.dp_overlap_fraction)
+    return blocking, hideable, overlap
+
+
+def fsdp_exposed_floor(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *,
+                       hardware: HardwareSpec | None = None, profile: DeviceProfile | None = None,
+                       framework: FrameworkProfile | None = None) -> tuple[float, float]:
+    """Lower bounds of a ZeRO-3 (FSDP) layout's exposed DP communication, seconds per micro-batch: (what is exposed
+    at least beside the pipeline, what the step takes at least with it); (0, 0) below ZeRO 3.
+
+    :func:`project` exposes ``blocking + max(hideable * (1 - overlap), hideable - window)`` (``blocking +
+    hideable`` when not overlapped) with, under ZeRO 3, the window the busiest rank's work, which the pipeline
+    makespan is at least: so at least ``blocking + hideable * (1 - overlap)`` beside the makespan, and the makespan
+    plus the exposed part at least ``blocking + hideable``.  Under ZeRO 3 every DP collective is issued once per
+    micro-batch (:func:`_dp_comm_parts`), so both are per micro-batch (computed with one micro-batch); below ZeRO 3
+    they are small next to the step and left out (0 is a lower bound)."""
+    if config.zero < 3:
+        return 0.0, 0.0
+    hardware = hardware_of(cluster, hardware)
+    profile = profile or default_profile(hardware)
+    framework = framework or framework_profile(config.framework)
+    dims = replace(parallel_dims(config, cluster), num_microbatches=1)
+    blocking, hideable, overlap = _dp_exposure(model, config, dims, network_for(hardware, cluster, profile),
+                                               framework, profile, resolve_switches(config, framework))
+    return blocking + (hideable * (1.0 - overlap) if overlap else hideable), blocking + hideable
+
+
 def _zero3_tensors(model: ModelSpec, layers: float) -> float:
     """Weight matrices one GPU's ZeRO-3 collectives move one by one: per decoder layer the fused QKV and output
     projections (Megatron's ParallelAttention, the code DeepSpeed ZeRO-3 ran under in Narayanan et al. SC21) and
@@ -609,19 +647,24 @@ def iteration_time_lower_bound(model: ModelSpec, cluster: Cluster, config: Train
                                framework: FrameworkProfile | None = None) -> float:
     """A lower bound of :func:`project`'s iteration time, seconds, at a fraction of its cost.
 
-    The pipeline makespan is at least the busiest rank's work (no bubble, no p2p;
-    :func:`projection.busiest_work.busiest_work`, the array form the search runs over many layouts), and exposed
-    DP communication is at least zero; optimizer and step overhead are exact.  Search uses it to
-    skip layouts that cannot reach the current top-k.  Assumes a legal layout.
+    The pipeline makespan is at least, over the ranks, a rank's work plus the fill before its first op and (where
+    backward and weight gradient run as one op) the drain after its last (no p2p, no other bubble;
+    :func:`projection.busiest_work.makespan_floor`, the array form the search runs over many layouts), and exposed
+    DP communication is at least zero, under ZeRO 3 at least :func:`fsdp_exposed_floor` (beside the makespan, and
+    with it); optimizer and step overhead are exact.  Search uses it to skip layouts that cannot reach the current
+    top-k.  Assumes a legal layout.
     """
-    from projection.busiest_work import busiest_work, stage_layers
+    from projection.busiest_work import makespan_floor, stage_layers
 
     hardware = hardware_of(cluster, hardware)
     profile = profile or default_profile(hardware)
     dims = parallel_dims(config, cluster)
     work = layer_work(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
-    busiest = float(busiest_work([work], [0], [stage_layers(model.num_layers, config, dims)], [0])[0])
-    return dims.num_microbatches * busiest + _optimizer_s(model, config, dims, hardware, profile) + profile.step_overhead_s
+    m = dims.num_microbatches
+    makespan = float(makespan_floor([work], [0], [stage_layers(model.num_layers, config, dims)], [0], [m])[0])
+    floor, alone = fsdp_exposed_floor(model, cluster, config, hardware=hardware, profile=profile, framework=framework)
+    return (max(makespan + m * floor, m * alone) + _optimizer_s(model, config, dims, hardware, profile)
+            + profile.step_overhead_s)
 
 
 def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardware: HardwareSpec | None = None,
@@ -658,18 +701,11 @@ def project(model: ModelSpec, cluster: Cluster, config: TrainingConfig, *, hardw
     tp_s, cp_s, ep_s = (parts[k][critical] * m for k in ("tp", "cp", "ep"))
     bubble = max(0.0, pipe.makespan_s - compute - tp_s - cp_s - ep_s)
 
-    gathers_s, rest_s, host_s = _dp_comm_parts(model, config, dims, net, framework)
-    gathers_s, rest_s = gathers_s / framework.dp_comm_efficiency, rest_s / framework.dp_comm_efficiency
-    # A framework whose ZeRO-3 parameter all-gathers block the host (FrameworkProfile.zero3_gathers_block_host)
-    # runs them, and the host work around them, between its compute kernels, not under them: exposed whole.
-    blocking = gathers_s + host_s if framework.zero3_gathers_block_host else 0.0
-    hideable = gathers_s + rest_s + host_s - blocking
+    blocking, hideable, overlap = _dp_exposure(model, config, dims, net, framework, profile, prep.switches)
     busy = compute + tp_s + cp_s + ep_s
     # FSDP overlaps every micro-batch.  DDP / distributed optimizer reduce gradients during the last
     # micro-batch's backward and the pipeline cool-down, and gather parameters during the warm-up.
     window = busy if config.zero >= 3 else busy / m * _dp_window_microbatches(dims, schedule) + bubble
-    overlap = overlap_fraction(prep.switches, "dp", profile.dp_overlap_fraction if framework.dp_overlap_fraction is None
-                               else framework.dp_overlap_fraction)
     # Overlapped: hidden up to the profile's share, and never more than the compute window it runs under;
     # not overlapped (comm_overlap without dp): every collective waits for the backward and blocks the step.
     dp_exposed = blocking + (max(hideable * (1.0 - overlap), hideable - window) if overlap else hideable)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Verdict = Literal["fits", "at risk", "out of memory"]
 FITS: Verdict = "fits"
@@ -63,7 +63,7 @@ def verdict(peak_bytes: float, usable_bytes: float, margins: MemoryMargins = SHI
     """fits / at risk / out of memory of a projected per-GPU peak against the framework's usable memory."""
     if usable_bytes <= 0:
         raise ValueError(f"usable memory must be positive, got {usable_bytes}")
-    if peak_bytes * (1.0 - margins.over) > usable_bytes:
+    if _out_of_memory(peak_bytes, usable_bytes, margins):
         return OOM
     if peak_bytes * (1.0 + margins.under) > usable_bytes:
         return AT_RISK
@@ -75,16 +75,38 @@ def fits_limit(usable_bytes: float, margins: MemoryMargins = SHIPPED_MARGINS) ->
     return usable_bytes / (1.0 + margins.under)
 
 
-def passes_screen(peak_bytes: float, usable_bytes: float, min_headroom: float,
-                  margins: MemoryMargins = SHIPPED_MARGINS) -> bool:
-    """Whether a layout passes the memory screen of the search and the agent.
+def _out_of_memory(peak_bytes: Any, usable_bytes: Any, margins: MemoryMargins) -> Any:
+    """The "out of memory" rule of :func:`verdict`: even the ``over`` margin below the peak exceeds the usable memory
+    (floats, or numpy arrays elementwise)."""
+    return peak_bytes * (1.0 - margins.over) > usable_bytes
+
+
+def screen_passes(peak_bytes: Any, usable_bytes: Any, min_headroom: float,
+                  margins: MemoryMargins = SHIPPED_MARGINS) -> Any:
+    """Whether each layout passes the memory screen of the search and the agent: a bool array over arrays of peaks
+    and usable bytes (broadcast together), the one implementation of the screen (:func:`passes_screen` is its
+    one-layout call).
 
     Not "out of memory", and at least ``min_headroom`` of the usable memory free.  The default
     ``min_headroom`` (0.10, ``tools/constraints.py``) is below the headroom every "fits" layout
     has (``1 - 1/(1 + under)``), so with default constraints a layout the model says fits is never
-    rejected; a stricter headroom is the user's own constraint.
+    rejected; a stricter headroom is the user's own constraint.  A NaN peak does not pass.
+
+    Raises:
+        ValueError: a usable memory that is not positive (as :func:`verdict`).
     """
-    return verdict(peak_bytes, usable_bytes, margins) != OOM and 1.0 - peak_bytes / usable_bytes >= min_headroom
+    import numpy as np     # here: the verdict's callers that never screen (a CLI `project`) do not load numpy
+
+    peak, usable = np.asarray(peak_bytes, dtype=np.float64), np.asarray(usable_bytes, dtype=np.float64)
+    if (usable <= 0).any():
+        raise ValueError(f"usable memory must be positive, got {usable[usable <= 0].ravel()[0]}")
+    return ~_out_of_memory(peak, usable, margins) & (1.0 - peak / usable >= min_headroom)
+
+
+def passes_screen(peak_bytes: float, usable_bytes: float, min_headroom: float,
+                  margins: MemoryMargins = SHIPPED_MARGINS) -> bool:
+    """Whether one layout passes the memory screen of the search and the agent (:func:`screen_passes`)."""
+    return bool(screen_passes(peak_bytes, usable_bytes, min_headroom, margins))
 
 
 def fits_headroom(margins: MemoryMargins = SHIPPED_MARGINS) -> float:
@@ -92,10 +114,11 @@ def fits_headroom(margins: MemoryMargins = SHIPPED_MARGINS) -> float:
     return 1.0 - 1.0 / (1.0 + margins.under)
 
 
-def could_pass(peak_lower_bound_bytes: float, usable_bytes: float, min_headroom: float,
-               margins: MemoryMargins = SHIPPED_MARGINS) -> bool:
-    """Whether any layout whose peak is at least ``peak_lower_bound_bytes`` can pass the screen."""
-    return passes_screen(peak_lower_bound_bytes, usable_bytes, min_headroom, margins)
+def could_pass(peak_lower_bound_bytes: Any, usable_bytes: Any, min_headroom: float,
+               margins: MemoryMargins = SHIPPED_MARGINS) -> Any:
+    """Whether any layout whose peak is at least ``peak_lower_bound_bytes`` can pass the screen (a bool array, as
+    :func:`screen_passes`)."""
+    return screen_passes(peak_lower_bound_bytes, usable_bytes, min_headroom, margins)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -169,6 +169,49 @@ class CandidateColumns:
         return [members[k] for k in np.argsort(np.concatenate(positions), kind="stable").tolist()]
 
 
+    def group_arrays(self) -> GroupArrays:
+        """:meth:`groups` as flat arrays (no Python list per group): the same groups, in the same order."""
+        starts = self.block_starts
+        sizes = np.diff(starts, append=len(self)) if len(starts) else np.zeros(0, dtype=np.int64)
+        block_pp = self.columns["pp"][starts]
+        width = max((len(codes) for codes in self.variants.values()), default=1)
+        lookup = np.zeros((max(self.variants, default=0) + 1, width), dtype=np.int64)  # pp, place -> variant
+        single = np.zeros(len(lookup), dtype=bool)                # pp without a recompute order: one group a row
+        for pp, codes in self.variants.items():
+            levels = [_level(self.recomputes[k]) for k in codes]
+            if None in levels or len(set(levels)) != len(levels):
+                single[pp] = True
+                lookup[pp, :len(codes)] = np.arange(len(codes))
+                continue
+            lookup[pp, :len(codes)] = [k for _, k in sorted(zip(levels, range(len(codes)), strict=True))]
+        offsets = np.cumsum(sizes) - sizes
+        place = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(offsets, sizes)
+        members = np.repeat(starts, sizes) + lookup[np.repeat(block_pp, sizes), place]
+        # a block is one group, or (no recompute order) one group per row
+        group_sizes = np.repeat(np.where(single[block_pp], 1, sizes), np.where(single[block_pp], sizes, 1))
+        return GroupArrays(members=members, starts=np.cumsum(group_sizes) - group_sizes, sizes=group_sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupArrays:
+    """Recompute groups as flat arrays: every group's members (candidate indices, least recompute first) one after
+    the other, where each group starts and how many it has; indexing gives a group's members as a list."""
+
+    members: np.ndarray
+    starts: np.ndarray
+    sizes: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def __getitem__(self, g: int) -> list[int]:
+        start = int(self.starts[g])
+        return self.members[start:start + int(self.sizes[g])].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (self[g] for g in range(len(self)))
+
+
 def packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
     """(position of the first row of each distinct key, key id of every row) of equally long integer arrays, one per
     key part (``names``: theirs, for the error); distinct keys in ascending packed order."""
@@ -270,14 +313,27 @@ def _choose_switches(space: SearchSpace, columns: CandidateColumns) -> None:
 
     if not len(columns):
         return
-    reps, inverse = columns.key_ids(SWITCH_KEYS)
+    # every column of the key but recompute is the same on all rows of a block (its rows are the recompute variants
+    # of its depth, in order): distinct keys are (a block key, one of its depth's variants), in the packed order of
+    # SWITCH_KEYS, each with the choices of its first row
+    c, starts = columns.columns, columns.block_starts
+    sizes = np.diff(starts, append=len(columns))
+    outer = SWITCH_KEYS[1:]
+    reps, block_key = columns.key_ids(outer, starts)
+    pairs = []    # (key values, block key, recompute code, row)
+    for b, rep in enumerate(reps.tolist()):
+        values = tuple(int(c[name][rep]) for name in outer)
+        for place, code in enumerate(columns.variants[values[outer.index("pp")]]):
+            pairs.append(((code, *values), b, code, rep + place))
+    pairs.sort()
     codes = _Codes()
-    key_codes = [codes(tuple(tuple(sorted(choice.items())) for choice in
-                             switch_choices(space.framework, space.model, columns.config(r, keep=False),
-                                            ep_overlap_hides=space.ep_overlap_hides)))
-                 for r in reps.tolist()]
+    table = np.zeros((len(reps), max(len(columns.recomputes), 1)), dtype=np.int64)
+    for _, b, code, row in pairs:
+        table[b, code] = codes(tuple(tuple(sorted(choice.items())) for choice in
+                                     switch_choices(space.framework, space.model, columns.config(row, keep=False),
+                                                    ep_overlap_hides=space.ep_overlap_hides)))
     columns.switch_choices = [tuple(dict(choice) for choice in choices) for choices in codes.values]
-    columns.columns["switches"] = np.asarray(key_codes, dtype=np.int64)[inverse]
+    columns.columns["switches"] = table[np.repeat(block_key, sizes), c["recompute"]]
 
 
 def iterate_configs(columns: CandidateColumns) -> Iterator[TrainingConfig]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from projection import fast_paths
+from projection import fast_paths, module_heap
 from projection.engine import Projection, project
 from projection.framework import FrameworkRecord, resolve_framework
 from projection.job import Job, resolve_job
@@ -170,6 +170,12 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
     Raises:
         ProjtuneError: unknown model or GPU, or an unreadable profile.
     """
+    with module_heap.collecting_rarely():
+        return _run_search(request, progress, workers, deadline_s)
+
+
+def _run_search(request: SearchRequest, progress: Progress | None, workers: int | None, deadline_s: float | None
+                ) -> SearchResult:
     start = time.perf_counter()
     record = request_framework(request)
     framework = None if record is None else record.name
@@ -191,7 +197,7 @@ def run_search(request: SearchRequest, progress: Progress | None = None, *, work
         space = SearchSpace(model=job.model, hardware=job.hardware, cluster=job.cluster, constraints=constraints,
                             gbs=request.gbs, seq_len=request.seq_len, framework=framework, ep_overlap_hides=hides)
         columns = enumerate_columns(space, job_template(space, request.finetune, request.packed_document_tokens))
-        configs, groups = columns, columns.groups()
+        configs, groups = columns, columns.group_arrays()
     else:
         configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, constraints, request.gbs,
                                             request.seq_len, request.finetune,
@@ -266,8 +272,8 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         # also fails)
         costly = np.flatnonzero(np.asarray([len(c) > 1 for c in columns.switch_choices])[columns.columns["switches"]]
                                 & evaluator.screened())
-        failing = [i for i in costly.tolist() if not evaluator.passes(*_peak_pair(evaluator, i))]
-        rescued = _fallbacks_that_fit(job, evaluator, columns, np.asarray(failing, dtype=np.int64))
+        peaks = evaluator.peaks_of(costly)
+        rescued = _fallbacks_that_fit(job, evaluator, columns, costly[~evaluator.passes(peaks[:, 0], peaks[:, 2])])
         fallbacks = [configs[i].model_copy(update=columns.switch_choices[columns.columns["switches"][i]][1])
                      for i in rescued]
         return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
@@ -277,8 +283,10 @@ def _search_fallbacks(job: Job, framework: str | None, evaluator: Evaluator, tal
         choices = switch_choices(framework, job.model, config.model_copy(update=unset), ep_overlap_hides=hides)
         if len(choices) > 1:
             second[i] = choices[1]
-    fallbacks = [configs[i].model_copy(update=second[i]) for i in second if not evaluator.passes(*_peak_pair(
-        evaluator, i))]
+    costly = np.fromiter(second, dtype=np.int64, count=len(second))
+    peaks = evaluator.peaks_of(costly)
+    fallbacks = [configs[i].model_copy(update=second[i])
+                 for i in costly[~evaluator.passes(peaks[:, 0], peaks[:, 2])].tolist()]
     return _search_more(job, evaluator, tally, top_k, deadline, corrections, configs, fallbacks)
 
 
@@ -290,8 +298,7 @@ def _fallbacks_that_fit(job: Job, evaluator: Evaluator, columns: CandidateColumn
     fallback = replace(columns, switch_choices=[choices[1:] or choices for choices in columns.switch_choices],
                        _configs={})
     peaks = batcher_for(job.model, job.hardware, job.profile).peaks_of_rows(fallback, rows)
-    return [i for i, peak, capacity in zip(rows.tolist(), peaks.peak_bytes.tolist(), peaks.capacity_bytes.tolist(),
-                                           strict=True) if evaluator.passes(peak, capacity)]
+    return rows[evaluator.passes(peaks.peak_bytes, peaks.capacity_bytes)].tolist()
 
 
 def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadline: float | None, corrections: Any,
@@ -310,11 +317,6 @@ def _search_more(job: Job, evaluator: Evaluator, tally: Tally, top_k: int, deadl
     tally.pruned += more.pruned
     tally.complete = tally.complete and more.complete
     return _Joined(configs, fallbacks)
-
-
-def _peak_pair(evaluator: Evaluator, index: int) -> tuple[float, float]:
-    peak, _, capacity = evaluator.peak(index)
-    return peak, capacity
 
 
 def _finish(job: Job, configs: Sequence[TrainingConfig], tally: Tally, top_k: int, corrections: Any = None

@@ -35,7 +35,6 @@ memory result, checked equal to the batch peak.
 
 from __future__ import annotations
 
-import bisect
 import gc
 import heapq
 import multiprocessing
@@ -44,19 +43,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from projection import engine, fast_paths, module_heap
-from projection.busiest_work import LayerWork, StageLayers, busiest_work, stage_layers
+from projection.busiest_work import LayerWork, StageLayers, makespan_floor, stage_layers
 from projection.engine import Projection, iteration_time_lower_bound, project
 from projection.framework import framework_profile
 from projection.layout import parallel_dims
 from projection.memory import GIB, MemoryResult, project_memory
-from projection.memory_batch import MemoryBatcher, PeakBatch
-from projection.memory_verdict import SHIPPED_MARGINS, could_pass, passes_screen
+from projection.memory_batch import MemoryBatcher, PeakBatch, batcher_for
+from projection.memory_verdict import SHIPPED_MARGINS, could_pass, screen_passes
 from projection.switches import resolve_switches
 from projection.training_config import (
     MICROBATCH_WORK,
@@ -69,13 +69,15 @@ from projection.training_config import (
 from projection.vocabulary import RECOMPUTE_LEVEL
 from projection.workload import selective_recompute_modules
 from tools.anchoring import anchored, slowest_factor
-from tools.candidate_columns import SHARDING, CandidateColumns, packed_ids
+from tools.candidate_columns import SHARDING, CandidateColumns, GroupArrays, packed_ids
 
 BOUND_MARGIN = 0.01              # a sibling bound must clear the k-th best by this much to prune
 PARALLEL_MIN_CANDIDATES = 20000  # below this a second process costs more than it saves (a search of < ~1 s)
 IDLE_CORES_FOR_WORKER = 1.5      # idle cores (CPUs minus load average, this search included) to add a worker
 _TASK_GROUPS = 64                # groups per task handed to a worker (progress granularity)
+_SERIAL_GROUPS = 8192            # groups per phase-1 call in one process (numpy rounds; progress, deadline checks)
 _REFRESH_EVERY = 32              # projections between refreshes of the top-k / Pareto bounds
+_OWN_BOUND_BATCH = 16384         # phase-2 variants looked ahead for their own engine bounds in one batch
 # FP8 recipes the engine models identically (same peak, efficiency and byte widths): one evaluation serves all.
 # Empty since issue 11: the recipes' casts move different bytes (projection/workload.py CAST_BYTES_PER_ELEMENT).
 ENGINE_ALIKE_PRECISIONS: frozenset[str] = frozenset()
@@ -103,11 +105,23 @@ _LAYER_WORK_FIELDS = tuple(name for name in _WORK_FIELDS if name not in _PIPELIN
 _PIPELINE_COLUMNS = ("pp", "vpp", "split", "schedule", "recompute")
 _LAYER_WORK_COLUMNS = ("mbs", "tp", "cp", "ep", "etp", "precision", "dispatcher", "switches")
 _OPTIMIZER_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp")
+# what the ZeRO-3 DP floor reads (projection/engine.py fsdp_exposed_floor: the DP collectives' sizes and groups,
+# their dtype, the switches' overlap and gradient bytes, full recompute's re-gathers), on the columns and the configs
+_FSDP_COLUMNS = ("tp", "pp", "cp", "dp", "ep", "etp", "fsdp", "precision", "switches")
+_FSDP_FIELDS = ("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size", "precision", "comm_overlap",
+                "grad_reduce_in_fp32", "finetune", "framework")
 
 
 def _recompute_terms(recompute: str, modules: tuple[str, ...]) -> tuple[bool, tuple[str, ...]]:
     """What the per-layer terms read of a recompute setting: full or not, and the selective modules."""
     return recompute == "full", tuple(modules) if recompute == "selective" else ()
+
+
+def _recompute_code(codes: dict[tuple[str, ...], int], recompute: str, modules: tuple[str, ...]) -> int:
+    """An integer for a recompute setting: in its lowest bit, full recompute or not; above, a code of the selective
+    modules (what the per-layer terms read of it, :func:`_recompute_terms`)."""
+    full, selective = _recompute_terms(recompute, modules)
+    return codes.setdefault(selective, len(codes)) << 1 | full
 
 
 def _layer_work_values(config: TrainingConfig) -> tuple[Any, ...]:
@@ -121,6 +135,11 @@ _sharding_values = attrgetter(*_SHARDING_FIELDS)
 _pipeline_values = attrgetter(*_PIPELINE_FIELDS)
 _layer_work_fields = attrgetter(*_LAYER_WORK_FIELDS)
 _optimizer_values = attrgetter("tp", "pp", "cp", "dp", "ep", "etp", "zero", "fsdp_size")
+_fsdp_fields = attrgetter(*_FSDP_FIELDS)
+
+
+def _fsdp_values(config: TrainingConfig) -> tuple[Any, ...]:
+    return _fsdp_fields(config), config.recompute == "full"
 _PRECISION_AT = _SHARDING_FIELDS.index("precision")
 _SCREEN_ROWS = 1 << 17           # rows of the columns per batch-screen call (~40 MiB of temporaries)
 _HEAD_LEADS_PER_K = 4            # leads per top-k slot projected serially before the rest is split
@@ -179,16 +198,41 @@ class Bounds:
     """Phase-1 facts phase 2 prunes against: the k-th best throughput and the Pareto front."""
 
     kth_best: float
-    neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for bisect)
+    neg_front_tps: tuple[float, ...]    # minus the front's throughputs, ascending (for searchsorted)
     front_headroom: tuple[float, ...]   # ascending, aligned with neg_front_tps
 
-    def dominated(self, tps_bound: float, headroom: float) -> bool:
-        """Whether a layout with at most ``tps_bound`` and ``headroom`` can be neither top-k nor on the front."""
-        if tps_bound >= self.kth_best:
-            return False
+    def dominated(self, tps_bound: Any, headroom: Any) -> Any:
+        """Whether layouts with at most ``tps_bound`` and ``headroom`` (arrays, or one of each) can be neither top-k
+        nor on the front: a bool array."""
+        tps_bound, headroom = np.asarray(tps_bound, dtype=np.float64), np.asarray(headroom, dtype=np.float64)
+        below = tps_bound < self.kth_best
+        if not self.front_headroom:
+            return below & False
         # front points with tps >= tps_bound are a prefix (tps descending); its last has the most headroom
-        count = bisect.bisect_right(self.neg_front_tps, -tps_bound)
-        return count > 0 and self.front_headroom[count - 1] >= headroom
+        count = np.searchsorted(np.asarray(self.neg_front_tps), -tps_bound, side="right")
+        front = np.asarray(self.front_headroom)[np.maximum(count - 1, 0)]
+        return below & (count > 0) & (front >= headroom)
+
+
+def _dominated_by(bounds: Sequence[Bounds], tps_bound: np.ndarray, headroom: np.ndarray) -> np.ndarray:
+    """Per layout, whether any of ``bounds`` dominates it (:meth:`Bounds.dominated`), a bool array."""
+    mask = np.zeros(len(tps_bound), dtype=bool)
+    for b in bounds:
+        mask |= b.dominated(tps_bound, headroom)
+    return mask
+
+
+def _first_undominated(bounds: Sequence[Bounds], tps_bound: np.ndarray, headroom: np.ndarray, start: int) -> int:
+    """The first position from ``start`` whose layout none of ``bounds`` dominates (``len(tps_bound)``: none), read
+    in windows that grow while everything in them is dominated (a search prunes long runs between projections)."""
+    window = 256
+    while start < len(tps_bound):
+        stop = min(len(tps_bound), start + window)
+        free = np.flatnonzero(~_dominated_by(bounds, tps_bound[start:stop], headroom[start:stop]))
+        if len(free):
+            return start + int(free[0])
+        start, window = stop, window * 4
+    return len(tps_bound)
 
 
 def bounds_from(outcomes: Sequence[Outcome], top_k: int) -> Bounds:
@@ -265,15 +309,22 @@ def sharding_ids(columns: CandidateColumns) -> np.ndarray:
                  for p in columns.precisions]
         columns.columns["sharding_precision"] = np.asarray(codes, dtype=np.int64)[columns.columns["precision"]]
         names[names.index("precision")] = "sharding_precision"
-    return columns.key_ids(names)[1]
+    # every row of a (outer row, precision) block has the block's sharding (the blocks' rows are its recompute
+    # variants, candidate_columns.CandidateColumns.block_starts): key ids of the blocks' first rows, repeated
+    starts = columns.block_starts
+    if not len(starts):
+        return np.zeros(len(columns), dtype=np.intp)
+    sizes = np.diff(starts, append=len(columns))
+    return np.repeat(columns.key_ids(names, starts)[1], sizes)
 
 
-def group_order(columns: CandidateColumns, groups: list[list[int]]) -> list[int]:
+def group_order(columns: CandidateColumns, groups: list[list[int]] | GroupArrays) -> list[int]:
     """The order :func:`evaluate` visits groups in (see its ``order``), from the columns: by the repr of the
     sharding key, then mbs, schedule, dispatcher and sequence parallelism, ties in group order (a stable sort)."""
     if not groups:
         return []
-    firsts = np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups))
+    firsts = (groups.members[groups.starts] if isinstance(groups, GroupArrays)
+              else np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups)))
     reps, inverse = columns.key_ids(SHARDING, firsts)
     text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
@@ -311,10 +362,18 @@ class DeadlineReached(Exception):
 class Evaluator:
     """Screens and projects candidates of one job (the state a worker process inherits)."""
 
-    def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]], min_headroom: float,
-                 keep_projections: bool, deadline: float | None = None, corrections: Any = None,
+    def __init__(self, job: Any, configs: Sequence[TrainingConfig], groups: list[list[int]] | GroupArrays,
+                 min_headroom: float, keep_projections: bool, deadline: float | None = None, corrections: Any = None,
                  columns: CandidateColumns | None = None) -> None:
         self.job, self.configs, self.groups = job, configs, groups
+        # the groups as flat arrays: every group's members one after the other, where each starts, how many
+        if isinstance(groups, GroupArrays):
+            self._members, self._group_starts, self._group_sizes = groups.members, groups.starts, groups.sizes
+        else:
+            self._group_sizes = np.fromiter(map(len, groups), dtype=np.int64, count=len(groups))
+            self._group_starts = np.cumsum(self._group_sizes) - self._group_sizes
+            self._members = np.fromiter(chain.from_iterable(groups), dtype=np.int64,
+                                        count=int(self._group_sizes.sum()))
         # the candidates as columns (tools/candidate_columns.py; ``configs`` is then the same object): the batch
         # screen and the sharding of each layout read them, and a typed config is built only where one is read
         self.columns = columns if fast_paths.enabled() else None
@@ -331,14 +390,20 @@ class Evaluator:
         self.static_misfits: set[tuple[Any, ...]] = set()   # sharding keys whose static memory alone misfits
         self._memory_cache: dict[TrainingConfig, MemoryResult] = {}
         # the batch screen (fast paths on): peak, static peak and usable bytes per candidate, NaN until screened
-        self._batcher = MemoryBatcher(job.model, job.hardware, job.profile)
+        # the job's shared batcher: its rows serve the fallbacks' screen and the leads' memory results too
+        self._batcher = batcher_for(job.model, job.hardware, job.profile)
         self._peaks = np.full((len(configs), 3), np.nan)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
         self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
         self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
-        self._recompute_codes: np.ndarray | None = None   # columns: recompute code -> code of _recompute_terms
+        # columns: recompute code -> code of _recompute_terms, full recompute in its lowest bit (_recompute_code)
+        self._recompute_codes: np.ndarray | None = None
+        self._switch_code_of: dict[tuple[int, ...], int] = {}   # columns: what the switches read -> their code
+        self._switch_ids: dict[Any, int] = {}                   # switches in effect -> code
+        self._full_of_code: np.ndarray | None = None      # columns: recompute code -> full recompute or not
+        self._fsdp_floor_cache: dict[tuple[Any, ...], tuple[float, float]] = {}   # ZeRO-3 DP floors by key
 
     @staticmethod
     def sharding_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -379,7 +444,7 @@ class Evaluator:
             return
         if self.columns is not None and not self._screened_live:
             self._screen_live()
-        rows = np.fromiter(indices, dtype=np.int64)
+        rows = indices if isinstance(indices, np.ndarray) else np.fromiter(indices, dtype=np.int64)
         rows = rows[np.isnan(self._peaks[rows, 0])]        # NaN: not screened yet
         if not len(rows):
             return
@@ -398,11 +463,14 @@ class Evaluator:
         assert self.columns is not None and self._sharding_ids is not None
         if not len(self.configs):
             return
-        _, firsts, shard_of = np.unique(self._sharding_ids, return_index=True, return_inverse=True)
+        # the first row of each sharding (its ids count from 0 up): the first row of its first block
+        starts = self.columns.block_starts
+        _, first_block = np.unique(self._sharding_ids[starts], return_index=True)
+        firsts = starts[first_block]
         self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
-        live = np.array([could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
-                         for static, capacity in self._peaks[firsts][:, 1:].tolist()], dtype=bool)
-        rows = np.flatnonzero(live[shard_of.reshape(-1)] & np.isnan(self._peaks[:, 0]))
+        live = could_pass(self._peaks[firsts, 1] + self._memory_offset, self._peaks[firsts, 2], self.min_headroom,
+                          SHIPPED_MARGINS)
+        rows = np.flatnonzero(live[self._sharding_ids] & np.isnan(self._peaks[:, 0]))
         if len(rows):
             self._screen_rows(rows)
 
@@ -432,7 +500,7 @@ class Evaluator:
     def peaks_of(self, indices: np.ndarray) -> np.ndarray:
         """(n, 3): :meth:`peak` of many candidates."""
         if fast_paths.enabled():
-            self.screen(indices.tolist())
+            self.screen(indices)
             return self._peaks[indices]
         return np.array([self.peak(i) for i in indices.tolist()], dtype=np.float64).reshape(-1, 3)
 
@@ -461,10 +529,10 @@ class Evaluator:
         """1 - peak / capacity, the peak with the anchors' memory offset (as the anchored projections have it)."""
         return 1.0 - (peak + self._memory_offset) / capacity
 
-    def passes(self, peak: float, capacity: float) -> bool:
-        """The screen's verdict on a peak (:func:`passes_screen` with the margins project_memory uses; plus the
-        anchors' memory offset)."""
-        return passes_screen(peak + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
+    def passes(self, peak: Any, capacity: Any) -> Any:
+        """The screen's verdict on peaks, a bool array (:func:`projection.memory_verdict.screen_passes` with the
+        margins project_memory uses; plus the anchors' memory offset)."""
+        return screen_passes(peak + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS)
 
     def project(self, index: int, tally: Tally, memory: MemoryResult | None = None) -> Projection:
         job = self.job
@@ -510,16 +578,48 @@ class Evaluator:
         stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
                                            self._stage_layers_of)
         optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
-        work = busiest_work(works, work_ids, stages, stage_ids)
         if self.columns is not None:
             microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
         else:
             microbatches = np.array([parallel_dims(self.configs[i], job.cluster).num_microbatches for i in indices],
                                     dtype=np.float64)
+        makespan = makespan_floor(works, work_ids, stages, stage_ids, microbatches)
         optimizer = np.asarray(optimizers)[optimizer_ids]
+        floor, alone = self._fsdp_floors(rows)
         tokens = float(self.template_tokens())
-        seconds = microbatches * work + optimizer + job.profile.step_overhead_s
+        seconds = (np.maximum(makespan + microbatches * floor, microbatches * alone) + optimizer
+                   + job.profile.step_overhead_s)
         return (tokens / seconds / job.cluster.num_gpus * self._bound_scale).tolist()
+
+    def _fsdp_floors(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`projection.engine.fsdp_exposed_floor` of every row (zeros below ZeRO 3), once per distinct key of
+        the ZeRO-3 rows."""
+        floor, alone = np.zeros(len(rows)), np.zeros(len(rows))
+        if self.columns is not None:
+            fsdp = np.flatnonzero(self.columns.columns["zero"][rows] >= 3)
+        else:
+            fsdp = np.flatnonzero(np.fromiter((self.configs[i].zero >= 3 for i in rows.tolist()), dtype=bool,
+                                              count=len(rows)))
+        if len(fsdp):
+            keys = None
+            if self.columns is not None:
+                c, sub = self.columns.columns, rows[fsdp]
+                keys = [c[name][sub] for name in _FSDP_COLUMNS] + [self._full_codes()[c["recompute"][sub]]]
+            values, ids = self._distinct(rows[fsdp], keys, _fsdp_values, self._fsdp_floor_cache, self._fsdp_floor_of)
+            pairs = np.asarray(values, dtype=np.float64).reshape(-1, 2)[ids]
+            floor[fsdp], alone[fsdp] = pairs[:, 0], pairs[:, 1]
+        return floor, alone
+
+    def _full_codes(self) -> np.ndarray:
+        """Columns: per recompute code, 1 for full recompute (what the ZeRO-3 floor reads of recompute)."""
+        assert self.columns is not None
+        if self._full_of_code is None:
+            self._full_of_code = np.array([r == "full" for r, _, _ in self.columns.recomputes], dtype=np.int64)
+        return self._full_of_code
+
+    def _fsdp_floor_of(self, config: TrainingConfig) -> tuple[float, float]:
+        job = self.job
+        return engine.fsdp_exposed_floor(job.model, job.cluster, config, hardware=job.hardware, profile=job.profile)
 
     def template_tokens(self) -> int:
         """Tokens of one step (gbs * seq_len: the same for every candidate of a search)."""
@@ -563,12 +663,33 @@ class Evaluator:
         c, columns = self.columns.columns, self.columns
         if self._recompute_codes is None:
             codes: dict[tuple[Any, ...], int] = {}
-            self._recompute_codes = np.array([codes.setdefault(_recompute_terms(r, modules), len(codes))
-                                              for r, _, modules in columns.recomputes], dtype=np.int64)
-        pp = c["pp"][rows]
+            self._recompute_codes = np.array([_recompute_code(codes, r, modules) for r, _, modules in
+                                              columns.recomputes], dtype=np.int64)
         work = [c[name][rows] for name in _LAYER_WORK_COLUMNS]
-        work += [self._recompute_codes[c["recompute"][rows]], ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64)]
+        work += [self._switch_codes(rows), self._recompute_codes[c["recompute"][rows]] >> 1]
         return (work, [c[name][rows] for name in _PIPELINE_COLUMNS], [c[name][rows] for name in _OPTIMIZER_COLUMNS])
+
+    def _switch_codes(self, rows: np.ndarray) -> np.ndarray:
+        """Columns: per row, a code of the switches in effect (:func:`projection.switches.resolve_switches`), resolved
+        once per distinct value of what they read: the searched switches and the expert overlap's rules (EP, PP
+        without VPP, full recompute, dispatcher; projection.switches.ep_overlap_blockers)."""
+        assert self.columns is not None and self._recompute_codes is not None
+        c = self.columns.columns
+        pp = c["pp"][rows]
+        reads = [c["switches"][rows], (c["ep"][rows] > 1).astype(np.int64),
+                 ((pp > 1) & (c["vpp"][rows] == 1)).astype(np.int64), self._recompute_codes[c["recompute"][rows]] & 1,
+                 c["dispatcher"][rows]]
+        first, ids = packed_ids(reads)
+        codes = np.empty(len(first), dtype=np.int64)
+        for k, (key, rep) in enumerate(zip(zip(*(r[first].tolist() for r in reads), strict=True),
+                                          rows[first].tolist(), strict=True)):
+            code = self._switch_code_of.get(key)
+            if code is None:
+                config = self.transient_config(rep)
+                switches = resolve_switches(config, framework_profile(config.framework))
+                code = self._switch_code_of[key] = self._switch_ids.setdefault(switches, len(self._switch_ids))
+            codes[k] = code
+        return codes[ids]
 
     def _layer_work_of(self, config: TrainingConfig) -> LayerWork:
         """The per-layer work of a layout, built once per distinct (per-layer work fields, switches in effect,
@@ -621,11 +742,20 @@ class Evaluator:
         seen = list(known)
         bounds = bounds_from(seen, top_k)
         since_refresh = 0
-        for lead in sorted(pending, key=lambda item: -item.tps_bound):
-            if bounds.dominated(lead.tps_bound * (1.0 + BOUND_MARGIN), lead.headroom):
-                tally.pruned += 1
-                tally.leads[lead.group] = (lead.position, lead.tps_bound, lead.static_headroom)
-                continue
+        order = np.argsort(-np.fromiter((lead.tps_bound for lead in pending), dtype=np.float64, count=len(pending)),
+                           kind="stable")
+        ordered = [pending[k] for k in order.tolist()]
+        tps_bound = np.array([lead.tps_bound for lead in ordered], dtype=np.float64) * (1.0 + BOUND_MARGIN)
+        headroom = np.array([lead.headroom for lead in ordered], dtype=np.float64)
+        at = 0
+        while at < len(ordered):
+            nxt = _first_undominated([bounds], tps_bound, headroom, at)
+            tally.pruned += nxt - at
+            tally.leads.update((lead.group, (lead.position, lead.tps_bound, lead.static_headroom))
+                               for lead in ordered[at:nxt])
+            if nxt == len(ordered):
+                break
+            lead = ordered[nxt]
             self.check_deadline()
             reused = None if done is None else done.get(lead.index)
             if reused is not None:
@@ -638,76 +768,83 @@ class Evaluator:
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
                 bounds = bounds_from([*seen, *tally.outcomes], top_k)
                 since_refresh = 0
-
-    def _screened_out(self, tally: Tally, headroom: float, index: int) -> None:
-        tally.screened_out += 1
-        if tally.roomiest is None or headroom > tally.roomiest[0]:
-            tally.roomiest = (headroom, index)
-
-    def prefetch_phase1(self, group_ids: list[int]) -> None:
-        """Batch-screen what :meth:`phase1` will read, in three batches, screening little it will not read.
-
-        1. the least-recompute variant of one group per sharding key: the static memory of a sharding
-           (weights, gradients, optimizer, FP8 copies, workspace) is the same for all its variants, so
-           this tells which shardings misfit statically (their other groups are skipped unscreened);
-        2. the least-recompute variant of every other group of the remaining shardings;
-        3. the other variants of the groups whose first variant did not pass.
-        A prefetch only decides what is computed early: phase 1 still reads every peak it needs
-        (:meth:`peak` screens any that is missing), so the results do not depend on it.
-        """
-        if not fast_paths.enabled():
-            return
-        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
-        keyed = list(zip(group_ids, self.shardings_of(firsts), strict=True))
-        keyed = [(g, key) for g, key in keyed if key not in self.static_misfits]
-        firsts: dict[tuple[Any, ...], int] = {}
-        for g, key in keyed:
-            firsts.setdefault(key, g)
-        self.screen(self.groups[g][0] for g in firsts.values())
-        misfit = set()
-        for key, g in firsts.items():
-            _, static, capacity = self._peaks[self.groups[g][0]].tolist()
-            if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
-                misfit.add(key)
-        live = [g for g, key in keyed if key not in misfit]
-        self.screen(self.groups[g][0] for g in live)
-        self.screen(i for g in live if not self.passes(*self._peaks[self.groups[g][0], ::2].tolist())
-                    for i in self.groups[g][1:])
+            at = nxt + 1
 
     def phase1(self, group_ids: Iterable[int]) -> Tally:
-        """For each group: screen from the least recompute up, project the first variant that fits.
+        """For each group: screen from the least recompute up, queue the first variant that fits (its lead).
 
-        The peaks it reads are batch-screened first (:meth:`prefetch_phase1`); only the leads get the
-        full scalar memory result (the engine needs it), checked equal to the batch peak.
+        In rounds over the groups at once (numpy): round ``p`` reads the peaks of the ``p``-th variant of every group
+        without a lead yet, so the peaks read (batch-screened per round, or the scalar results with the fast paths
+        off) are those a group-by-group walk reads.  First, one group per sharding key tells which shardings misfit
+        statically (the static memory of a sharding, weights, gradients, optimizer, FP8 copies and workspace, is the
+        same for all its variants: when it alone would not pass, no variant passes); the other groups of those are
+        counted screened out unread.  Only the leads get the full scalar memory result later (the engine needs it),
+        checked equal to the batch peak.  Counts and the roomiest screened-out layout are the walk's (ties: the
+        first in visiting order).
         """
         tally = Tally()
-        group_ids = list(group_ids)
-        self.prefetch_phase1(group_ids)
-        found: list[tuple[int, int, int, float, float]] = []    # (group, position, index, headroom, static) of leads
-        firsts = np.asarray([self.groups[g][0] for g in group_ids], dtype=np.int64)
-        # each group's least-recompute variant: its sharding, and its peaks as screened (NaN: read through peak())
-        for g, key, first in zip(group_ids, self.shardings_of(firsts), self._peaks[firsts].tolist(), strict=True):
-            members = self.groups[g]
-            if key in self.static_misfits:
-                tally.screened_out += len(members)
-                tally.visited += len(members)
-                continue
-            for position, index in enumerate(members):
-                peak, static, capacity = first if position == 0 and first[0] == first[0] else self.peak(index)
-                tally.visited += 1
-                if self.passes(peak, capacity):
-                    found.append((g, position, index, self.headroom(peak, capacity), self.headroom(static, capacity)))
-                    break
-                self._screened_out(tally, self.headroom(peak, capacity), index)
-                # Nothing with this sharding can pass when its static memory alone would not (same rule).
-                if not could_pass(static + self._memory_offset, capacity, self.min_headroom, SHIPPED_MARGINS):
-                    self.static_misfits.add(key)
-                    rest = len(members) - position - 1
-                    tally.screened_out += rest
-                    tally.visited += rest
-                    break
-        tally.pending += [Lead(group=g, position=position, index=index, headroom=headroom,
-                               static_headroom=static_headroom) for g, position, index, headroom, static_headroom in found]
+        ids = np.fromiter(group_ids, dtype=np.int64)
+        if not len(ids):
+            return tally
+        starts, sizes = self._group_starts[ids], self._group_sizes[ids]
+        key_of = self.shardings_of(self._members[starts])
+        codes: dict[Any, int] = {}
+        key = np.fromiter((codes.setdefault(k, len(codes)) for k in key_of), dtype=np.int64, count=len(ids))
+        keys = list(codes)
+        misfit = np.array([k in self.static_misfits for k in keys], dtype=bool)
+        # the first group of each sharding not known to misfit: its least-recompute variant tells
+        _, first_group = np.unique(key, return_index=True)
+        probe = first_group[~misfit[key[first_group]]]
+        peaks = self.peaks_of(self._members[starts[probe]])
+        static_misfit = ~could_pass(peaks[:, 1] + self._memory_offset, peaks[:, 2], self.min_headroom,
+                                    SHIPPED_MARGINS)
+        found = static_misfit & ~self.passes(peaks[:, 0], peaks[:, 2])    # (a variant that passes is a lead)
+        new_misfits = key[probe[found]]
+        self.static_misfits.update(keys[k] for k in new_misfits.tolist())
+        # (group's place in ``ids``, position, headroom, index) of every read that did not pass
+        failed: list[tuple[np.ndarray, int, np.ndarray, np.ndarray]] = []
+        failed.append((probe[found], 0, self.headroom(peaks[found, 0], peaks[found, 2]),
+                       self._members[starts[probe[found]]]))
+        misfit[new_misfits] = True
+        dropped = misfit[key]
+        tally.screened_out += int(sizes[dropped].sum())
+        tally.visited += int(sizes[dropped].sum())
+        # rounds over the rest: position p of every group still without a lead
+        live = np.flatnonzero(~dropped)
+        lead_position = np.full(len(ids), -1, dtype=np.int64)
+        lead_peaks = np.zeros((len(ids), 3))
+        active, position = live, 0
+        while len(active):
+            active = active[sizes[active] > position]
+            if not len(active):
+                break
+            rows = self._members[starts[active] + position]
+            peaks = self.peaks_of(rows)
+            ok = self.passes(peaks[:, 0], peaks[:, 2])
+            lead_position[active[ok]] = position
+            lead_peaks[active[ok]] = peaks[ok]
+            failed.append((active[~ok], position, self.headroom(peaks[~ok, 0], peaks[~ok, 2]), rows[~ok]))
+            active = active[~ok]
+            position += 1
+        led = lead_position >= 0
+        heads, unled = np.flatnonzero(led), live[~led[live]]
+        tally.visited += int((lead_position[heads] + 1).sum() + sizes[unled].sum())
+        tally.screened_out += int(lead_position[heads].sum() + sizes[unled].sum())
+        headroom = np.concatenate([f[2] for f in failed])
+        if len(headroom):     # the roomiest screened-out read, the first in visiting order among equals
+            place = np.concatenate([f[0] for f in failed])
+            at_position = np.concatenate([np.full(len(f[0]), f[1], dtype=np.int64) for f in failed])
+            index = np.concatenate([f[3] for f in failed])
+            best = np.flatnonzero(headroom == headroom.max())
+            at = best[np.lexsort((at_position[best], place[best]))[0]]
+            tally.roomiest = (float(headroom[at]), int(index[at]))
+        heads = np.flatnonzero(led)
+        positions = lead_position[heads]
+        indices = self._members[starts[heads] + positions]
+        peak, static, capacity = lead_peaks[heads, 0], lead_peaks[heads, 1], lead_peaks[heads, 2]
+        tally.pending += [Lead(group=g, position=p, index=i, headroom=h, static_headroom=sh) for g, p, i, h, sh in zip(
+            ids[heads].tolist(), positions.tolist(), indices.tolist(), self.headroom(peak, capacity).tolist(),
+            self.headroom(static, capacity).tolist(), strict=True)]
         return tally
 
     def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
@@ -727,52 +864,52 @@ class Evaluator:
         projected numbers and the peaks, the same on every path.
         """
         bounds = bounds_from(tally.outcomes, top_k)
-
-        def bound_of(g: int) -> float:
-            return leads[g][1] * (1.0 + BOUND_MARGIN) if self.zero_of(self.groups[g][0]) < 3 else float("inf")
-
-        live = []
-        for g in group_ids:
-            if g not in leads:
-                continue
-            rest = self.groups[g][leads[g][0] + 1:]
-            if bounds.dominated(bound_of(g), leads[g][2]):
-                tally.visited += len(rest)
-                tally.pruned += len(rest)
-            elif rest:
-                live.append(g)
+        # the groups with a lead, in ``group_ids`` order: lead position, throughput (or bound), static headroom
+        ids = np.fromiter(group_ids, dtype=np.int64)
+        ids = ids[np.fromiter((g in leads for g in ids.tolist()), dtype=bool, count=len(ids))]
+        lead = np.array([leads[g] for g in ids.tolist()], dtype=np.float64).reshape(-1, 3)
+        at, tps, static_headroom = lead[:, 0].astype(np.int64), lead[:, 1], lead[:, 2]
+        if self.columns is not None:
+            zero = self.columns.columns["zero"][self._members[self._group_starts[ids]]]
+        else:
+            zero = np.fromiter((self.configs[i].zero for i in self._members[self._group_starts[ids]].tolist()),
+                               dtype=np.int64, count=len(ids))
+        group_bound = np.where(zero < 3, tps * (1.0 + BOUND_MARGIN), np.inf)
+        rest = self._group_sizes[ids] - at - 1
+        whole = np.broadcast_to(np.asarray(bounds.dominated(group_bound, static_headroom), dtype=bool), ids.shape)
+        tally.visited += int(rest[whole].sum())
+        tally.pruned += int(rest[whole].sum())
+        keep = ~whole & (rest > 0)
+        live, lead_bounds, counts = ids[keep], group_bound[keep], rest[keep]
         # every variant after its lead, in (group, position) order: screened, then queued by headroom if it passes
-        indices: list[int] = []
-        ranks: list[int] = []
-        positions: list[int] = []
-        for rank, g in enumerate(live):
-            members = self.groups[g]
-            start = leads[g][0] + 1
-            indices += members[start:]
-            ranks += [rank] * (len(members) - start)
-            positions += range(start, len(members))
-        peaks = self.peaks_of(np.asarray(indices, dtype=np.int64))
+        first = self._group_starts[live] + at[keep] + 1
+        offsets = np.cumsum(counts) - counts
+        step = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets, counts)
+        indices = self._members[np.repeat(first, counts) + step]
+        rank_of = np.repeat(np.arange(len(live), dtype=np.int64), counts)
+        position_of = np.repeat(at[keep] + 1, counts) + step
+        peaks = self.peaks_of(indices)
         peak, capacity = peaks[:, 0], peaks[:, 2]
         headroom = self.headroom(peak, capacity)
-        passing = np.fromiter(map(self.passes, peak.tolist(), capacity.tolist()), dtype=bool, count=len(indices))
+        passing = self.passes(peak, capacity)
         tally.visited += len(indices)
         failed = np.flatnonzero(~passing)
         if len(failed):
             tally.screened_out += len(failed)
             roomiest = int(failed[np.argmax(headroom[failed])])      # the first of the roomiest, as one by one
             if tally.roomiest is None or headroom[roomiest] > tally.roomiest[0]:
-                tally.roomiest = (float(headroom[roomiest]), indices[roomiest])
-        rank_of, position_of = np.asarray(ranks, dtype=np.int64), np.asarray(positions, dtype=np.int64)
+                tally.roomiest = (float(headroom[roomiest]), int(indices[roomiest]))
         order = np.flatnonzero(passing)
         order = order[np.lexsort((position_of[order], rank_of[order], -headroom[order]))]
-        # (-headroom, rank, position, group), ascending
-        queue = list(zip((-headroom[order]).tolist(), rank_of[order].tolist(), position_of[order].tolist(),
-                         [live[r] for r in rank_of[order].tolist()], strict=True))
-        # under FSDP each variant is bounded by its own engine bound: all of them in one batch
-        # each variant's own engine bound too (more recompute: more work, a lower bound than its lead's), in one batch
-        variants = [self.groups[g][position] for _, _, position, g in queue]
-        own_bounds = self.throughput_bounds(variants)
-        lead_bounds = [bound_of(g) for g in live]                  # by rank in ``live``
+        # (-headroom, rank, position), ascending.  A variant's bound is the smaller of its lead's and its own engine
+        # bound (more recompute: more work; under FSDP its only one); the own bounds are computed, in batches, only
+        # for the variants that their lead's bound alone leaves undominated when the scan reaches them (a larger
+        # bound prunes less, never wrongly: the same decisions)
+        variants = indices[order]
+        lead_bound = lead_bounds[rank_of[order]]
+        bound = lead_bound.copy()
+        settled = np.zeros(len(variants), dtype=bool)
+        room = headroom[order]
         top: list[float] = sorted(o.tokens_per_s_per_gpu for o in tally.outcomes)[-top_k:]   # min-heap of the top-k
         best_roomier = float("-inf")     # the most throughput projected in this phase (all with >= the headroom)
 
@@ -784,23 +921,33 @@ class Evaluator:
 
         roomier = roomier_bounds()
         since_refresh = 0
-        for (neg_headroom, rank, _, _), index, own in zip(queue, variants, own_bounds, strict=True):
-            bound = min(lead_bounds[rank], own * (1.0 + BOUND_MARGIN))   # FSDP: its own bound alone
-            if roomier.dominated(bound, -neg_headroom) or bounds.dominated(bound, -neg_headroom):
-                tally.pruned += 1
+        position = 0
+        while position < len(variants):
+            nxt = _first_undominated([roomier, bounds], bound, room, position)
+            tally.pruned += nxt - position
+            position = nxt
+            if nxt == len(variants):
+                break
+            if not settled[nxt]:      # its own bound, and those of the next undominated ones, then look again
+                span = np.arange(nxt, min(len(variants), nxt + _OWN_BOUND_BATCH))
+                span = span[~settled[span] & ~_dominated_by([roomier, bounds], bound[span], room[span])]
+                own = np.asarray(self.throughput_bounds(variants[span].tolist()), dtype=np.float64).reshape(-1)
+                bound[span] = np.minimum(lead_bound[span], own * (1.0 + BOUND_MARGIN))
+                settled[span] = True
                 continue
             self.check_deadline()
-            tps = self.project(index, tally).tokens_per_s_per_gpu
-            best_roomier = max(best_roomier, tps)
+            tps_now = self.project(int(variants[nxt]), tally).tokens_per_s_per_gpu
+            best_roomier = max(best_roomier, tps_now)
             if len(top) < top_k:
-                heapq.heappush(top, tps)
-            elif tps > top[0]:
-                heapq.heapreplace(top, tps)
+                heapq.heappush(top, tps_now)
+            elif tps_now > top[0]:
+                heapq.heapreplace(top, tps_now)
             roomier = roomier_bounds()
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY:
                 bounds = bounds_from(tally.outcomes, top_k)
                 since_refresh = 0
+            position = nxt + 1
 
 
 _WORKER: Evaluator | None = None   # set in the parent before forking; inherited by the workers
@@ -880,7 +1027,8 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
 
     group_ids = (sorted(range(len(evaluator.groups)), key=order) if evaluator.columns is None
                  else group_order(evaluator.columns, evaluator.groups))
-    chunks = [group_ids[i:i + _TASK_GROUPS] for i in range(0, len(group_ids), _TASK_GROUPS)]
+    size = _TASK_GROUPS if workers > 1 else _SERIAL_GROUPS
+    chunks = [group_ids[i:i + size] for i in range(0, len(group_ids), size)]
 
     def absorb(part: Tally) -> None:
         total.merge(part)

@@ -18,6 +18,7 @@ from projection.memory_verdict import (
     fits_headroom,
     fits_limit,
     passes_screen,
+    screen_passes,
     verdict,
 )
 
@@ -36,6 +37,20 @@ def test_verdict_bands() -> None:
 def test_verdict_rejects_a_non_positive_capacity() -> None:
     with pytest.raises(ValueError, match="usable memory must be positive"):
         verdict(1.0, 0.0)
+    with pytest.raises(ValueError, match="usable memory must be positive"):
+        screen_passes([1.0, 2.0], [3.0, 0.0], 0.1)
+
+
+def test_the_screen_over_arrays_is_the_verdict_and_the_headroom_of_each_layout() -> None:
+    import numpy as np
+
+    usable = 100.0
+    peaks = np.array([50.0, 89.0, 91.0, 133.0, 134.0, float("nan")])
+    verdicts = [verdict(p, usable, M) for p in peaks[:-1].tolist()]
+    assert verdicts == [FITS, FITS, AT_RISK, AT_RISK, OOM]
+    assert screen_passes(peaks, usable, 0.0, M).tolist() == [True, True, True, False, False, False]
+    assert screen_passes(peaks, usable, 0.10, M).tolist() == [True, True, False, False, False, False]
+    assert [passes_screen(p, usable, 0.10, M) for p in peaks.tolist()] == [True, True, False, False, False, False]
 
 
 @given(peak=st.floats(0, 1e3), usable=st.floats(1, 1e3), headroom=st.floats(0, 0.99))

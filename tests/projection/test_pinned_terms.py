@@ -135,3 +135,47 @@ def test_the_lower_bound_never_exceeds_the_projected_time(model_id: str, gpu: st
             assert 0 < bound <= projected * (1 + 1e-12), (config, bound, projected)
             checked += 1
     assert checked >= 40
+
+
+def test_the_lower_bound_counts_fsdp_communication() -> None:
+    """Under ZeRO 3 the bound adds the DP communication the step exposes at least (engine.fsdp_exposed_floor):
+    tighter than the busiest rank's work alone, still at most the projected time; nothing below ZeRO 3."""
+    from projection import engine
+
+    model, hardware = load_model("qwen3-30b-a3b"), load_hardware("mi355x")
+    cluster = Cluster(gpu="mi355x", num_gpus=16)
+    fsdp = TrainingConfig(tp=1, pp=1, cp=1, ep=8, mbs=1, gbs=64, seq_len=8192, precision="bf16", zero=3)
+    floor, alone = engine.fsdp_exposed_floor(model, cluster, fsdp, hardware=hardware)
+    assert 0 < floor <= alone
+    bound = iteration_time_lower_bound(model, cluster, fsdp, hardware=hardware)
+    projected = project(model, cluster, fsdp, hardware=hardware, check=False)
+    assert bound <= projected.iteration_time_s
+    assert bound - floor * projected.dims.num_microbatches >= projected.breakdown.optimizer_s
+    ddp = fsdp.model_copy(update={"zero": 1})
+    assert engine.fsdp_exposed_floor(model, cluster, ddp, hardware=hardware) == (0.0, 0.0)
+
+
+def test_the_lower_bound_holds_and_counts_the_pipeline_fill_and_drain_on_every_schedule() -> None:
+    """Deep pipelines on every schedule the simulator runs (1F1B, interleaved, GPipe, ZB-H1, ZB-V), with and without
+    recompute: the bound (busiest_work.makespan_floor: a rank's work plus the forward fill before it and, where
+    backward and weight gradient are one op, the backward drain after it) stays at most the projected time, and
+    with few micro-batches it is close to it (the busiest rank's work alone would be ~m / (m + pp - 1) of it)."""
+    from projection.layout import effective_schedule
+
+    model, hardware = load_model("llama3-8b"), load_hardware("h100-sxm")
+    cluster = Cluster(gpu="h100-sxm", num_gpus=32)
+    ratios: dict[str, float] = {}
+    for schedule, vpp, recompute in itertools.product(("1f1b", "interleaved", "gpipe", "zero-bubble"), (1, 2),
+                                                      ("none", "full")):
+        if (schedule == "interleaved") != (vpp > 1) and schedule != "zero-bubble":
+            continue
+        config = TrainingConfig(tp=1, pp=8, vpp=vpp, mbs=1, gbs=32, seq_len=4096, pp_schedule=schedule,
+                                recompute=recompute)          # dp 4: 8 micro-batches through 8 stages
+        bound = iteration_time_lower_bound(model, cluster, config, hardware=hardware)
+        projected = project(model, cluster, config, hardware=hardware).iteration_time_s
+        assert bound <= projected * (1 + 1e-12), (config, bound, projected)
+        name = effective_schedule(config)
+        ratios[name] = min(ratios.get(name, 1.0), bound / projected)
+    assert set(ratios) == {"1f1b", "interleaved", "gpipe", "zero-bubble", "zbv"}
+    assert min(ratios["1f1b"], ratios["gpipe"], ratios["interleaved"]) > 0.9, ratios   # fill and drain
+    assert min(ratios["zero-bubble"], ratios["zbv"]) > 0.7, ratios                     # fill only

@@ -117,6 +117,21 @@ def test_groups_and_their_order_are_the_scalar_ones(request_: SearchRequest) -> 
         return (repr(Evaluator.sharding_key(config)), config.mbs, config.schedule, config.moe_dispatcher,
                 config.sequence_parallel)
     assert group_order(columns, groups) == sorted(range(len(groups)), key=order)
+    arrays = columns.group_arrays()            # the search's form: the same groups as flat arrays
+    assert list(arrays) == groups
+    assert group_order(columns, arrays) == group_order(columns, groups)
+
+
+def test_group_arrays_keep_layouts_without_a_recompute_order_apart() -> None:
+    """A pipeline depth whose recompute variants have no order (an unknown level) makes one group per layout, in
+    :meth:`CandidateColumns.groups` and in its flat form alike."""
+    space, template = _space(SPACES[0])
+    columns = enumerate_columns(space, template)
+    pp = next(iter(columns.variants))
+    columns.recomputes[columns.variants[pp][0]] = ("unknown", None, ())
+    groups = columns.groups()
+    assert any(len(g) == 1 for g in groups)
+    assert list(columns.group_arrays()) == groups
 
 
 @pytest.mark.parametrize("request_", SPACES, ids=IDS)
