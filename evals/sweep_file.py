@@ -197,7 +197,10 @@ def _load_file(path: Path, result: LoadResult, first_file_of: dict[str, str]) ->
     except YamlLimitError as err:
         result.errors.append(LoadIssue(file=file, line=err.line, detail=f"refused: {err}"))
         return
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError) as err:
+    except OSError as err:        # the reason alone ("No such file or directory"), not the exception's repr
+        result.errors.append(LoadIssue(file=file, detail=f"cannot read: {err.strerror or type(err).__name__}"))
+        return
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError) as err:
         result.errors.append(LoadIssue(file=file, detail=f"cannot read: {type(err).__name__}: {_shown(err)}"))
         return
     if not isinstance(data, dict) or not isinstance(data.get("sweeps"), list) or not data["sweeps"]:
