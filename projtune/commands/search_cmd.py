@@ -280,9 +280,10 @@ def mcp_command(
 ) -> None:
     """Serve every tool over MCP: stdio by default, or streamable HTTP at http://HOST:PORT/mcp."""
     import agent.tool  # noqa: F401 - registers the agent's `tune` tool
-    from tools.mcp_server import serve
+    from tools.mcp_server import check_port, serve
 
     if http:
+        check_port(host, port)
         print(f"projtune MCP server on http://{host}:{port}/mcp", file=sys.stderr)
     serve(http=http, host=host, port=port)
 
