@@ -33,7 +33,14 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from projection.errors import IllegalLayoutError, ModelSpecError, ProjtuneError, UnknownNameError
+from projection.errors import (
+    IllegalLayoutError,
+    ModelSpecError,
+    ProjtuneError,
+    UnknownNameError,
+    clip,
+    literal_suggestion,
+)
 from projection.safe_yaml import UNTRUSTED
 from tools import functions as f
 from tools import schemas as s
@@ -156,6 +163,8 @@ def _validation_error(model: type[BaseModel], err: ValidationError) -> dict[str,
     for item in items[:5]:
         where = ".".join(str(p) for p in item["loc"]) or "input"
         msg = "unknown key" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, ")
+        if item["type"] == "literal_error" and isinstance(item.get("input"), str):
+            msg += f" (got '{clip(item['input'])}'){literal_suggestion(item)}"
         messages.append(f"{where}: {msg}")
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, ConstraintError):
