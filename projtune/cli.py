@@ -11,6 +11,7 @@ by the command (search workers, deadline children) exit at once and quietly on t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -44,7 +45,8 @@ def usage_line(err: Any) -> str:
     argument): click's own message (with its "did you mean" and possible options) and where the help is.
 
     typer would draw it as a usage line, a hint line and a boxed panel; the CLI's rule is one line."""
-    message = " ".join(err.format_message().split()).rstrip(".")
+    message = " ".join(err.format_message().split()).rstrip(".").replace("Value error, ", "")
+    message = re.sub(r"^(Invalid value for '(--[\w-]+)'[^:]*): \2: ", r"\1: ", message)   # the flag named once
     ctx = getattr(err, "ctx", None)
     where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
     return f"error: {message}{where}"

@@ -9,7 +9,7 @@ the success envelope ``{"ok", "tool", "result"}`` around the output model's sche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -318,12 +318,13 @@ def http_timeouts(deadline_s: float) -> dict[str, Any]:
 
 
 def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-          token: str | None = None) -> None:
+          token: str | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Run the server: stdio (default) or streamable HTTP at http://HOST:PORT/mcp.
 
     HTTP on a non-loopback address needs a bearer token (``token`` or ``$PROJTUNE_MCP_TOKEN``);
     when one is set every request must carry it, on any address.  Each tool call has a deadline
-    (``$PROJTUNE_TOOL_DEADLINE`` seconds, default 120) after which its work is cancelled.
+    (``$PROJTUNE_TOOL_DEADLINE`` seconds, default 120) after which its work is cancelled.  ``announce``
+    gets the server's URL once the token, the port and the address have been checked (:func:`check_port`).
     """
     import os
 
@@ -336,6 +337,9 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HT
     secret = load_settings().mcp_token
     token = token or (secret.get_secret_value() if secret else None)
     check_bind(host, token)
+    check_port(host, port)
+    if announce is not None:
+        announce(f"http://{host}:{port}/mcp")
     import uvicorn
 
     app: Any = server.streamable_http_app(host=host)

@@ -50,3 +50,30 @@ def test_exit_codes_of_commands_are_kept() -> None:
     assert _run("models").returncode == 0
     help_run = _run("project", "--help")
     assert help_run.returncode == 0 and "--model" in help_run.stdout
+
+
+def test_count_flags_read_the_number_forms_of_every_other_input() -> None:
+    """README "Numbers": one reader for files, flags, logs and requests; `--seq-len 8k --gpus 2^6 --gbs 256` is
+    the same job as `--seq-len 8192 --gpus 64 --gbs 256` (flags were plain ints and refused `8k`)."""
+    from typer.testing import CliRunner
+
+    from projtune.cli import app
+
+    runner = CliRunner()
+    base = ["project", "-m", "llama3-8b", "-g", "h100-sxm", "--tp", "2", "--mbs", "1", "--json"]
+    plain = runner.invoke(app, [*base, "-n", "64", "--gbs", "256", "--seq-len", "8192"])
+    forms = runner.invoke(app, [*base, "-n", "2^6", "--gbs", "256", "--seq-len", "8k"])
+    grouped = runner.invoke(app, [*base, "-n", "64", "--gbs", "256", "--seq-len", "8,192"])
+    assert plain.exit_code == forms.exit_code == grouped.exit_code == 0, forms.output
+    assert plain.stdout == forms.stdout == grouped.stdout
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("8kk", "'8kk' is not a number (write e.g. 8192, 8,192, 8 192, 8k, 1e3 or 2^13)"),
+    ("-8", "'-8' must be a positive number without a sign"),
+    ("0", "'0' is out of range (allowed 1 or more)"),
+])
+def test_count_flag_refusals_are_one_line(value: str, why: str) -> None:
+    result = _run("search", "-m", "llama3-8b", "-g", "h100-sxm", "-n", "64", "--gbs", "256", "--seq-len", value)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"error: Invalid value for '--seq-len': {why}; see 'projtune search --help'"]
