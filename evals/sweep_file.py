@@ -38,7 +38,7 @@ from evals.sweep_models import (
     primary_metric,
 )
 from projection.errors import clip, unknown_name_message
-from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
+from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded, yaml_problem
 
 __all__ = [
     "CONFIG_KEYS", "GPU_IDS", "ClusterSpec", "ConfigKeys", "LoadIssue", "LoadResult", "LoadedRun",
@@ -190,9 +190,8 @@ def _load_file(path: Path, result: LoadResult, first_file_of: dict[str, str]) ->
     try:
         data, root = _read_yaml(path)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark is not None else None
-        result.errors.append(LoadIssue(file=file, line=line, detail=f"malformed YAML: {err.problem}"))
+        line, problem = yaml_problem(err)
+        result.errors.append(LoadIssue(file=file, line=line, detail=f"malformed YAML: {problem}"))
         return
     except YamlLimitError as err:
         result.errors.append(LoadIssue(file=file, line=err.line, detail=f"refused: {err}"))

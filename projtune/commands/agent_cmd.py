@@ -308,7 +308,11 @@ def tune_command(
         if anchor and not isinstance(parsed, Clarification):
             from projtune.anchor_input import read_cli_anchors
 
+            from tools.anchoring import check_anchor_gpu
+
             anchors = read_cli_anchors(anchor, gpu=parsed.gpu)
+            for run in anchors:       # a wrong --anchor file is a usage error, before any trial runs
+                check_anchor_gpu(run, parsed.gpu)
             parsed = parsed.model_copy(update={"anchors": [a.model_dump(mode="json") for a in anchors]})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
