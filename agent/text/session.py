@@ -220,6 +220,11 @@ class ChatSession:
             out = self.graph.invoke({"line": line}, self._config)
         except sqlite3.DatabaseError as err:
             return f"error: the session store failed ({err}); this turn was not saved"
+        except ProjtuneError as err:
+            return f"error: {err}; the session goes on"
+        except OSError as err:    # e.g. "export it to /no/such/dir/run.sh": the OS's reason, not a repr
+            where = f": {err.filename}" if err.filename else ""
+            return f"error: {err.strerror or type(err).__name__}{where}; the session goes on"
         except Exception as err:  # noqa: BLE001 - one bad turn must not end the chat
             return f"error: could not answer that ({type(err).__name__}: {str(err)[:300]}); the session goes on"
         return str(out.get("reply", ""))

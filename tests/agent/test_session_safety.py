@@ -79,3 +79,15 @@ def test_zero_gpus_asks_back_and_the_chat_goes_on(tmp_path) -> None:
         reply = chat.ask("tune llama3 8b on 0 h100")
         assert "out of range" in reply
         assert "x" * 10 not in chat.ask("x" * 20_000)   # an over-long line is refused, not parsed
+
+
+def test_an_export_path_that_cannot_be_written_is_one_line_and_the_chat_goes_on(tmp_path) -> None:
+    """Regression: the reply quoted the exception's repr ("FileNotFoundError: [Errno 2] ...")."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with ChatSession("export", OfflinePolicy(), path=tmp_path / "s.sqlite") as chat:
+        chat.ask("tune llama3 8b on 8 h100")
+        reply = chat.ask(f"export it to {blocker}/run.sh")
+        assert reply.startswith("error: ") and str(blocker) in reply and reply.endswith("; the session goes on"), reply
+        assert "Errno" not in reply and "Error:" not in reply     # the OS's reason, not an exception repr
+        assert "export" in chat.ask(f"export it to {tmp_path}/run.sh").lower() or (tmp_path / "run.sh").exists()
