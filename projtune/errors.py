@@ -58,8 +58,10 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except ProjtuneError as err:
             fail(str(err))
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
-            fail(f"{err.strerror}: {err.filename}")
+        except OSError as err:    # a file or folder that cannot be read or made: the OS's reason and the path
+            if err.filename is None or isinstance(err, BrokenPipeError):
+                raise
+            fail(f"{err.strerror or type(err).__name__}: {err.filename}")
         except Exception as err:
             if not _is_validation_error(err):
                 raise

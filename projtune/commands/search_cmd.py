@@ -294,8 +294,10 @@ def mcp_command(
 ) -> None:
     """Serve every tool over MCP: stdio by default, or streamable HTTP at http://HOST:PORT/mcp."""
     import agent.tool  # noqa: F401 - registers the agent's `tune` tool
+    from projection.settings import load_settings
     from tools.mcp_server import serve
 
+    load_settings()               # a PROJTUNE_* value that is not allowed: one line and exit 2 now, not per call
     serve(http=http, host=host, port=port, announce=lambda url: print(f"projtune MCP server on {url}", file=sys.stderr))
 
 

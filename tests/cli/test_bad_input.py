@@ -54,3 +54,22 @@ def test_malformed_layout_file_names_the_line_without_the_parser_excerpt(tmp_pat
     line = _one_line_error(["project", "-c", str(layout)])
     assert line == (f"error: cannot parse layout file '{layout}', line 2: malformed YAML: mapping values are not "
                     "allowed in this context")
+
+
+def test_a_cache_path_that_is_a_file_is_one_line_not_a_traceback(tmp_path) -> None:
+    """`PROJTUNE_CACHE` naming a file: NotADirectoryError escaped `bench run` as a traceback (the CLI edge caught
+    only FileNotFoundError, IsADirectoryError and PermissionError)."""
+    cache = tmp_path / "cache-file"
+    cache.write_text("")
+    result = runner.invoke(app, ["bench", "run", "--cpu", "-m", "llama3-8b", "-g", "h100-sxm", "-n", "8", "--tp", "1",
+                                 "--mbs", "1", "--gbs", "8", "--seq-len", "1024"], env={"PROJTUNE_CACHE": str(cache)})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == f"error: Not a directory: {cache / 'bench'}"
+    assert not isinstance(result.exception, OSError)
+
+
+def test_mcp_refuses_a_bad_setting_at_start() -> None:
+    """An invalid PROJTUNE_TOOL_DEADLINE was only noticed by each tool call (the server started, exit 0)."""
+    result = runner.invoke(app, ["mcp"], env={"PROJTUNE_TOOL_DEADLINE": "abc"}, input="")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: PROJTUNE_TOOL_DEADLINE='abc' is not valid")
