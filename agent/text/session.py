@@ -128,11 +128,19 @@ class ChatState(TypedDict, total=False):
 
 
 def sessions_path() -> Path:
-    """The SQLite file of the chat sessions ($PROJTUNE_HOME or ~/.projtune)."""
+    """The SQLite file of the chat sessions ($PROJTUNE_HOME or ~/.projtune).
+
+    Raises:
+        ProjtuneError: the folder is a file (`chat --list` said "no saved sessions", `chat` "File exists").
+    """
     from projection.settings import load_settings
 
     home = load_settings().home
-    return (home.expanduser() if home else Path.home() / ".projtune") / SESSIONS_FILE
+    folder = home.expanduser() if home else Path.home() / ".projtune"
+    if folder.exists() and not folder.is_dir():
+        raise ProjtuneError(f"the chat sessions' folder {folder} ($PROJTUNE_HOME, default ~/.projtune) is a file; "
+                            "set PROJTUNE_HOME to a folder")
+    return folder / SESSIONS_FILE
 
 
 def build_chat_graph(turns: ChatTurns, checkpointer: Any = None) -> Any:

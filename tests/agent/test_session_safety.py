@@ -91,3 +91,14 @@ def test_an_export_path_that_cannot_be_written_is_one_line_and_the_chat_goes_on(
         assert reply.startswith("error: ") and str(blocker) in reply and reply.endswith("; the session goes on"), reply
         assert "Errno" not in reply and "Error:" not in reply     # the OS's reason, not an exception repr
         assert "export" in chat.ask(f"export it to {tmp_path}/run.sh").lower() or (tmp_path / "run.sh").exists()
+
+
+@pytest.mark.parametrize("args", [["chat", "--list"], ["chat", "--session", "x"]])
+def test_a_home_that_is_a_file_is_one_line(tmp_path, args: list[str]) -> None:
+    """`chat --list` said "no saved sessions" and `chat` "File exists: ..." for PROJTUNE_HOME naming a file."""
+    home = tmp_path / "home-file"
+    home.write_text("")
+    result = CliRunner().invoke(app, args, env={"PROJTUNE_HOME": str(home)}, input="exit\n")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: the chat sessions' folder {home} ($PROJTUNE_HOME, default ~/.projtune) "
+                                     "is a file; set PROJTUNE_HOME to a folder")
