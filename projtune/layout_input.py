@@ -68,5 +68,11 @@ def build_layout(values: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec, Clust
         values["recompute_modules"] = tuple(m for m in values["recompute_modules"].split(",") if m)
     if isinstance(values.get("comm_overlap"), str):
         values["comm_overlap"] = parse_overlap_list(values["comm_overlap"])
+    unknown = [k for k in values if k not in TrainingConfig.model_fields]
+    if unknown:                   # a layout file's misspelt key: name the nearest (pydantic says only "unknown key")
+        from projection.errors import unknown_name_message
+
+        raise ProjtuneError(unknown_name_message("layout key", unknown[0],
+                                                 [*TrainingConfig.model_fields, "model", *CLUSTER_KEYS]))
     config = TrainingConfig(**values)
     return model, hardware, cluster, config

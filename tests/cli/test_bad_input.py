@@ -73,3 +73,13 @@ def test_mcp_refuses_a_bad_setting_at_start() -> None:
     result = runner.invoke(app, ["mcp"], env={"PROJTUNE_TOOL_DEADLINE": "abc"}, input="")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: PROJTUNE_TOOL_DEADLINE='abc' is not valid")
+
+
+def test_misspelt_layout_file_key_names_the_nearest(tmp_path) -> None:
+    """A layout file's `seq_lenn` said only "seq_lenn: unknown key (got 8192)"."""
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("model: llama3-8b\ncluster: {gpu: h100-sxm, num_gpus: 64}\n"
+                      "config: {tp: 2, mbs: 1, gbs: 256, seq_lenn: 8192}\n")
+    line = _one_line_error(["project", "-c", str(layout)])
+    assert line.startswith("error: unknown layout key 'seq_lenn' (allowed: tp, pp, ") and \
+        line.endswith("; did you mean seq_len?)")

@@ -32,3 +32,12 @@ def test_value_with_no_near_name_gets_no_suggestion() -> None:
     out = call_tool("project", {**JOB, "layout": {**LAYOUT, "precision": "zzzzzz"}})
     assert out["ok"] is False and "did you mean" not in out["error"]["message"]
     assert "(got 'zzzzzz')" in out["error"]["message"]
+
+
+def test_misspelt_keys_name_the_nearest() -> None:
+    out = call_tool("project", {**JOB, "layout": {**LAYOUT, "seq_lenn": 8192}})
+    assert out["error"]["field"] == "layout.seq_lenn"
+    assert "layout.seq_lenn: unknown key; did you mean seq_len?" in out["error"]["message"]
+    out = call_tool("search", {**JOB, "gbs": 256, "seq_len": 8192, "constraints": {"tpp": 8}})
+    assert out["error"]["message"] == "constraints.tpp: unknown key; did you mean tp?"
+    assert "tp" in out["error"]["allowed"]
