@@ -29,7 +29,11 @@ MAX_PLAN_PROJECTIONS = 32
 
 
 class PlanInputError(ProjtuneError):
-    """A token budget or deadline that cannot be read."""
+    """A token budget or deadline that cannot be read; ``field`` names it (the tools' structured error)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 def parse_tokens(text: str | float | int) -> float:
@@ -38,8 +42,8 @@ def parse_tokens(text: str | float | int) -> float:
         return float(text)
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmbgt]?)\s*(?:tokens?)?\s*", str(text), re.I)
     if not m or float(m.group(1)) <= 0:
-        raise PlanInputError(f"--tokens {text!r}: expected a positive number with an optional suffix K, M, B or T "
-                             "(e.g. 15T = 15e12 tokens)")
+        raise PlanInputError(f"tokens {text!r} (--tokens): expected a positive number with an optional suffix K, M, "
+                             "B or T (e.g. 15T = 15e12 tokens)", field="tokens")
     return float(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
 
 
@@ -49,8 +53,8 @@ def parse_duration(text: str | float | int) -> float:
         return float(text) * 86400.0
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", str(text), re.I)
     if not m or float(m.group(1)) <= 0:
-        raise PlanInputError(f"--deadline {text!r}: expected a positive duration like 30d, 12h or 2w "
-                             "(suffix s, m, h, d, w; no suffix = days)")
+        raise PlanInputError(f"deadline {text!r} (--deadline): expected a positive duration like 30d, 12h or 2w "
+                             "(suffix s, m, h, d, w; no suffix = days)", field="deadline")
     return float(m.group(1)) * _SECONDS[(m.group(2) or "d").lower()]
 
 

@@ -118,7 +118,14 @@ def select_sweeps(sweeps: Sequence[LoadedSweep], options: EvalOptions) -> list[L
             raise ProjtuneError(f"no sweep named '{pattern}'" + (f"; did you mean {near}?" if near else ""))
     kept = [s for s in sweeps if not options.sweeps or any(fnmatch.fnmatch(s.name, p) for p in options.sweeps)]
     if options.gpu is not None:
-        kept = [s for s in kept if options.gpu in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))]
+        on_gpu = [s for s in kept if options.gpu in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))]
+        if kept and not on_gpu:
+            present = sorted({name for s in kept for name in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))
+                              if name})
+            near = nearest(options.gpu.lower(), present)
+            raise ProjtuneError(f"no sweep on --gpu '{options.gpu}'" + (f"; did you mean {near}?" if near else "")
+                                + f" (hardware ids and families in these sweeps: {', '.join(present)})")
+        kept = on_gpu
     return kept
 
 

@@ -180,6 +180,9 @@ def _parse(path: Path) -> _ParsedLog:
         if size > MAX_LOG_BYTES:
             raise LogImportError(f"{clip(path.name)}: {size} bytes; logs up to {MAX_LOG_BYTES} bytes are read")
         text = _ANSI.sub("", path.read_bytes().decode("utf-8", errors="replace"))
+    except IsADirectoryError as err:
+        raise LogImportError(f"{clip(path.name)}: is a folder; give its log files (e.g. {clip(path.name)}/*.log)") \
+            from err
     except OSError as err:
         raise LogImportError(f"{clip(path.name)}: cannot read: {clip(err.strerror or type(err).__name__)}") from err
     if _MEGATRON_ITER.search(text):

@@ -38,7 +38,7 @@ from evals.sweep_models import (
     primary_metric,
 )
 from projection.errors import clip, unknown_name_message
-from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded
+from projection.safe_yaml import YamlLimitError, compose_bounded, non_finite_paths, read_text_bounded, yaml_problem
 
 __all__ = [
     "CONFIG_KEYS", "GPU_IDS", "ClusterSpec", "ConfigKeys", "LoadIssue", "LoadResult", "LoadedRun",
@@ -190,14 +190,16 @@ def _load_file(path: Path, result: LoadResult, first_file_of: dict[str, str]) ->
     try:
         data, root = _read_yaml(path)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        line = mark.line + 1 if mark is not None else None
-        result.errors.append(LoadIssue(file=file, line=line, detail=f"malformed YAML: {err.problem}"))
+        line, problem = yaml_problem(err)
+        result.errors.append(LoadIssue(file=file, line=line, detail=f"malformed YAML: {problem}"))
         return
     except YamlLimitError as err:
         result.errors.append(LoadIssue(file=file, line=err.line, detail=f"refused: {err}"))
         return
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError) as err:
+    except OSError as err:        # the reason alone ("No such file or directory"), not the exception's repr
+        result.errors.append(LoadIssue(file=file, detail=f"cannot read: {err.strerror or type(err).__name__}"))
+        return
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError) as err:
         result.errors.append(LoadIssue(file=file, detail=f"cannot read: {type(err).__name__}: {_shown(err)}"))
         return
     if not isinstance(data, dict) or not isinstance(data.get("sweeps"), list) or not data["sweeps"]:

@@ -6,6 +6,8 @@ Light on purpose (the standard library only): every CLI command's error edge imp
 from __future__ import annotations
 
 import difflib
+import re
+from typing import Any
 
 
 def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
@@ -15,6 +17,19 @@ def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
         return prefixed[0]
     near = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
     return near[0] if near else None
+
+
+def literal_suggestion(item: dict[str, Any]) -> str:
+    """``"; did you mean 'x'?"`` for one pydantic error item that refused a string outside a Literal's values
+    (``type == "literal_error"``; its ``ctx.expected`` lists them as ``'a', 'b' or 'c'``), else ``""``.
+
+    One place for the CLI's one-line errors (projtune/errors.py) and the tools' structured ones (tools/registry.py).
+    """
+    if item.get("type") != "literal_error" or not isinstance(item.get("input"), str):
+        return ""
+    allowed = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
+    near = nearest(item["input"].lower(), allowed)
+    return f"; did you mean '{near}'?" if near else ""
 
 
 def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | list[str]) -> str:

@@ -49,6 +49,14 @@ class YamlLimitError(ValueError):
         super().__init__(message)
 
 
+def yaml_problem(err: yaml.YAMLError) -> tuple[int | None, str]:
+    """(1-based line, what is wrong) of a YAML parse error: the parser's problem alone, never the file's text
+    or its multi-line excerpt (``"mapping values are not allowed here"``, line 2)."""
+    mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+    problem = getattr(err, "problem", None) or type(err).__name__
+    return (mark.line + 1 if mark is not None else None), " ".join(str(problem).split())
+
+
 def read_text_bounded(path: Path | str, max_bytes: int = MAX_BYTES) -> str:
     """The file's text, refusing files over ``max_bytes`` (checked before reading)."""
     file = Path(path)

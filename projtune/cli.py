@@ -11,6 +11,7 @@ by the command (search workers, deadline children) exit at once and quietly on t
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 from typing import Any
@@ -39,6 +40,42 @@ def _is_interrupt(err: BaseException) -> bool:
     return isinstance(err.__context__, Interrupted) and not isinstance(err, SystemExit)
 
 
+def usage_line(err: Any) -> str:
+    """One line for a click usage error (unknown command or option, a value of the wrong type, a missing
+    argument): click's own message (with its "did you mean" and possible options) and where the help is.
+
+    typer would draw it as a usage line, a hint line and a boxed panel; the CLI's rule is one line."""
+    message = " ".join(err.format_message().split()).rstrip(".").replace("Value error, ", "")
+    message = re.sub(r"^(Invalid value for '(--[\w-]+)'[^:]*): \2: ", r"\1: ", message)   # the flag named once
+    ctx = getattr(err, "ctx", None)
+    where = f"; see '{ctx.command_path} --help'" if ctx is not None else ""
+    return f"error: {message}{where}"
+
+
+def run_command(command: Any) -> int:
+    """Run the typer app outside click's standalone mode and return the exit code.
+
+    click's usage errors become :func:`usage_line` and exit code 2; ``typer.Exit(n)`` gives ``n``; a command
+    that returns normally gives 0; an aborted prompt (end of input) gives 1 with one line.
+    """
+    import typer
+
+    # typer >= 0.20 runs its own copy of click (typer._click): its exception classes are found from the ones
+    # typer exports, as typer itself recognises NoArgsIsHelpError by name.
+    click_exception = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+    try:
+        code = command(prog_name="projtune", standalone_mode=False)
+    except click_exception as err:
+        if type(err).__name__ == "NoArgsIsHelpError":
+            return 2                  # typer has printed the help already
+        print(usage_line(err), file=sys.stderr)
+        return int(err.exit_code)
+    except typer.Abort:
+        print("aborted: no input", file=sys.stderr)
+        return 1
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
+
+
 def main() -> None:
     """Console-script entry point."""
     main_pid = os.getpid()
@@ -59,7 +96,7 @@ def main() -> None:
 
             command = app_for(sys.argv[1:])
             preload(sys.argv[1:])     # what the command runs with, loaded in the same block
-        command()
+        sys.exit(run_command(command))
     except BaseException as err:
         if not _is_interrupt(err):
             raise

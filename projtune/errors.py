@@ -7,14 +7,13 @@ Imported by every command module at start-up (``projtune --help`` included), so 
 from __future__ import annotations
 
 import functools
-import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from projection.errors import ProjtuneError, clip, nearest
+from projection.errors import ProjtuneError, clip, literal_suggestion
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -32,12 +31,7 @@ def validation_message(err: ValidationError) -> str:
         msg = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             msg = "unknown key"
-        hint = ""
-        if item["type"] == "literal_error" and isinstance(item.get("input"), str):
-            allowed = re.findall(r"'([^']*)'", str(item.get("ctx", {}).get("expected", "")))
-            near = nearest(item["input"].lower(), allowed)
-            hint = f"; did you mean '{near}'?" if near else ""
-        parts.append(f"{clip(field)}: {msg} (got {clip(item.get('input'))}){hint}")
+        parts.append(f"{clip(field)}: {msg} (got {clip(item.get('input'))}){literal_suggestion(item)}")
     message = "; ".join(parts[:5])
     return message + (f"; and {len(parts) - 5} more problems" if len(parts) > 5 else "")
 
@@ -64,8 +58,10 @@ def user_errors(func: F) -> F:
             return func(*args, **kwargs)
         except ProjtuneError as err:
             fail(str(err))
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
-            fail(f"{err.strerror}: {err.filename}")
+        except OSError as err:    # a file or folder that cannot be read or made: the OS's reason and the path
+            if err.filename is None or isinstance(err, BrokenPipeError):
+                raise
+            fail(f"{err.strerror or type(err).__name__}: {err.filename}")
         except Exception as err:
             if not _is_validation_error(err):
                 raise

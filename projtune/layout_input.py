@@ -28,12 +28,16 @@ def read_layout_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise ProjtuneError(f"layout file '{path}' does not exist")
     from projection.errors import clip
-    from projection.safe_yaml import YamlLimitError, load_bounded, read_text_bounded
+    from projection.safe_yaml import YamlLimitError, load_bounded, read_text_bounded, yaml_problem
 
     try:
         text = read_text_bounded(path, max_bytes=1024 * 1024)
         data = tomllib.loads(text) if path.suffix == ".toml" else load_bounded(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, YamlLimitError, UnicodeDecodeError) as err:
+    except yaml.YAMLError as err:
+        line, problem = yaml_problem(err)
+        raise ProjtuneError(f"cannot parse layout file '{path}'" + (f", line {line}" if line else "")
+                            + f": malformed YAML: {clip(problem, 200)}") from err
+    except (tomllib.TOMLDecodeError, YamlLimitError, UnicodeDecodeError) as err:
         raise ProjtuneError(f"cannot parse layout file '{path}': {clip(str(err), 200)}") from err
     if not isinstance(data, dict):
         raise ProjtuneError(f"layout file '{path}' must be a mapping with model, cluster and config keys")
@@ -64,5 +68,11 @@ def build_layout(values: dict[str, Any]) -> tuple[ModelSpec, HardwareSpec, Clust
         values["recompute_modules"] = tuple(m for m in values["recompute_modules"].split(",") if m)
     if isinstance(values.get("comm_overlap"), str):
         values["comm_overlap"] = parse_overlap_list(values["comm_overlap"])
+    unknown = [k for k in values if k not in TrainingConfig.model_fields]
+    if unknown:                   # a layout file's misspelt key: name the nearest (pydantic says only "unknown key")
+        from projection.errors import unknown_name_message
+
+        raise ProjtuneError(unknown_name_message("layout key", unknown[0],
+                                                 [*TrainingConfig.model_fields, "model", *CLUSTER_KEYS]))
     config = TrainingConfig(**values)
     return model, hardware, cluster, config

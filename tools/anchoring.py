@@ -26,6 +26,7 @@ from projection.anchor import (
     with_shared_weight,
 )
 from projection.evidence import Novelty
+from projection.hardware import HardwareSpec
 from projection.engine import Projection, project
 from projection.errors import IllegalLayoutError, ProjtuneError
 from projection.job import Job, job_on, resolve_device
@@ -73,11 +74,22 @@ def proxy_reason(anchor: ModelSpec, target: ModelSpec) -> str | None:
     return f"its architecture differs from {target.name} ({shown})"
 
 
-def _anchor_projection(job: Job, anchor: AnchorRun) -> tuple[Projection, ModelSpec]:
+def check_anchor_gpu(anchor: AnchorRun, target_gpu: str) -> HardwareSpec:
+    """The anchor's GPU, when it is the target's type (``target_gpu``: a catalog id or alias).
+
+    Raises:
+        ProjtuneError: the anchor ran on another GPU type (or names an unknown one).
+    """
     hardware, _ = resolve_device(anchor.gpu)
-    if hardware.id != job.hardware.id:
-        raise ProjtuneError(f"anchor {anchor.label}: measured on {hardware.id}, the target is {job.hardware.id}; "
+    target, _ = resolve_device(target_gpu)
+    if hardware.id != target.id:
+        raise ProjtuneError(f"anchor {anchor.label}: measured on {hardware.id}, the target is {target.id}; "
                             "an anchor must be a run on the target's GPU type")
+    return hardware
+
+
+def _anchor_projection(job: Job, anchor: AnchorRun) -> tuple[Projection, ModelSpec]:
+    hardware = check_anchor_gpu(anchor, job.hardware.id)
     cluster = job.cluster.model_copy(update={"num_gpus": anchor.num_gpus, "gpus_per_node": anchor.gpus_per_node})
     model = job_on(anchor.model, cluster, hardware=job.hardware, profile=job.profile).model
     reason = proxy_reason(model, job.model)

@@ -9,7 +9,7 @@ the success envelope ``{"ok", "tool", "result"}`` around the output model's sche
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from typing import Any
 
@@ -270,6 +270,36 @@ def check_bind(host: str, token: str | None) -> None:
                             "Bearer TOKEN'), or bind 127.0.0.1")
 
 
+def check_port(host: str, port: int) -> None:
+    """Refuse a port outside 1-65535, a host that does not resolve, or an address already in use, in one line
+    (uvicorn would log its own error and exit 1 or 3, after `projtune mcp` announced the server).
+
+    The probe binds the address the way uvicorn will (``SO_REUSEADDR``) and closes it at once.
+
+    Raises:
+        ProjtuneError: the port, the host or the address cannot be served.
+    """
+    import socket
+
+    from projection.errors import ProjtuneError
+
+    if not 1 <= port <= 65535:
+        raise ProjtuneError(f"--port {port} is not a TCP port: give 1-65535 (default {DEFAULT_HTTP_PORT})")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        reason = getattr(err, "strerror", None) or "not a name or address"
+        raise ProjtuneError(f"--host '{host}' cannot be resolved ({reason}): give an address such as 127.0.0.1 "
+                            "or a name this machine resolves") from err
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise ProjtuneError(f"cannot serve MCP on {host}:{port}: {err.strerror or err}; give another --port "
+                                "(1-65535) or stop what holds it") from err
+
+
 KEEP_ALIVE_MARGIN_S = 30.0
 """Seconds an idle keep-alive connection outlives the longest tool call (uvicorn's own default is 5 s)."""
 
@@ -288,12 +318,13 @@ def http_timeouts(deadline_s: float) -> dict[str, Any]:
 
 
 def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HTTP_PORT,
-          token: str | None = None) -> None:
+          token: str | None = None, announce: Callable[[str], None] | None = None) -> None:
     """Run the server: stdio (default) or streamable HTTP at http://HOST:PORT/mcp.
 
     HTTP on a non-loopback address needs a bearer token (``token`` or ``$PROJTUNE_MCP_TOKEN``);
     when one is set every request must carry it, on any address.  Each tool call has a deadline
-    (``$PROJTUNE_TOOL_DEADLINE`` seconds, default 120) after which its work is cancelled.
+    (``$PROJTUNE_TOOL_DEADLINE`` seconds, default 120) after which its work is cancelled.  ``announce``
+    gets the server's URL once the token, the port and the address have been checked (:func:`check_port`).
     """
     import os
 
@@ -306,6 +337,9 @@ def serve(*, http: bool = False, host: str = "127.0.0.1", port: int = DEFAULT_HT
     secret = load_settings().mcp_token
     token = token or (secret.get_secret_value() if secret else None)
     check_bind(host, token)
+    check_port(host, port)
+    if announce is not None:
+        announce(f"http://{host}:{port}/mcp")
     import uvicorn
 
     app: Any = server.streamable_http_app(host=host)

@@ -33,7 +33,15 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from projection.errors import IllegalLayoutError, ModelSpecError, ProjtuneError, UnknownNameError
+from projection.errors import (
+    IllegalLayoutError,
+    ModelSpecError,
+    ProjtuneError,
+    UnknownNameError,
+    clip,
+    literal_suggestion,
+    nearest,
+)
 from projection.safe_yaml import UNTRUSTED
 from tools import functions as f
 from tools import schemas as s
@@ -156,6 +164,12 @@ def _validation_error(model: type[BaseModel], err: ValidationError) -> dict[str,
     for item in items[:5]:
         where = ".".join(str(p) for p in item["loc"]) or "input"
         msg = "unknown key" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            keys = [str(k) for k in _allowed_at(model, tuple(item["loc"]), "extra_forbidden")]
+            near = nearest(str(item["loc"][-1]).lower(), keys) if item["loc"] else None
+            msg += f"; did you mean {near}?" if near else ""
+        if item["type"] == "literal_error" and isinstance(item.get("input"), str):
+            msg += f" (got '{clip(item['input'])}'){literal_suggestion(item)}"
         messages.append(f"{where}: {msg}")
     cause = first.get("ctx", {}).get("error")
     if isinstance(cause, ConstraintError):
@@ -166,8 +180,8 @@ def _validation_error(model: type[BaseModel], err: ValidationError) -> dict[str,
 def _domain_error(err: ProjtuneError) -> dict[str, Any]:
     if isinstance(err, UnknownNameError):
         field = {"hardware": "gpu", "model": "model"}.get(err.kind, err.kind)
-        nearest = difflib.get_close_matches(err.name.lower(), err.choices, n=3, cutoff=0.4)
-        return error(field, str(err), err.choices, nearest=nearest)
+        near = difflib.get_close_matches(err.name.lower(), err.choices, n=3, cutoff=0.4)
+        return error(field, str(err), err.choices, nearest=near)
     if isinstance(err, IllegalLayoutError):
         return error(getattr(err, "field", "layout"), str(err), [], violations=err.reasons)
     if isinstance(err, ConstraintError):

@@ -128,11 +128,19 @@ class ChatState(TypedDict, total=False):
 
 
 def sessions_path() -> Path:
-    """The SQLite file of the chat sessions ($PROJTUNE_HOME or ~/.projtune)."""
+    """The SQLite file of the chat sessions ($PROJTUNE_HOME or ~/.projtune).
+
+    Raises:
+        ProjtuneError: the folder is a file (`chat --list` said "no saved sessions", `chat` "File exists").
+    """
     from projection.settings import load_settings
 
     home = load_settings().home
-    return (home.expanduser() if home else Path.home() / ".projtune") / SESSIONS_FILE
+    folder = home.expanduser() if home else Path.home() / ".projtune"
+    if folder.exists() and not folder.is_dir():
+        raise ProjtuneError(f"the chat sessions' folder {folder} ($PROJTUNE_HOME, default ~/.projtune) is a file; "
+                            "set PROJTUNE_HOME to a folder")
+    return folder / SESSIONS_FILE
 
 
 def build_chat_graph(turns: ChatTurns, checkpointer: Any = None) -> Any:
@@ -220,6 +228,11 @@ class ChatSession:
             out = self.graph.invoke({"line": line}, self._config)
         except sqlite3.DatabaseError as err:
             return f"error: the session store failed ({err}); this turn was not saved"
+        except ProjtuneError as err:
+            return f"error: {err}; the session goes on"
+        except OSError as err:    # e.g. "export it to /no/such/dir/run.sh": the OS's reason, not a repr
+            where = f": {err.filename}" if err.filename else ""
+            return f"error: {err.strerror or type(err).__name__}{where}; the session goes on"
         except Exception as err:  # noqa: BLE001 - one bad turn must not end the chat
             return f"error: could not answer that ({type(err).__name__}: {str(err)[:300]}); the session goes on"
         return str(out.get("reply", ""))

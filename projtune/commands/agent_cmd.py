@@ -18,6 +18,7 @@ from rich.markup import escape
 from projtune.anchor_input import AnchorOpt
 from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
+from projection.errors import nearest
 from projection.vocabulary import LAUNCH_FRAMEWORKS as FRAMEWORKS
 from tools.json_out import json_text
 
@@ -294,8 +295,7 @@ def tune_command(
         from agent.state import RunOptions
         from agent.text.request import Clarification
 
-    if framework not in FRAMEWORKS:
-        fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
+    _check_framework(framework)
     budget_tokens = parse_tokens(tokens) if tokens else None
     deadline_s = parse_duration(deadline) if deadline else None
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
@@ -308,7 +308,11 @@ def tune_command(
         if anchor and not isinstance(parsed, Clarification):
             from projtune.anchor_input import read_cli_anchors
 
+            from tools.anchoring import check_anchor_gpu
+
             anchors = read_cli_anchors(anchor, gpu=parsed.gpu)
+            for run in anchors:       # a wrong --anchor file is a usage error, before any trial runs
+                check_anchor_gpu(run, parsed.gpu)
             parsed = parsed.model_copy(update={"anchors": [a.model_dump(mode="json") for a in anchors]})
         if isinstance(parsed, Clarification):
             answer = TuneReport(status="clarification", clarification=parsed.model_dump(), message=parsed.question,
@@ -362,8 +366,7 @@ def chat_command(
         names = list_sessions()
         typer.echo("\n".join(names) if names else "no saved sessions")
         return
-    if framework not in FRAMEWORKS:
-        fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}")
+    _check_framework(framework)
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
     name = session or ChatSession.new_name()
     interactive = sys.stdin.isatty()
@@ -402,3 +405,11 @@ def register(app: typer.Typer) -> None:
     """Add `tune` and `chat` to the CLI."""
     app.command("tune")(tune_command)
     app.command("chat")(chat_command)
+
+
+def _check_framework(framework: str) -> None:
+    """`tune` / `chat` --framework: a launch framework, else one line with the nearest name."""
+    if framework not in FRAMEWORKS:
+        near = nearest(framework.lower(), list(FRAMEWORKS))
+        fail(f"--framework: '{framework}' is not one of {', '.join(FRAMEWORKS)}"
+             + (f"; did you mean '{near}'?" if near else ""))

@@ -74,6 +74,8 @@ def eval_command(
             _stderr_console().print(f"[yellow]warning[/]: {len(plumbing)} measurement file(s) in {measured} are NOT "
                                     "REPRESENTATIVE (CPU plumbing / shrunk shapes): the scores test the code path only")
     result = evaluate(paths, options) if as_json else _evaluate_with_progress(paths, options)
+    if not result.sweeps:         # nothing scored: one line, no empty summary table or JSON, no report folder
+        fail("no sweep to evaluate" + (f": {result.load_issues[0]}" if result.load_issues else ""))
     if report is not None:
         written = write_report_atomically(result, report)
         _stderr_console().print(f"report: {written[0]} and {len(written) - 1} plots")
@@ -81,8 +83,6 @@ def eval_command(
         typer.echo(json_text(result.to_dict()))
     else:
         _print_eval(result)
-    if not result.sweeps:
-        fail("no sweep to evaluate" + (f": {result.load_issues[0]}" if result.load_issues else ""))
 
 
 def _anchor_one(paths: list[Path], options: Any, as_json: bool, bands_out: Path | None) -> None:
@@ -165,8 +165,11 @@ def _evaluate_with_progress(paths: list[Path], options: Any) -> EvalResult:
 
     from evals.eval_run import evaluate
 
+    console = _stderr_console()
+    if not console.is_terminal:   # a bar on a pipe or file would only leave a blank line on stderr
+        return evaluate(paths, options)
     columns = (TextColumn("projecting runs"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_stderr_console(), transient=True) as bar:
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("eval", total=None)
         return evaluate(paths, options, progress=lambda done, total: bar.update(task, completed=done, total=total))
 

@@ -19,13 +19,14 @@ from projection.vocabulary import (
     choices_help,
 )
 from projtune.anchor_input import AnchorOpt
+from projtune.count_option import count_parser
 from projtune.errors import user_errors
 from tools.json_out import json_text
 
 _DISPATCHER_HELP = f"MoE: {choices_help(MOE_DISPATCHERS)}"
 ModelOpt = Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id, HF config.json path.")]
 GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
-GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job.")]
+GpusOpt = Annotated[Optional[int], typer.Option("--gpus", "-n", parser=count_parser("--gpus"), help="GPUs in the job.")]
 FileOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="YAML/TOML layout file (flags override).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 OverlapOpt = Annotated[Optional[str], typer.Option(
@@ -45,25 +46,25 @@ HostOpOpt = Annotated[Optional[float], typer.Option(
 FrameworkOpt = Annotated[Optional[str], typer.Option(help=f"{choices_help(FRAMEWORKS)} (profile, memory traits, "
                                                            "default switches)")]
 PackedOpt = Annotated[int | None, typer.Option(
-    "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
+    "--packed-document-tokens", parser=count_parser("--packed-document-tokens"), help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
                                      "attention is per document.")]
 # The layout flags `project` and `memory` share (one definition each; the help text is the same in both).
-GpusPerNodeOpt = Annotated[Optional[int], typer.Option(help="GPUs per node (default 8).")]
-TpOpt = Annotated[Optional[int], typer.Option(help="Tensor parallel.")]
-PpOpt = Annotated[Optional[int], typer.Option(help="Pipeline parallel.")]
-VppOpt = Annotated[Optional[int], typer.Option(help="Virtual pipeline chunks per rank.")]
-CpOpt = Annotated[Optional[int], typer.Option(help="Context parallel.")]
-EpOpt = Annotated[Optional[int], typer.Option(help="Expert parallel.")]
-EtpOpt = Annotated[Optional[int], typer.Option(help="Expert tensor parallel.")]
-MbsOpt = Annotated[Optional[int], typer.Option(help="Micro-batch size (sequences).")]
-GbsOpt = Annotated[Optional[int], typer.Option(help="Global batch size (sequences).")]
-SeqLenOpt = Annotated[Optional[int], typer.Option(help="Sequence length (tokens).")]
+GpusPerNodeOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--gpus-per-node"), help="GPUs per node (default 8).")]
+TpOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--tp"), help="Tensor parallel.")]
+PpOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--pp"), help="Pipeline parallel.")]
+VppOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--vpp"), help="Virtual pipeline chunks per rank.")]
+CpOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--cp"), help="Context parallel.")]
+EpOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--ep"), help="Expert parallel.")]
+EtpOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--etp"), help="Expert tensor parallel.")]
+MbsOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--mbs"), help="Micro-batch size (sequences).")]
+GbsOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--gbs"), help="Global batch size (sequences).")]
+SeqLenOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--seq-len"), help="Sequence length (tokens).")]
 PrecisionOpt = Annotated[Optional[str], typer.Option(help=choices_help(PRECISIONS))]
 RecomputeOpt = Annotated[Optional[str], typer.Option(help=choices_help(RECOMPUTES))]
-RecomputeLayersOpt = Annotated[Optional[int], typer.Option(help="Full recompute: layers per stage.")]
+RecomputeLayersOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--recompute-num-layers"), help="Full recompute: layers per stage.")]
 SpOpt = Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")]
 ZeroOpt = Annotated[Optional[int], typer.Option(help="0 DDP, 1 dist. optimizer, 2 +grads, 3 FSDP.")]
-FsdpSizeOpt = Annotated[Optional[int], typer.Option(help="ZeRO-3 shard group (HSDP).")]
+FsdpSizeOpt = Annotated[Optional[int], typer.Option(parser=count_parser("--fsdp-size"), help="ZeRO-3 shard group (HSDP).")]
 ScheduleOpt = Annotated[Optional[str], typer.Option("--schedule", help=choices_help(PIPELINE_SCHEDULES))]
 DispatcherOpt = Annotated[Optional[str], typer.Option("--dispatcher", help=_DISPATCHER_HELP)]
 FinetuneOpt = Annotated[Optional[str], typer.Option(help=f"{choices_help(FINETUNES)} (none = pre-training).")]

@@ -12,14 +12,28 @@ from rich.markup import escape
 
 from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
 from projtune.anchor_input import AnchorOpt
-from projtune.commands.project_cmd import HostOpOpt
+from projtune.commands.project_cmd import (
+    CpOpt,
+    EpOpt,
+    EtpOpt,
+    FsdpSizeOpt,
+    GbsOpt,
+    HostOpOpt,
+    MbsOpt,
+    PpOpt,
+    RecomputeLayersOpt,
+    SeqLenOpt,
+    TpOpt,
+    VppOpt,
+)
+from projtune.count_option import count_parser
 from projtune.errors import fail, user_errors
 from tools.json_out import json_text
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Catalog id or HF config.json path.")]
 GpuOpt = Annotated[str, typer.Option("--gpu", "-g", help="Hardware id, e.g. h100-sxm, mi300x.")]
-GpusOpt = Annotated[int, typer.Option("--gpus", "-n", help="GPUs in the job.")]
-NodeOpt = Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node.")]
+GpusOpt = Annotated[int, typer.Option("--gpus", "-n", parser=count_parser("--gpus"), help="GPUs in the job.")]
+NodeOpt = Annotated[int, typer.Option("--gpus-per-node", parser=count_parser("--gpus-per-node"), help="GPUs per node.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 IntOpt = int | None
 PARTIAL_EXIT_CODE = 3   # `projtune search --deadline-s`: stopped with a partial result
@@ -28,7 +42,7 @@ NicsOpt = Annotated[int | None, typer.Option("--nics", min=1, max=64,
 NicGbpsOpt = Annotated[float | None, typer.Option("--nic-gbps", min=0.001, max=1e5,
                                                   help="Line rate of one NIC, Gbit/s (default: the catalog's).")]
 PackedOpt = Annotated[int | None, typer.Option(
-    "--packed-document-tokens", help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
+    "--packed-document-tokens", parser=count_parser("--packed-document-tokens"), help="Fine-tuning on packed sequences: mean tokens per document (1..seq-len); "
                                      "attention is per document, and every layout carries it.")]
 DomainOpt = Annotated[int | None, typer.Option("--nvlink-domain", min=1, max=576,
                                                help="GPUs in one NVLink domain, e.g. 72 for GB200 NVL72 "
@@ -38,8 +52,8 @@ DomainOpt = Annotated[int | None, typer.Option("--nvlink-domain", min=1, max=576
 @user_errors
 def search_command(
     model: ModelOpt, gpu: GpuOpt, gpus: GpusOpt,
-    gbs: Annotated[int, typer.Option(help="Global batch size (sequences).")],
-    seq_len: Annotated[int, typer.Option(help="Sequence length (tokens).")],
+    gbs: Annotated[int, typer.Option(parser=count_parser("--gbs"), help="Global batch size (sequences).")],
+    seq_len: Annotated[int, typer.Option(parser=count_parser("--seq-len"), help="Sequence length (tokens).")],
     gpus_per_node: NodeOpt = 8,
     constraint: Annotated[list[str] | None, typer.Option(
         "--constraint", "-C", help="Axis rule, repeatable: 'tp<=8', 'precision=bf16', 'pp in 1,2,4', "
@@ -180,14 +194,14 @@ def export_command(
                          ] = "megatron",
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file (default: stdout).")] = None,
     gpus_per_node: NodeOpt = 8,
-    tp: IntOpt = None, pp: IntOpt = None, vpp: IntOpt = None, cp: IntOpt = None, ep: IntOpt = None,
-    etp: IntOpt = None, mbs: IntOpt = None, gbs: IntOpt = None, seq_len: IntOpt = None,
+    tp: TpOpt = None, pp: PpOpt = None, vpp: VppOpt = None, cp: CpOpt = None, ep: EpOpt = None,
+    etp: EtpOpt = None, mbs: MbsOpt = None, gbs: GbsOpt = None, seq_len: SeqLenOpt = None,
     precision: Annotated[str | None, typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
     recompute: Annotated[str | None, typer.Option(help=choices_help(RECOMPUTES))] = None,
-    recompute_num_layers: IntOpt = None,
+    recompute_num_layers: RecomputeLayersOpt = None,
     recompute_modules: Annotated[str | None, typer.Option(help="Selective: comma list.")] = None,
     sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
-    zero: IntOpt = None, fsdp_size: IntOpt = None,
+    zero: IntOpt = None, fsdp_size: FsdpSizeOpt = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
     dispatcher: Annotated[str | None, typer.Option("--dispatcher", help=choices_help(MOE_DISPATCHERS))] = None,
     finetune: Annotated[str | None, typer.Option("--finetune", help="sft|lora: write the fine-tuning settings "
@@ -280,11 +294,11 @@ def mcp_command(
 ) -> None:
     """Serve every tool over MCP: stdio by default, or streamable HTTP at http://HOST:PORT/mcp."""
     import agent.tool  # noqa: F401 - registers the agent's `tune` tool
+    from projection.settings import load_settings
     from tools.mcp_server import serve
 
-    if http:
-        print(f"projtune MCP server on http://{host}:{port}/mcp", file=sys.stderr)
-    serve(http=http, host=host, port=port)
+    load_settings()               # a PROJTUNE_* value that is not allowed: one line and exit 2 now, not per call
+    serve(http=http, host=host, port=port, announce=lambda url: print(f"projtune MCP server on {url}", file=sys.stderr))
 
 
 @user_errors

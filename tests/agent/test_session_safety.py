@@ -79,3 +79,26 @@ def test_zero_gpus_asks_back_and_the_chat_goes_on(tmp_path) -> None:
         reply = chat.ask("tune llama3 8b on 0 h100")
         assert "out of range" in reply
         assert "x" * 10 not in chat.ask("x" * 20_000)   # an over-long line is refused, not parsed
+
+
+def test_an_export_path_that_cannot_be_written_is_one_line_and_the_chat_goes_on(tmp_path) -> None:
+    """Regression: the reply quoted the exception's repr ("FileNotFoundError: [Errno 2] ...")."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with ChatSession("export", OfflinePolicy(), path=tmp_path / "s.sqlite") as chat:
+        chat.ask("tune llama3 8b on 8 h100")
+        reply = chat.ask(f"export it to {blocker}/run.sh")
+        assert reply.startswith("error: ") and str(blocker) in reply and reply.endswith("; the session goes on"), reply
+        assert "Errno" not in reply and "Error:" not in reply     # the OS's reason, not an exception repr
+        assert "export" in chat.ask(f"export it to {tmp_path}/run.sh").lower() or (tmp_path / "run.sh").exists()
+
+
+@pytest.mark.parametrize("args", [["chat", "--list"], ["chat", "--session", "x"]])
+def test_a_home_that_is_a_file_is_one_line(tmp_path, args: list[str]) -> None:
+    """`chat --list` said "no saved sessions" and `chat` "File exists: ..." for PROJTUNE_HOME naming a file."""
+    home = tmp_path / "home-file"
+    home.write_text("")
+    result = CliRunner().invoke(app, args, env={"PROJTUNE_HOME": str(home)}, input="exit\n")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: the chat sessions' folder {home} ($PROJTUNE_HOME, default ~/.projtune) "
+                                     "is a file; set PROJTUNE_HOME to a folder")

@@ -121,6 +121,7 @@ def test_log_without_iteration_lines_names_the_file() -> None:
         ([TITAN_OLD], {"gpu": "a100-80gb"}, r"model architecture not found .*pass --model"),
         ([MEGATRON], {"gpu": "h100-sxm", "num_gpus": 8}, r"num_gpus=8 given, but the logs show 16"),
         ([MEGATRON, PRIMUS], {"gpu": "h100-sxm"}, r"logs differ in num_gpus"),
+        ([MEGATRON.parent], {"gpu": "h100-sxm"}, r"fixtures: is a folder; give its log files \(e\.g\. fixtures/\*\.log\)"),
     ],
 )
 def test_import_errors(paths: list[Path], kwargs: dict[str, object], message: str) -> None:

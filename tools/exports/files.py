@@ -14,8 +14,13 @@ def write_export(exported: LaunchConfig, target: Path) -> list[Path]:
     helper files beside it under their own names; any other target gets the config text, with the launcher and
     helpers beside it.  Returns the paths written, ``target`` first.
 
+    An existing folder as ``target`` gets every file inside it under its own name (the launcher's, else the
+    config's); before, the files went beside the folder, into its parent.
+
     Each file is written to a temporary name and renamed, so an interrupted write leaves no partial file.
     """
+    if target.is_dir():
+        target = target / (exported.launcher_filename or exported.filename)
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
     launcher_path = target if target.suffix == ".sh" else folder / (exported.launcher_filename or target.name + ".sh")

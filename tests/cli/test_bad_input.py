@@ -1,0 +1,85 @@
+"""Typical user mistakes on the commands that did not yet name the nearest valid value (exit 2, one line)."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from projtune.cli import app
+
+runner = CliRunner()
+LAYOUT = ["--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "2", "--mbs", "1", "--gbs", "256",
+          "--seq-len", "8192"]
+
+
+def _one_line_error(args: list[str]) -> str:
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def test_tune_misspelt_framework_names_the_nearest() -> None:
+    line = _one_line_error(["tune", "tune llama3 8b on 64 h100", "--framework", "torchtitn"])
+    assert line == ("error: --framework: 'torchtitn' is not one of megatron, megatron-bridge, primus, torchtitan, "
+                    "maxtext; did you mean 'torchtitan'?")
+
+
+def test_chat_misspelt_framework_names_the_nearest() -> None:
+    line = _one_line_error(["chat", "--framework", "maxtxt"])
+    assert line.endswith("did you mean 'maxtext'?")
+
+
+def test_export_misspelt_framework_names_the_nearest() -> None:
+    line = _one_line_error(["export", *LAYOUT, "--framework", "torchtitn"])
+    assert line.endswith("(got 'torchtitn'); did you mean 'torchtitan'?")
+
+
+def test_tune_anchor_of_another_gpu_is_a_usage_error_before_any_trial() -> None:
+    """`project`/`search --anchor` refused it in one line; `tune` ran every round, then answered "no layout:
+    search failed: anchor ..." with exit code 1."""
+    from pathlib import Path
+
+    sweep = Path(__file__).resolve().parents[2] / "evals" / "data" / "torchtitan.yaml"
+    line = _one_line_error(["tune", "tune llama3 8b on 64 h100", "--offline", "--anchor", str(sweep)])
+    assert "measured on h100-96gb-500w, the target is h100-sxm; an anchor must be a run on the target's GPU type" \
+        in line
+
+
+def test_malformed_layout_file_names_the_line_without_the_parser_excerpt(tmp_path) -> None:
+    """The message was PyYAML's multi-part text with a literal '\\n  in "<unicode string>", line 2, column 6'."""
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("model: llama3-8b\n  bad: [\n")
+    line = _one_line_error(["project", "-c", str(layout)])
+    assert line == (f"error: cannot parse layout file '{layout}', line 2: malformed YAML: mapping values are not "
+                    "allowed in this context")
+
+
+def test_a_cache_path_that_is_a_file_is_one_line_not_a_traceback(tmp_path) -> None:
+    """`PROJTUNE_CACHE` naming a file: NotADirectoryError escaped `bench run` as a traceback (the CLI edge caught
+    only FileNotFoundError, IsADirectoryError and PermissionError)."""
+    cache = tmp_path / "cache-file"
+    cache.write_text("")
+    result = runner.invoke(app, ["bench", "run", "--cpu", "-m", "llama3-8b", "-g", "h100-sxm", "-n", "8", "--tp", "1",
+                                 "--mbs", "1", "--gbs", "8", "--seq-len", "1024"], env={"PROJTUNE_CACHE": str(cache)})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines()[-1] == f"error: Not a directory: {cache / 'bench'}"
+    assert not isinstance(result.exception, OSError)
+
+
+def test_mcp_refuses_a_bad_setting_at_start() -> None:
+    """An invalid PROJTUNE_TOOL_DEADLINE was only noticed by each tool call (the server started, exit 0)."""
+    result = runner.invoke(app, ["mcp"], env={"PROJTUNE_TOOL_DEADLINE": "abc"}, input="")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: PROJTUNE_TOOL_DEADLINE='abc' is not valid")
+
+
+def test_misspelt_layout_file_key_names_the_nearest(tmp_path) -> None:
+    """A layout file's `seq_lenn` said only "seq_lenn: unknown key (got 8192)"."""
+    layout = tmp_path / "layout.yaml"
+    layout.write_text("model: llama3-8b\ncluster: {gpu: h100-sxm, num_gpus: 64}\n"
+                      "config: {tp: 2, mbs: 1, gbs: 256, seq_lenn: 8192}\n")
+    line = _one_line_error(["project", "-c", str(layout)])
+    assert line.startswith("error: unknown layout key 'seq_lenn' (allowed: tp, pp, ") and \
+        line.endswith("; did you mean seq_len?)")
