@@ -38,6 +38,7 @@ from projection.compute import fp8_transpose_free
 from projection.device_profile import DeviceProfile
 from projection.framework import memory_traits
 from projection.hardware import HardwareSpec
+from projection.packed_keys import packed_ids
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory_terms import (
     BF16_BYTES,
@@ -145,10 +146,15 @@ class MemoryBatcher:
             self._store.append(build())
         return row
 
-    def _gather(self, ids: list[int]) -> np.ndarray:
+    def _gather(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``ids`` stacked (each distinct row copied once, then fancy-indexed)."""
-        unique, inverse = np.unique(np.asarray(ids), return_inverse=True)
-        return np.stack([self._store[k] for k in unique.tolist()])[inverse]
+        distinct, inverse = self._distinct_rows(ids)
+        return distinct[inverse]
+
+    def _distinct_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct rows of ``ids`` stacked, ascending by id; each id's position among them)."""
+        first, inverse = packed_ids([ids])
+        return np.stack([self._store[k] for k in ids[first].tolist()]), inverse
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """(4, pp): weights, gradients, optimizer, FP8 copies of every rank (:meth:`_states_rows` of one layout)."""
@@ -209,12 +215,12 @@ class MemoryBatcher:
         if not len(missing):
             return ids
         # expert-DP group size (projection.layout.ParallelDims.expert_dp): once per distinct (tp, cp, dp, ep, etp)
-        first, inverse = _distinct([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
+        first, inverse = packed_ids([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
         expert_dp = np.array([candidates.dims(int(reps[missing[j]])).expert_dp for j in first.tolist()],
                              dtype=np.int64)[inverse]
         dense, expert = shard_sizes(cols["fsdp"][missing].astype(np.int64), cols["dp"][missing].astype(np.int64),
                                     cols["cp"][missing].astype(np.int64), expert_dp)
-        group_first, group = _distinct([cols["pp"][missing], cols["precision"][missing]])
+        group_first, group = packed_ids([cols["pp"][missing], cols["precision"][missing]])
         for g, at in enumerate(group_first.tolist()):
             mine = np.flatnonzero(group == g)
             pp = values["pp"][missing[at]]
@@ -268,7 +274,7 @@ class MemoryBatcher:
         off the columns (a typed config only per activation context): the rows not stored yet built in one
         :meth:`_activation_rows` call per (pp, vpp, split)."""
         c = candidates.columns
-        first, context_of = _distinct([c[name][reps] for name in _SCALAR_KEYS[0][0]])
+        first, context_of = packed_ids([c[name][reps] for name in _SCALAR_KEYS[0][0]])
         contexts = [self._context(candidates.config(int(reps[j]), keep=False)) for j in first.tolist()]
         values = {name: c[name][reps].tolist() for name in ("pp", "vpp", "split", "recompute")}
         splits, variants = candidates.splits, candidates.recomputes
@@ -279,7 +285,7 @@ class MemoryBatcher:
         missing = np.flatnonzero(ids < 0)
         if not len(missing):
             return ids
-        group_first, group = _distinct([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
+        group_first, group = packed_ids([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
         for g in range(len(group_first)):
             mine = missing[group == g].tolist()
             ids[mine] = self._activation_rows([keys[j] for j in mine],
@@ -419,7 +425,7 @@ class MemoryBatcher:
             values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
                                for r in reps.tolist()],
                               dtype=np.float64).reshape(-1, _SCALARS)
-            cols[:, at] = values[inverse][:, at]
+            cols[:, at] = values[:, at][inverse]
         return self._combine(c["pp"][rows], ids, cols)
 
     def stages(self, config: TrainingConfig, dims: ParallelDims) -> tuple[StageMemory, ...]:
@@ -461,23 +467,29 @@ class MemoryBatcher:
                      static: np.ndarray) -> None:
         """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
         m = len(index)
-        states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
+        states, states_at = self._distinct_rows(ids[index, 0])
+        held = (states[:, 0] + states[:, 1] + states[:, 2] + states[:, 3])[states_at]   # w + g + o + f, per rank
+        acts, in_flight = self._gather(ids[index, 1]), self._gather(ids[index, 2])
         col = cols[index]
         activations = in_flight * acts[:, 0] / acts[:, 1]
         activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
         buffers = np.zeros((m, pp))
         buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
         buffers = buffers + acts[:, 2]
-        buffers = buffers + gather
-        buffers = buffers + lora
-        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
-        buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)   # 0 x ... without graphs
-        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 9:10], 0.0)
+        zeros = self._ids.get(("0", pp))
+        for k in (3, 4):   # ZeRO-3 gathers, LoRA transposes (adding their zeros row would change no bit: skipped)
+            if zeros is None or (ids[index, k] != zeros).any():
+                buffers = buffers + self._gather(ids[index, k])
+        moe = acts[:, 3] > 0
+        buffers = buffers + np.where(moe, col[:, 4:5], 0.0)
+        if col[:, 8].any():   # 0 x ... without graphs
+            buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)
+        if col[:, 9].any():
+            buffers = buffers + np.where(moe, col[:, 9:10], 0.0)
         workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         allocator = col[:, 6:7] * (activations + buffers)
-        w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
-        total = w + g + o + f + activations + buffers + workspace + allocator
-        fixed = w + g + o + f + workspace
+        total = held + activations + buffers + workspace + allocator
+        fixed = held + workspace
         peak[index] = total.max(axis=1)
         static[index] = fixed.max(axis=1)
 
@@ -508,12 +520,6 @@ def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: i
     gradient dtype (``job``: any layout of the job)."""
     return ("S", pp, vpp, split, tp, ep, etp, dp, cp, zero, fsdp_size, precision, job.finetune, job.framework,
             job.grad_reduce_in_fp32)
-
-
-def _distinct(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first row of each distinct key, key id of every row) of equally long integer columns."""
-    _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 _SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)

@@ -32,6 +32,7 @@ import numpy as np
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims
 from projection.model_spec import ModelSpec
+from projection.packed_keys import packed_ids
 from projection.pipeline_split import PipelineSplit
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import RECOMPUTE_LEVEL
@@ -210,25 +211,6 @@ class GroupArrays:
 
     def __iter__(self) -> Iterator[list[int]]:
         return (self[g] for g in range(len(self)))
-
-
-def packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first row of each distinct key, key id of every row) of equally long integer arrays, one per
-    key part (``names``: theirs, for the error); distinct keys in ascending packed order."""
-    count = len(values[0]) if len(values) else 0
-    key = np.zeros(count, dtype=np.int64)
-    span = 1
-    for col in values:
-        if not count:
-            break
-        low, high = int(col.min()), int(col.max())
-        radix = high - low + 1
-        span *= radix
-        if span >= 2**62:
-            raise OverflowError(f"packed key of {list(names)} does not fit in 64 bits")
-        key = key * radix + (col - low)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 def _level(variant: RecomputeVariant) -> tuple[int, int] | None:
