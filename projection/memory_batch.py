@@ -399,12 +399,18 @@ class MemoryBatcher:
         ids = np.empty((len(rows), 5), dtype=np.int64)
         cols = np.empty((len(rows), _SCALARS), dtype=np.float64)
         c = candidates.columns
-        cols[:, 0] = c["microbatches"][rows]
-        cols[:, 1] = c["vpp"][rows]
+        read = {name: c[name][rows] for name in _COLUMNS_READ}   # each column read once for every term's key
+
+        def key_ids(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+            first, inverse = packed_ids([read[name] for name in names], names)
+            return rows[first], inverse
+
+        cols[:, 0] = read["microbatches"]
+        cols[:, 1] = read["vpp"]
         builders = (self._states_row, lambda config, dims: self._activation_row(config, dims, self._context(config)),
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
-            reps, inverse = candidates.key_ids(names, rows)
+            reps, inverse = key_ids(names)
             if k < 2:       # the states, the activations: every layout's at once, off the columns
                 ids[:, k] = (self.states_rows_of if k == 0 else self.activation_rows_of)(candidates, reps)[inverse]
                 continue
@@ -421,7 +427,7 @@ class MemoryBatcher:
                              for r in reps[where].tolist()]
             ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
-            reps, inverse = candidates.key_ids(names, rows)
+            reps, inverse = key_ids(names)
             values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
                                for r in reps.tolist()],
                               dtype=np.float64).reshape(-1, _SCALARS)
@@ -568,3 +574,5 @@ _SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
     (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
     (("cp", "mbs", "tp", "ep", "switches"), [8, 9]),
 )
+_COLUMNS_READ = tuple(sorted({name for names in _ROW_KEYS for name in names}
+                             | {name for names, _ in _SCALAR_KEYS for name in names} | {"microbatches", "vpp"}))

@@ -360,7 +360,7 @@ def group_order(columns: CandidateColumns, groups: list[list[int]] | GroupArrays
     firsts = (groups.members[groups.starts] if isinstance(groups, GroupArrays)
               else np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups)))
     reps, inverse = columns.key_ids(SHARDING, firsts)
-    text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
+    text = [repr(sharding_key_of(values)) for values in columns.values_of(reps, _SHARDING_FIELDS)]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
     c = columns.columns
 
