@@ -430,6 +430,7 @@ class Evaluator:
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
+        self._optimizers: dict[tuple[Any, ...], float] = {}           # optimizer step seconds by its key
         self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
         self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
         # columns: recompute code -> code of _recompute_terms, full recompute in its lowest bit (_recompute_code)
@@ -611,7 +612,8 @@ class Evaluator:
         works, work_ids = self._distinct(rows, work_keys, _layer_work_values, self._layer_works, self._layer_work_of)
         stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
                                            self._stage_layers_of)
-        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
+        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, self._optimizers,
+                                                   self._optimizer_of)
         if self.columns is not None:
             microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
         else:
