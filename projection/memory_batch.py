@@ -392,10 +392,12 @@ class MemoryBatcher:
                         dtype=np.float64).reshape(-1, _SCALARS)
         return self._combine(np.array([d.pp for d in dims], dtype=np.int64), ids, cols)
 
-    def peaks_of_rows(self, candidates: Any, rows: np.ndarray) -> PeakBatch:
+    def peaks_of_rows(self, candidates: Any, rows: np.ndarray, memo: dict[Any, Any] | None = None) -> PeakBatch:
         """:meth:`peaks` of the rows ``rows`` of a :class:`tools.candidate_columns.CandidateColumns`, equal bit for
         bit, read off the columns: each term is built once per distinct key of the columns it depends on (from
-        the first layout with that key), then gathered for every row."""
+        the first layout with that key), then gathered for every row.  ``memo``: where a caller that screens the
+        same columns in pieces keeps the per-layout terms built (by term and key), so a piece builds only the keys
+        new to it (empty at first; one per columns object)."""
         ids = np.empty((len(rows), 5), dtype=np.int64)
         cols = np.empty((len(rows), _SCALARS), dtype=np.float64)
         c = candidates.columns
@@ -423,16 +425,33 @@ class MemoryBatcher:
                 for pp in np.unique(depth[~built]).tolist():
                     values[~built & (depth == pp)] = self._zeros_row(pp)
             where = np.flatnonzero(built)
-            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r))
-                             for r in reps[where].tolist()]
+            values[where] = self._memoised(memo, k, names, c, reps[where],
+                                           lambda r, build=build: build(candidates.config(r, keep=False),
+                                                                        candidates.dims(r)))
             ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
             reps, inverse = key_ids(names)
-            values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
-                               for r in reps.tolist()],
+            values = np.array(self._memoised(memo, names, names, c, reps,
+                                             lambda r: self._scalars(candidates.config(r, keep=False),
+                                                                     candidates.dims(r))),
                               dtype=np.float64).reshape(-1, _SCALARS)
             cols[:, at] = values[:, at][inverse]
         return self._combine(c["pp"][rows], ids, cols)
+
+    @staticmethod
+    def _memoised(memo: dict[Any, Any] | None, term: Any, names: Sequence[str], columns: dict[str, np.ndarray],
+                  reps: np.ndarray, build: Callable[[int], Any]) -> list[Any]:
+        """``build(rep)`` of each of ``reps`` (the first rows of distinct keys of the columns ``names``), taken from
+        ``memo`` where a rep with the same key of ``term`` was built before."""
+        if memo is None:
+            return [build(r) for r in reps.tolist()]
+        out = []
+        for r, key in zip(reps.tolist(), zip(*(columns[name][reps].tolist() for name in names)), strict=True):
+            value = memo.get((term, key))
+            if value is None:
+                value = memo[(term, key)] = build(r)
+            out.append(value)
+        return out
 
     def stages(self, config: TrainingConfig, dims: ParallelDims) -> tuple[StageMemory, ...]:
         """Every pipeline rank's :class:`projection.memory.StageMemory` of one layout: :meth:`peaks`'s arithmetic on

@@ -427,6 +427,7 @@ class Evaluator:
         # the job's shared batcher: its rows serve the fallbacks' screen and the leads' memory results too
         self._batcher = batcher_for(job.model, job.hardware, job.profile)
         self._peaks = np.full((len(configs), 3), np.nan)
+        self._screen_memo: dict[Any, Any] = {}    # the batch screen's per-layout terms by key (peaks_of_rows)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
@@ -502,7 +503,7 @@ class Evaluator:
         starts = self.columns.block_starts
         _, first_block = np.unique(self._sharding_ids[starts], return_index=True)
         firsts = starts[first_block]
-        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
+        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts, self._screen_memo).stacked()
         live = could_pass(self._peaks[firsts, 1] + self._memory_offset, self._peaks[firsts, 2], self.min_headroom,
                           SHIPPED_MARGINS)
         rows = np.flatnonzero(live[self._sharding_ids] & np.isnan(self._peaks[:, 0]))
@@ -515,7 +516,7 @@ class Evaluator:
         assert self.columns is not None
         for start in range(0, len(rows), _SCREEN_ROWS):
             part = rows[start:start + _SCREEN_ROWS]
-            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part).stacked()
+            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part, self._screen_memo).stacked()
 
     def screened(self) -> np.ndarray:
         """Per candidate, whether the batch screen has its peak (columns: every layout whose sharding's static memory
