@@ -38,7 +38,6 @@ from projection.compute import fp8_transpose_free
 from projection.device_profile import DeviceProfile
 from projection.framework import memory_traits
 from projection.hardware import HardwareSpec
-from projection.packed_keys import packed_ids
 from projection.layout import ParallelDims, chunk_layers, effective_schedule
 from projection.memory_terms import (
     BF16_BYTES,
@@ -153,7 +152,7 @@ class MemoryBatcher:
 
     def _distinct_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct rows of ``ids`` stacked, ascending by id; each id's position among them)."""
-        first, inverse = packed_ids([ids])
+        first, inverse = _packed_ids([ids])
         return np.stack([self._store[k] for k in ids[first].tolist()]), inverse
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
@@ -215,12 +214,12 @@ class MemoryBatcher:
         if not len(missing):
             return ids
         # expert-DP group size (projection.layout.ParallelDims.expert_dp): once per distinct (tp, cp, dp, ep, etp)
-        first, inverse = packed_ids([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
+        first, inverse = _packed_ids([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
         expert_dp = np.array([candidates.dims(int(reps[missing[j]])).expert_dp for j in first.tolist()],
                              dtype=np.int64)[inverse]
         dense, expert = shard_sizes(cols["fsdp"][missing].astype(np.int64), cols["dp"][missing].astype(np.int64),
                                     cols["cp"][missing].astype(np.int64), expert_dp)
-        group_first, group = packed_ids([cols["pp"][missing], cols["precision"][missing]])
+        group_first, group = _packed_ids([cols["pp"][missing], cols["precision"][missing]])
         for g, at in enumerate(group_first.tolist()):
             mine = np.flatnonzero(group == g)
             pp = values["pp"][missing[at]]
@@ -274,7 +273,7 @@ class MemoryBatcher:
         off the columns (a typed config only per activation context): the rows not stored yet built in one
         :meth:`_activation_rows` call per (pp, vpp, split)."""
         c = candidates.columns
-        first, context_of = packed_ids([c[name][reps] for name in _SCALAR_KEYS[0][0]])
+        first, context_of = _packed_ids([c[name][reps] for name in _SCALAR_KEYS[0][0]])
         contexts = [self._context(candidates.config(int(reps[j]), keep=False)) for j in first.tolist()]
         values = {name: c[name][reps].tolist() for name in ("pp", "vpp", "split", "recompute")}
         splits, variants = candidates.splits, candidates.recomputes
@@ -285,7 +284,7 @@ class MemoryBatcher:
         missing = np.flatnonzero(ids < 0)
         if not len(missing):
             return ids
-        group_first, group = packed_ids([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
+        group_first, group = _packed_ids([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
         for g in range(len(group_first)):
             mine = missing[group == g].tolist()
             ids[mine] = self._activation_rows([keys[j] for j in mine],
@@ -404,7 +403,7 @@ class MemoryBatcher:
         read = {name: c[name][rows] for name in _COLUMNS_READ}   # each column read once for every term's key
 
         def key_ids(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-            first, inverse = packed_ids([read[name] for name in names], names)
+            first, inverse = _packed_ids([read[name] for name in names], names)
             return rows[first], inverse
 
         cols[:, 0] = read["microbatches"]
@@ -545,6 +544,14 @@ def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: i
     gradient dtype (``job``: any layout of the job)."""
     return ("S", pp, vpp, split, tp, ep, etp, dp, cp, zero, fsdp_size, precision, job.finetune, job.framework,
             job.grad_reduce_in_fp32)
+
+
+def _packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`projection.packed_keys.packed_ids`, imported where first used: the one-layout memory path
+    (``projtune project``) never runs it (tests/cli/test_startup.py pins that command's modules)."""
+    from projection.packed_keys import packed_ids
+
+    return packed_ids(values, names)
 
 
 _SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)
