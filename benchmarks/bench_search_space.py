@@ -121,10 +121,10 @@ def screen_share(request: SearchRequest) -> tuple[float, float, int, int]:
     spent = [0.0, 0, 0]
     peaks, rows, scalar = MemoryBatcher.peaks, MemoryBatcher.peaks_of_rows, search_core.screen_memory
 
-    def timed_rows(self: MemoryBatcher, candidates: Any, which: Any) -> Any:
+    def timed_rows(self: MemoryBatcher, candidates: Any, which: Any, memo: Any = None) -> Any:
         start = time.perf_counter()
         try:
-            return rows(self, candidates, which)
+            return rows(self, candidates, which, memo)
         finally:
             spent[0] += time.perf_counter() - start
             spent[1] += len(which)

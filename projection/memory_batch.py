@@ -145,10 +145,15 @@ class MemoryBatcher:
             self._store.append(build())
         return row
 
-    def _gather(self, ids: list[int]) -> np.ndarray:
+    def _gather(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``ids`` stacked (each distinct row copied once, then fancy-indexed)."""
-        unique, inverse = np.unique(np.asarray(ids), return_inverse=True)
-        return np.stack([self._store[k] for k in unique.tolist()])[inverse]
+        distinct, inverse = self._distinct_rows(ids)
+        return distinct[inverse]
+
+    def _distinct_rows(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct rows of ``ids`` stacked, ascending by id; each id's position among them)."""
+        first, inverse = _packed_ids([ids])
+        return np.stack([self._store[k] for k in ids[first].tolist()]), inverse
 
     def _states_row(self, config: TrainingConfig, dims: ParallelDims) -> int:
         """(4, pp): weights, gradients, optimizer, FP8 copies of every rank (:meth:`_states_rows` of one layout)."""
@@ -209,12 +214,12 @@ class MemoryBatcher:
         if not len(missing):
             return ids
         # expert-DP group size (projection.layout.ParallelDims.expert_dp): once per distinct (tp, cp, dp, ep, etp)
-        first, inverse = _distinct([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
+        first, inverse = _packed_ids([cols[name][missing] for name in ("tp", "cp", "dp", "ep", "etp")])
         expert_dp = np.array([candidates.dims(int(reps[missing[j]])).expert_dp for j in first.tolist()],
                              dtype=np.int64)[inverse]
         dense, expert = shard_sizes(cols["fsdp"][missing].astype(np.int64), cols["dp"][missing].astype(np.int64),
                                     cols["cp"][missing].astype(np.int64), expert_dp)
-        group_first, group = _distinct([cols["pp"][missing], cols["precision"][missing]])
+        group_first, group = _packed_ids([cols["pp"][missing], cols["precision"][missing]])
         for g, at in enumerate(group_first.tolist()):
             mine = np.flatnonzero(group == g)
             pp = values["pp"][missing[at]]
@@ -268,7 +273,7 @@ class MemoryBatcher:
         off the columns (a typed config only per activation context): the rows not stored yet built in one
         :meth:`_activation_rows` call per (pp, vpp, split)."""
         c = candidates.columns
-        first, context_of = _distinct([c[name][reps] for name in _SCALAR_KEYS[0][0]])
+        first, context_of = _packed_ids([c[name][reps] for name in _SCALAR_KEYS[0][0]])
         contexts = [self._context(candidates.config(int(reps[j]), keep=False)) for j in first.tolist()]
         values = {name: c[name][reps].tolist() for name in ("pp", "vpp", "split", "recompute")}
         splits, variants = candidates.splits, candidates.recomputes
@@ -279,7 +284,7 @@ class MemoryBatcher:
         missing = np.flatnonzero(ids < 0)
         if not len(missing):
             return ids
-        group_first, group = _distinct([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
+        group_first, group = _packed_ids([c[name][reps[missing]] for name in ("pp", "vpp", "split")])
         for g in range(len(group_first)):
             mine = missing[group == g].tolist()
             ids[mine] = self._activation_rows([keys[j] for j in mine],
@@ -386,19 +391,27 @@ class MemoryBatcher:
                         dtype=np.float64).reshape(-1, _SCALARS)
         return self._combine(np.array([d.pp for d in dims], dtype=np.int64), ids, cols)
 
-    def peaks_of_rows(self, candidates: Any, rows: np.ndarray) -> PeakBatch:
+    def peaks_of_rows(self, candidates: Any, rows: np.ndarray, memo: dict[Any, Any] | None = None) -> PeakBatch:
         """:meth:`peaks` of the rows ``rows`` of a :class:`tools.candidate_columns.CandidateColumns`, equal bit for
         bit, read off the columns: each term is built once per distinct key of the columns it depends on (from
-        the first layout with that key), then gathered for every row."""
+        the first layout with that key), then gathered for every row.  ``memo``: where a caller that screens the
+        same columns in pieces keeps the per-layout terms built (by term and key), so a piece builds only the keys
+        new to it (empty at first; one per columns object)."""
         ids = np.empty((len(rows), 5), dtype=np.int64)
         cols = np.empty((len(rows), _SCALARS), dtype=np.float64)
         c = candidates.columns
-        cols[:, 0] = c["microbatches"][rows]
-        cols[:, 1] = c["vpp"][rows]
+        read = {name: c[name][rows] for name in _COLUMNS_READ}   # each column read once for every term's key
+
+        def key_ids(names: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+            first, inverse = _packed_ids([read[name] for name in names], names)
+            return rows[first], inverse
+
+        cols[:, 0] = read["microbatches"]
+        cols[:, 1] = read["vpp"]
         builders = (self._states_row, lambda config, dims: self._activation_row(config, dims, self._context(config)),
                     self._in_flight_row, self._gather_row, self._lora_row)
         for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
-            reps, inverse = candidates.key_ids(names, rows)
+            reps, inverse = key_ids(names)
             if k < 2:       # the states, the activations: every layout's at once, off the columns
                 ids[:, k] = (self.states_rows_of if k == 0 else self.activation_rows_of)(candidates, reps)[inverse]
                 continue
@@ -411,16 +424,33 @@ class MemoryBatcher:
                 for pp in np.unique(depth[~built]).tolist():
                     values[~built & (depth == pp)] = self._zeros_row(pp)
             where = np.flatnonzero(built)
-            values[where] = [build(candidates.config(r, keep=False), candidates.dims(r))
-                             for r in reps[where].tolist()]
+            values[where] = self._memoised(memo, k, names, c, reps[where],
+                                           lambda r, build=build: build(candidates.config(r, keep=False),
+                                                                        candidates.dims(r)))
             ids[:, k] = values[inverse]
         for names, at in _SCALAR_KEYS:
-            reps, inverse = candidates.key_ids(names, rows)
-            values = np.array([self._scalars(candidates.config(r, keep=False), candidates.dims(r))
-                               for r in reps.tolist()],
+            reps, inverse = key_ids(names)
+            values = np.array(self._memoised(memo, names, names, c, reps,
+                                             lambda r: self._scalars(candidates.config(r, keep=False),
+                                                                     candidates.dims(r))),
                               dtype=np.float64).reshape(-1, _SCALARS)
-            cols[:, at] = values[inverse][:, at]
+            cols[:, at] = values[:, at][inverse]
         return self._combine(c["pp"][rows], ids, cols)
+
+    @staticmethod
+    def _memoised(memo: dict[Any, Any] | None, term: Any, names: Sequence[str], columns: dict[str, np.ndarray],
+                  reps: np.ndarray, build: Callable[[int], Any]) -> list[Any]:
+        """``build(rep)`` of each of ``reps`` (the first rows of distinct keys of the columns ``names``), taken from
+        ``memo`` where a rep with the same key of ``term`` was built before."""
+        if memo is None:
+            return [build(r) for r in reps.tolist()]
+        out = []
+        for r, key in zip(reps.tolist(), zip(*(columns[name][reps].tolist() for name in names)), strict=True):
+            value = memo.get((term, key))
+            if value is None:
+                value = memo[(term, key)] = build(r)
+            out.append(value)
+        return out
 
     def stages(self, config: TrainingConfig, dims: ParallelDims) -> tuple[StageMemory, ...]:
         """Every pipeline rank's :class:`projection.memory.StageMemory` of one layout: :meth:`peaks`'s arithmetic on
@@ -461,23 +491,29 @@ class MemoryBatcher:
                      static: np.ndarray) -> None:
         """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
         m = len(index)
-        states, acts, in_flight, gather, lora = (self._gather(ids[index, k].tolist()) for k in range(5))
+        states, states_at = self._distinct_rows(ids[index, 0])
+        held = (states[:, 0] + states[:, 1] + states[:, 2] + states[:, 3])[states_at]   # w + g + o + f, per rank
+        acts, in_flight = self._gather(ids[index, 1]), self._gather(ids[index, 2])
         col = cols[index]
         activations = in_flight * acts[:, 0] / acts[:, 1]
         activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
         buffers = np.zeros((m, pp))
         buffers[:, pp - 1] = buffers[:, pp - 1] + col[:, 3]
         buffers = buffers + acts[:, 2]
-        buffers = buffers + gather
-        buffers = buffers + lora
-        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 4:5], 0.0)
-        buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)   # 0 x ... without graphs
-        buffers = buffers + np.where(acts[:, 3] > 0, col[:, 9:10], 0.0)
+        zeros = self._ids.get(("0", pp))
+        for k in (3, 4):   # ZeRO-3 gathers, LoRA transposes (adding their zeros row would change no bit: skipped)
+            if zeros is None or (ids[index, k] != zeros).any():
+                buffers = buffers + self._gather(ids[index, k])
+        moe = acts[:, 3] > 0
+        buffers = buffers + np.where(moe, col[:, 4:5], 0.0)
+        if col[:, 8].any():   # 0 x ... without graphs
+            buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)
+        if col[:, 9].any():
+            buffers = buffers + np.where(moe, col[:, 9:10], 0.0)
         workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         allocator = col[:, 6:7] * (activations + buffers)
-        w, g, o, f = states[:, 0], states[:, 1], states[:, 2], states[:, 3]
-        total = w + g + o + f + activations + buffers + workspace + allocator
-        fixed = w + g + o + f + workspace
+        total = held + activations + buffers + workspace + allocator
+        fixed = held + workspace
         peak[index] = total.max(axis=1)
         static[index] = fixed.max(axis=1)
 
@@ -510,10 +546,12 @@ def _states_key(pp: int, vpp: int, split: Any, tp: int, ep: int, etp: int, dp: i
             job.grad_reduce_in_fp32)
 
 
-def _distinct(columns: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first row of each distinct key, key id of every row) of equally long integer columns."""
-    _, first, inverse = np.unique(np.stack(columns, axis=1), axis=0, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
+def _packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`projection.packed_keys.packed_ids`, imported where first used: the one-layout memory path
+    (``projtune project``) never runs it (tests/cli/test_startup.py pins that command's modules)."""
+    from projection.packed_keys import packed_ids
+
+    return packed_ids(values, names)
 
 
 _SCALARS = 10              # per-layout scalars (MemoryBatcher._scalars)
@@ -562,3 +600,5 @@ _SCALAR_KEYS: tuple[tuple[tuple[str, ...], list[int]], ...] = (
     (("dispatcher", "ep", "etp", "mbs", "cp"), [4]),
     (("cp", "mbs", "tp", "ep", "switches"), [8, 9]),
 )
+_COLUMNS_READ = tuple(sorted({name for names in _ROW_KEYS for name in names}
+                             | {name for names, _ in _SCALAR_KEYS for name in names} | {"microbatches", "vpp"}))

@@ -32,6 +32,7 @@ import numpy as np
 from projection.hardware import HardwareSpec
 from projection.layout import ParallelDims
 from projection.model_spec import ModelSpec
+from projection.packed_keys import packed_ids
 from projection.pipeline_split import PipelineSplit
 from projection.training_config import Cluster, TrainingConfig
 from projection.vocabulary import RECOMPUTE_LEVEL
@@ -53,6 +54,10 @@ from tools.candidates import (
     tp_values,
     zero_values,
 )
+
+_INT_FIELDS = frozenset({"tp", "pp", "cp", "ep", "etp", "vpp", "dp", "mbs", "zero"})   # a column each, as ints
+_RECOMPUTE_FIELDS = ("recompute", "recompute_num_layers", "recompute_modules")       # a RecomputeVariant's
+_SPLIT_FIELDS = frozenset(split_fields(PipelineSplit()))                               # split_fields' names
 
 OUTER = ("cp", "tp", "pp", "dp", "ep", "etp", "vpp", "schedule", "split", "mbs", "zero", "fsdp", "dispatcher")
 """Columns fixed by the outer loops (one entry per precision x recompute block)."""
@@ -111,8 +116,35 @@ class CandidateColumns:
     def values(self, i: int, names: Sequence[str]) -> tuple[Any, ...]:
         """The fields ``names`` of row ``i``'s typed layout (:meth:`config`'s, the same objects), without building
         it."""
-        fields, template = self._fields(i), self.template
-        return tuple(fields[name] if name in fields else getattr(template, name) for name in names)
+        return self.values_of(np.array([i], dtype=np.int64), names)[0]
+
+    def values_of(self, rows: np.ndarray, names: Sequence[str]) -> list[tuple[Any, ...]]:
+        """:meth:`values` of many rows, read column by column (:meth:`_fields`' values, the same objects)."""
+        return list(zip(*(self._field_of(name, rows) for name in names), strict=True))
+
+    def _field_of(self, name: str, rows: np.ndarray) -> list[Any]:
+        """One field of :meth:`_fields` (else the template's) for each of ``rows``."""
+        c = self.columns
+        if name in _INT_FIELDS:
+            return c[name][rows].tolist()
+        if name == "fsdp_size":
+            return [fsdp or None for fsdp in c["fsdp"][rows].tolist()]
+        if name == "sequence_parallel":
+            return (c["tp"][rows] > 1).tolist()
+        coded = {"precision": ("precision", self.precisions), "pp_schedule": ("schedule", self.schedules),
+                 "moe_dispatcher": ("dispatcher", self.dispatchers)}
+        if name in coded:
+            column, decoded = coded[name]
+            return [decoded[k] for k in c[column][rows].tolist()]
+        if name in _RECOMPUTE_FIELDS:
+            at = _RECOMPUTE_FIELDS.index(name)
+            return [self.recomputes[k][at] for k in c["recompute"][rows].tolist()]
+        if name in _SPLIT_FIELDS:
+            decoded = [split_fields(split)[name] for split in self.splits]
+            return [decoded[k] for k in c["split"][rows].tolist()]
+        default = getattr(self.template, name)
+        decoded = [choices[0].get(name, default) for choices in self.switch_choices]
+        return [decoded[k] for k in c["switches"][rows].tolist()]
 
     def _fields(self, i: int) -> dict[str, Any]:
         """What row ``i``'s layout sets on top of the job's template."""
@@ -210,25 +242,6 @@ class GroupArrays:
 
     def __iter__(self) -> Iterator[list[int]]:
         return (self[g] for g in range(len(self)))
-
-
-def packed_ids(values: Sequence[np.ndarray], names: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """(position of the first row of each distinct key, key id of every row) of equally long integer arrays, one per
-    key part (``names``: theirs, for the error); distinct keys in ascending packed order."""
-    count = len(values[0]) if len(values) else 0
-    key = np.zeros(count, dtype=np.int64)
-    span = 1
-    for col in values:
-        if not count:
-            break
-        low, high = int(col.min()), int(col.max())
-        radix = high - low + 1
-        span *= radix
-        if span >= 2**62:
-            raise OverflowError(f"packed key of {list(names)} does not fit in 64 bits")
-        key = key * radix + (col - low)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1)
 
 
 def _level(variant: RecomputeVariant) -> tuple[int, int] | None:

@@ -155,15 +155,49 @@ class Outcome:
 
 
 @dataclass(slots=True, kw_only=True)
-class Lead:
-    """The first variant of a group that fits memory, waiting to be projected."""
+class Leads:
+    """Group leads waiting to be projected, as arrays (one entry per lead): the first variant of each group that
+    fits memory."""
 
-    group: int
-    position: int
-    index: int
-    headroom: float          # its memory headroom (the memory result stays in the screening process)
-    static_headroom: float
-    tps_bound: float = float("nan")   # set for every lead of the search at once (:meth:`Evaluator.bound_leads`)
+    group: np.ndarray            # the group's id
+    position: np.ndarray         # the lead's place in its group (0: least recompute)
+    index: np.ndarray            # its candidate index
+    headroom: np.ndarray         # its memory headroom (the memory result stays in the screening process)
+    static_headroom: np.ndarray
+    tps_bound: np.ndarray        # set for every lead of the search at once (:meth:`Evaluator.bound_leads`)
+
+    def __len__(self) -> int:
+        return len(self.group)
+
+    def take(self, which: Any) -> Leads:
+        """The leads ``which`` (an index array or a slice), in that order."""
+        return Leads(group=self.group[which], position=self.position[which], index=self.index[which],
+                     headroom=self.headroom[which], static_headroom=self.static_headroom[which],
+                     tps_bound=self.tps_bound[which])
+
+    @staticmethod
+    def joined(parts: Sequence[Leads]) -> Leads:
+        """The leads of ``parts``, one after the other."""
+        names = ("group", "position", "index", "headroom", "static_headroom", "tps_bound")
+        if not parts:
+            return Leads(**{name: np.zeros(0, dtype=np.int64 if k < 3 else np.float64)
+                            for k, name in enumerate(names)})
+        return Leads(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in names})
+
+
+LeadRecord = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""What phase 2 reads of some leads: (group ids, positions, throughput or its bound, static headroom) arrays."""
+
+
+def lead_table(records: Sequence[LeadRecord], groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group id below ``groups``: whether it has a lead, and its (position, throughput or bound, static headroom)
+    (a later record of a group replaces an earlier one)."""
+    has = np.zeros(groups, dtype=bool)
+    table = np.zeros((groups, 3))
+    for group, position, tps, static in records:
+        has[group] = True
+        table[group, 0], table[group, 1], table[group, 2] = position, tps, static
+    return has, table
 
 
 @dataclass(slots=True)
@@ -175,8 +209,8 @@ class Tally:
     pruned: int = 0
     visited: int = 0
     roomiest: tuple[float, int] | None = None          # (headroom, index) of the roomiest screened-out layout
-    leads: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # group -> (position, tps, bound)
-    pending: list[Lead] = field(default_factory=list)                          # phase-1 leads to project
+    leads: list[LeadRecord] = field(default_factory=list)   # per group (position, tps or bound, static headroom)
+    pending: list[Leads] = field(default_factory=list)      # phase-1 leads to project, in parts
     projections: dict[int, Projection] = field(default_factory=dict)         # serial runs keep them
     complete: bool = True                                                      # False: stopped at the deadline
 
@@ -188,7 +222,7 @@ class Tally:
         self.visited += other.visited
         if other.roomiest is not None and (self.roomiest is None or other.roomiest > self.roomiest):
             self.roomiest = other.roomiest
-        self.leads.update(other.leads)
+        self.leads += other.leads
         self.pending += other.pending
         self.projections.update(other.projections)
 
@@ -326,7 +360,7 @@ def group_order(columns: CandidateColumns, groups: list[list[int]] | GroupArrays
     firsts = (groups.members[groups.starts] if isinstance(groups, GroupArrays)
               else np.fromiter((g[0] for g in groups), dtype=np.int64, count=len(groups)))
     reps, inverse = columns.key_ids(SHARDING, firsts)
-    text = [repr(sharding_key_of(columns.values(r, _SHARDING_FIELDS))) for r in reps.tolist()]
+    text = [repr(sharding_key_of(values)) for values in columns.values_of(reps, _SHARDING_FIELDS)]
     shard_rank = np.argsort(np.argsort(np.array(text, dtype=object), kind="stable"), kind="stable")[inverse]
     c = columns.columns
 
@@ -393,9 +427,11 @@ class Evaluator:
         # the job's shared batcher: its rows serve the fallbacks' screen and the leads' memory results too
         self._batcher = batcher_for(job.model, job.hardware, job.profile)
         self._peaks = np.full((len(configs), 3), np.nan)
+        self._screen_memo: dict[Any, Any] = {}    # the batch screen's per-layout terms by key (peaks_of_rows)
         self._projection_cache: dict[TrainingConfig, Projection] = {}
         self._layer_works: dict[tuple[Any, ...], LayerWork] = {}      # per-layer work by its key (the bound's)
         self._stage_layers: dict[tuple[Any, ...], StageLayers] = {}   # layers of each rank by pipeline key
+        self._optimizers: dict[tuple[Any, ...], float] = {}           # optimizer step seconds by its key
         self._works_by_terms: dict[tuple[Any, ...], LayerWork] = {}   # ... by what it reads (_layer_work_of)
         self._work_inputs: dict[tuple[Any, ...], Any] = {}   # engine.work_inputs by what they read (_layer_work_of)
         # columns: recompute code -> code of _recompute_terms, full recompute in its lowest bit (_recompute_code)
@@ -467,7 +503,7 @@ class Evaluator:
         starts = self.columns.block_starts
         _, first_block = np.unique(self._sharding_ids[starts], return_index=True)
         firsts = starts[first_block]
-        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts).stacked()
+        self._peaks[firsts] = self._batcher.peaks_of_rows(self.columns, firsts, self._screen_memo).stacked()
         live = could_pass(self._peaks[firsts, 1] + self._memory_offset, self._peaks[firsts, 2], self.min_headroom,
                           SHIPPED_MARGINS)
         rows = np.flatnonzero(live[self._sharding_ids] & np.isnan(self._peaks[:, 0]))
@@ -480,7 +516,7 @@ class Evaluator:
         assert self.columns is not None
         for start in range(0, len(rows), _SCREEN_ROWS):
             part = rows[start:start + _SCREEN_ROWS]
-            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part).stacked()
+            self._peaks[part] = self._batcher.peaks_of_rows(self.columns, part, self._screen_memo).stacked()
 
     def screened(self) -> np.ndarray:
         """Per candidate, whether the batch screen has its peak (columns: every layout whose sharding's static memory
@@ -577,7 +613,8 @@ class Evaluator:
         works, work_ids = self._distinct(rows, work_keys, _layer_work_values, self._layer_works, self._layer_work_of)
         stages, stage_ids = self._distinct(rows, pipeline_keys, _pipeline_values, self._stage_layers,
                                            self._stage_layers_of)
-        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, {}, self._optimizer_of)
+        optimizers, optimizer_ids = self._distinct(rows, optimizer_keys, _optimizer_values, self._optimizers,
+                                                   self._optimizer_of)
         if self.columns is not None:
             microbatches = self.columns.columns["microbatches"][rows].astype(np.float64)
         else:
@@ -718,10 +755,9 @@ class Evaluator:
         job = self.job
         return engine._optimizer_s(job.model, config, parallel_dims(config, job.cluster), job.hardware, job.profile)
 
-    def bound_leads(self, leads: Sequence[Lead]) -> None:
+    def bound_leads(self, leads: Leads) -> None:
         """Set the throughput bound of every lead, in one :meth:`throughput_bounds` call."""
-        for lead, bound in zip(leads, self.throughput_bounds([lead.index for lead in leads]), strict=True):
-            lead.tps_bound = bound
+        leads.tps_bound = np.asarray(self.throughput_bounds(leads.index.tolist()), dtype=np.float64).reshape(-1)
 
     @staticmethod
     def work_key(config: TrainingConfig) -> tuple[Any, ...]:
@@ -729,7 +765,7 @@ class Evaluator:
         per-layer terms' key, then the pipeline's)."""
         return _layer_work_values(config), _pipeline_values(config)
 
-    def project_leads(self, pending: Sequence[Lead], top_k: int, tally: Tally,
+    def project_leads(self, pending: Leads, top_k: int, tally: Tally,
                       known: Sequence[Outcome] = (), done: Mapping[int, Outcome] | None = None) -> None:
         """Project group leads from the highest throughput bound down; skip those that cannot matter.
 
@@ -742,28 +778,28 @@ class Evaluator:
         seen = list(known)
         bounds = bounds_from(seen, top_k)
         since_refresh = 0
-        order = np.argsort(-np.fromiter((lead.tps_bound for lead in pending), dtype=np.float64, count=len(pending)),
-                           kind="stable")
-        ordered = [pending[k] for k in order.tolist()]
-        tps_bound = np.array([lead.tps_bound for lead in ordered], dtype=np.float64) * (1.0 + BOUND_MARGIN)
-        headroom = np.array([lead.headroom for lead in ordered], dtype=np.float64)
+        ordered = pending.take(np.argsort(-pending.tps_bound, kind="stable"))
+        tps_bound = ordered.tps_bound * (1.0 + BOUND_MARGIN)
+        headroom = ordered.headroom
         at = 0
         while at < len(ordered):
             nxt = _first_undominated([bounds], tps_bound, headroom, at)
             tally.pruned += nxt - at
-            tally.leads.update((lead.group, (lead.position, lead.tps_bound, lead.static_headroom))
-                               for lead in ordered[at:nxt])
+            if nxt > at:
+                tally.leads.append((ordered.group[at:nxt], ordered.position[at:nxt], ordered.tps_bound[at:nxt],
+                                    ordered.static_headroom[at:nxt]))
             if nxt == len(ordered):
                 break
-            lead = ordered[nxt]
+            index = int(ordered.index[nxt])
             self.check_deadline()
-            reused = None if done is None else done.get(lead.index)
+            reused = None if done is None else done.get(index)
             if reused is not None:
                 tally.outcomes.append(reused)
                 tps = reused.tokens_per_s_per_gpu
             else:
-                tps = self.project(lead.index, tally, self.lead_memory(lead.index)).tokens_per_s_per_gpu
-            tally.leads[lead.group] = (lead.position, tps, lead.static_headroom)
+                tps = self.project(index, tally, self.lead_memory(index)).tokens_per_s_per_gpu
+            tally.leads.append((ordered.group[nxt:nxt + 1], ordered.position[nxt:nxt + 1], np.array([tps]),
+                                ordered.static_headroom[nxt:nxt + 1]))
             since_refresh += 1
             if since_refresh >= _REFRESH_EVERY or len(tally.outcomes) <= top_k:
                 bounds = bounds_from([*seen, *tally.outcomes], top_k)
@@ -842,12 +878,13 @@ class Evaluator:
         positions = lead_position[heads]
         indices = self._members[starts[heads] + positions]
         peak, static, capacity = lead_peaks[heads, 0], lead_peaks[heads, 1], lead_peaks[heads, 2]
-        tally.pending += [Lead(group=g, position=p, index=i, headroom=h, static_headroom=sh) for g, p, i, h, sh in zip(
-            ids[heads].tolist(), positions.tolist(), indices.tolist(), self.headroom(peak, capacity).tolist(),
-            self.headroom(static, capacity).tolist(), strict=True)]
+        tally.pending.append(Leads(group=ids[heads], position=positions, index=indices,
+                                   headroom=np.asarray(self.headroom(peak, capacity), dtype=np.float64),
+                                   static_headroom=np.asarray(self.headroom(static, capacity), dtype=np.float64),
+                                   tps_bound=np.full(len(heads), np.nan)))
         return tally
 
-    def phase2(self, group_ids: Sequence[int], leads: Mapping[int, tuple[int, float, float]], top_k: int,
+    def phase2(self, group_ids: Sequence[int], leads: Sequence[LeadRecord], top_k: int,
                tally: Tally) -> None:
         """Visit the variants after each group's lead, from the most memory headroom down, into ``tally``;
         prune those that the projections so far prove irrelevant.
@@ -866,8 +903,9 @@ class Evaluator:
         bounds = bounds_from(tally.outcomes, top_k)
         # the groups with a lead, in ``group_ids`` order: lead position, throughput (or bound), static headroom
         ids = np.fromiter(group_ids, dtype=np.int64)
-        ids = ids[np.fromiter((g in leads for g in ids.tolist()), dtype=bool, count=len(ids))]
-        lead = np.array([leads[g] for g in ids.tolist()], dtype=np.float64).reshape(-1, 3)
+        has, table = lead_table(leads, len(self._group_sizes))
+        ids = ids[has[ids]]
+        lead = table[ids]
         at, tps, static_headroom = lead[:, 0].astype(np.int64), lead[:, 1], lead[:, 2]
         if self.columns is not None:
             zero = self.columns.columns["zero"][self._members[self._group_starts[ids]]]
@@ -958,7 +996,7 @@ def _phase1_task(group_ids: list[int]) -> Tally:
     return _WORKER.phase1(group_ids)
 
 
-def _leads_task(args: tuple[list[Lead], int, list[Outcome]]) -> Tally:
+def _leads_task(args: tuple[Leads, int, list[Outcome]]) -> Tally:
     assert _WORKER is not None
     pending, top_k, known = args
     tally = Tally()
@@ -1039,8 +1077,9 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
     if workers <= 1:
         for chunk in chunks:
             absorb(evaluator.phase1(chunk))
-        evaluator.bound_leads(total.pending)
-        evaluator.project_leads(total.pending, top_k, total)
+        pending = Leads.joined(total.pending)
+        evaluator.bound_leads(pending)
+        evaluator.project_leads(pending, top_k, total)
         evaluator.phase2(group_ids, total.leads, top_k, total)
         if progress is not None:
             progress(total.visited)
@@ -1053,23 +1092,25 @@ def _evaluate(evaluator: Evaluator, top_k: int, progress: Callable[[int], None] 
             # queue (and its ties of equal bounds) is the serial run's, whichever worker finishes first
             for part in pool.imap(_phase1_task, chunks):
                 absorb(part)
-            evaluator.bound_leads(total.pending)
+            pending = Leads.joined(total.pending)
+            evaluator.bound_leads(pending)
             # The most promising leads first, here, to set the bounds; the rest split over the workers
             # (each prunes against those bounds plus its own results: stale bounds only prune less, so
             # they project what the serial order projects, and some more).  Then the serial decisions are
             # replayed over the whole queue, reusing those projections: the counts, the top-k and the
             # front are the serial run's for any number of workers (the extra projections are not counted).
-            ordered = sorted(total.pending, key=lambda item: -item.tps_bound)
-            head, rest = ordered[:_HEAD_LEADS_PER_K * top_k], ordered[_HEAD_LEADS_PER_K * top_k:]
+            ordered = pending.take(np.argsort(-pending.tps_bound, kind="stable"))
+            head, rest = ordered.take(slice(None, _HEAD_LEADS_PER_K * top_k)), ordered.take(
+                slice(_HEAD_LEADS_PER_K * top_k, None))
             speculative = Tally()
             evaluator.project_leads(head, top_k, speculative)
             known = list(speculative.outcomes)
-            parts = [(rest[w::workers], top_k, known) for w in range(workers)]
+            parts = [(rest.take(slice(w, None, workers)), top_k, known) for w in range(workers)]
             for part in pool.imap(_leads_task, parts):
                 speculative.merge(part)
                 evaluator.check_deadline()
             total.projections.update(speculative.projections)
-            evaluator.project_leads(total.pending, top_k, total, done={o.index: o for o in speculative.outcomes})
+            evaluator.project_leads(pending, top_k, total, done={o.index: o for o in speculative.outcomes})
         # phase 2 in this process: one queue over every group (its decisions depend on every projection before)
         evaluator.phase2(group_ids, total.leads, top_k, total)
         if progress is not None:
