@@ -329,7 +329,10 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
         low, high = mb * stride * 3, (mb * stride + stride - 1) * 3
         done[low] = done[low + 1] = done[high] = done[high + 1] = 0
     latency = p2p if pp > 1 else 0         # pp = 1: every input on the same rank
-    plan = _Shortcut(schedule, pp, vpp, m, group, durations) if shortcut else None
+    # a shape the shortcut never tests runs exactly the plain pass (no shortcut state: the cold path is never
+    # slower than the plain simulator)
+    plan = (_Shortcut(schedule, pp, vpp, m, group, durations)
+            if shortcut and shortcut_applies(schedule, pp, vpp, m, group) else None)
     horizon = [plan.horizon() if plan is not None else _NO_HORIZON]
     ends, progress = [0] * pp, [0] * pp
     runs = [_one_f_one_b_rank(done, step, r, warmups[r], latency, ends, progress, horizon) for r in range(pp)]
