@@ -457,20 +457,16 @@ class MemoryBatcher:
         one layout, every term kept (the path :func:`projection.memory.project_memory` runs; equal, field by field,
         to :func:`projection.memory.stage_memory` of each rank: tests/projection/test_memory_every_rank.py)."""
         ids = self._row_ids(config, dims)
-        states, acts, in_flight, gather, lora = (self._store[k] for k in ids)
-        microbatches, vpp, emb, loss, moe, workspace, fragmentation, _, graph, overlap = self._scalars(config, dims)
+        states = self._store[ids[0]]
+        scalars = self._scalars(config, dims)
+        workspace = scalars[5]
         pp = dims.pp
-        activations = in_flight * acts[0] / acts[1]
-        activations[0] = activations[0] + min(in_flight[0], microbatches) * emb / vpp
-        buffers = np.zeros(pp)
-        buffers[pp - 1] = buffers[pp - 1] + loss
-        buffers = buffers + acts[2] + gather + lora + np.where(acts[3] > 0, moe, 0.0)
-        buffers = buffers + cuda_graph_buffer_bytes(graph, in_flight)
-        buffers = buffers + np.where(acts[3] > 0, overlap, 0.0)
-        allocator = fragmentation * (activations + buffers)
+        activations, buffers, allocator, in_flight = (
+            term[0] for term in self._rank_bytes(pp, np.array([ids], dtype=np.int64),
+                                                 np.array([scalars], dtype=np.float64)))
         layers = self._ranks((dims.pp, dims.vpp, dims.split)).stage_layers.tolist()
         columns = zip(range(pp), layers, *(row.tolist() for row in states), activations.tolist(), buffers.tolist(),
-                      allocator.tolist(), (in_flight / vpp).tolist(), strict=True)
+                      allocator.tolist(), (in_flight / scalars[1]).tolist(), strict=True)
         return tuple(StageMemory(rank=rank, layers=n, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o,
                                  fp8_copies_bytes=f, activations_bytes=a, transient_bytes=b, workspace_bytes=workspace,
                                  allocator_bytes=al, microbatches_in_flight=mif)
@@ -487,14 +483,14 @@ class MemoryBatcher:
                 self._combine_one(pp, index, ids, cols, peak, static)
         return PeakBatch(peak_bytes=peak, static_peak_bytes=static, capacity_bytes=capacity)
 
-    def _combine_one(self, pp: int, index: np.ndarray, ids: np.ndarray, cols: np.ndarray, peak: np.ndarray,
-                     static: np.ndarray) -> None:
-        """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
-        m = len(index)
-        states, states_at = self._distinct_rows(ids[index, 0])
-        held = (states[:, 0] + states[:, 1] + states[:, 2] + states[:, 3])[states_at]   # w + g + o + f, per rank
-        acts, in_flight = self._gather(ids[index, 1]), self._gather(ids[index, 2])
-        col = cols[index]
+    def _rank_bytes(self, pp: int, ids: np.ndarray, col: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(activations, transient buffers, allocator, micro-batches in flight), bytes per layout and rank (m, pp), of
+        layouts of pipeline depth ``pp`` with row ids ``ids`` (m, 5) and scalars ``col`` (m, _SCALARS): stage_memory's
+        arithmetic, the same operations in the same order; the one form for :meth:`stages` (one layout) and
+        :meth:`_combine_one` (a batch)."""
+        m = len(ids)
+        acts, in_flight = self._gather(ids[:, 1]), self._gather(ids[:, 2])
         activations = in_flight * acts[:, 0] / acts[:, 1]
         activations[:, 0] = activations[:, 0] + np.minimum(in_flight[:, 0], col[:, 0]) * col[:, 2] / col[:, 1]
         buffers = np.zeros((m, pp))
@@ -502,16 +498,26 @@ class MemoryBatcher:
         buffers = buffers + acts[:, 2]
         zeros = self._ids.get(("0", pp))
         for k in (3, 4):   # ZeRO-3 gathers, LoRA transposes (adding their zeros row would change no bit: skipped)
-            if zeros is None or (ids[index, k] != zeros).any():
-                buffers = buffers + self._gather(ids[index, k])
+            if zeros is None or (ids[:, k] != zeros).any():
+                buffers = buffers + self._gather(ids[:, k])
         moe = acts[:, 3] > 0
         buffers = buffers + np.where(moe, col[:, 4:5], 0.0)
         if col[:, 8].any():   # 0 x ... without graphs
             buffers = buffers + cuda_graph_buffer_bytes(col[:, 8:9], in_flight)
         if col[:, 9].any():
             buffers = buffers + np.where(moe, col[:, 9:10], 0.0)
-        workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         allocator = col[:, 6:7] * (activations + buffers)
+        return activations, buffers, allocator, in_flight
+
+    def _combine_one(self, pp: int, index: np.ndarray, ids: np.ndarray, cols: np.ndarray, peak: np.ndarray,
+                     static: np.ndarray) -> None:
+        """:meth:`_combine` of the layouts ``index`` (all with pipeline depth ``pp``) into ``peak`` and ``static``."""
+        m = len(index)
+        states, states_at = self._distinct_rows(ids[index, 0])
+        held = (states[:, 0] + states[:, 1] + states[:, 2] + states[:, 3])[states_at]   # w + g + o + f, per rank
+        col = cols[index]
+        activations, buffers, allocator, _ = self._rank_bytes(pp, ids[index], col)
+        workspace = np.broadcast_to(col[:, 5:6], (m, pp))
         total = held + activations + buffers + workspace + allocator
         fixed = held + workspace
         peak[index] = total.max(axis=1)
