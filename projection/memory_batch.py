@@ -147,6 +147,8 @@ class MemoryBatcher:
 
     def _gather(self, ids: np.ndarray) -> np.ndarray:
         """The rows of ``ids`` stacked (each distinct row copied once, then fancy-indexed)."""
+        if len(ids) == 1:   # one layout (`stages`): its row, without numbering distinct ids (packed_keys stays unloaded)
+            return self._store[int(ids[0])][None]
         distinct, inverse = self._distinct_rows(ids)
         return distinct[inverse]
 
