@@ -538,6 +538,16 @@ def series_of(runs: Sequence[ScoredRun]) -> dict[tuple[str, ...], list[ScoredRun
     return out
 
 
+def _anchor_choices(pairs: Iterable[Pair]) -> dict[tuple[str, str], list[Pair]]:
+    """The pairs grouped by (sweep, anchor label): one anchor's choice among its sweep's layouts, kept only where the
+    anchor and every target share one metric (a ranking compares like with like)."""
+    groups: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
+    return {key: members for key, members in groups.items()
+            if len({members[0].anchor.metric, *(p.target.metric for p in members)}) == 1}
+
+
 def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, float]]:
     """(sweep, anchored hit, unanchored hit, anchored regret, unanchored regret) of every (sweep, anchor) choice whose
     runs share one metric: the anchored projections of the sweep's runs pick a best layout as ``search --anchor``
@@ -547,16 +557,10 @@ def top1_outcomes(pairs: Sequence[Pair]) -> list[tuple[str, bool, bool, float, f
     The anchor's own measured value is not what it competes with: against the others' shrunk corrections it would
     favour the anchor whenever it was underestimated (and the others whenever it was overestimated), an artefact
     of the shrinkage, not evidence that the error differs by layout."""
-    groups: dict[tuple[str, str], list[Pair]] = {}
-    for p in pairs:
-        if p.kind == "in-sweep":
-            groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
     out = []
-    for (sweep, _), members in groups.items():
+    for (sweep, _), members in _anchor_choices(p for p in pairs if p.kind == "in-sweep").items():
         anchor = members[0].anchor
         same = [anchor, *(p.target for p in members)]
-        if len({r.metric for r in same}) != 1:
-            continue
         values = {anchor.label: throughput(anchor.metric, members[0].anchor_self)}
         values |= {p.target.label: throughput(p.target.metric, p.anchored) for p in members}
         best = max(throughput(r.metric, r.measured) for r in same)
@@ -582,14 +586,9 @@ def top1_misses(pairs: Sequence[Pair]) -> list[dict[str, Any]]:
     """Every (sweep, anchor) choice whose anchored pick is not the measured best: the two layouts' measured and
     anchored throughputs, their measured gap, and whether their anchored 80% bands overlap (a near-tie the
     projection cannot settle: what ``tune``'s benchmark plan proposes to measure)."""
-    groups: dict[tuple[str, str], list[Pair]] = {}
-    for p in pairs:
-        groups.setdefault((p.target.sweep, p.anchor.label), []).append(p)
     out = []
-    for (sweep, anchor_label), members in sorted(groups.items()):
+    for (sweep, anchor_label), members in sorted(_anchor_choices(pairs).items()):
         anchor = members[0].anchor
-        if len({anchor.metric, *(p.target.metric for p in members)}) != 1:
-            continue
         rows = {anchor.label: (anchor, members[0].anchor_self, members[0].band)}   # same scale: its cell's band
         rows |= {p.target.label: (p.target, p.anchored, p.band) for p in members}
         value = {k: throughput(r.metric, v) for k, (r, v, _) in rows.items()}

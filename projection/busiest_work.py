@@ -1,4 +1,5 @@
-"""The busiest pipeline rank's work of one micro-batch, for many layouts at once, as arrays: the search's bound.
+"""The busiest pipeline rank's work of one micro-batch, for many layouts at once, as arrays, and the pipeline makespan
+floor built on it (:func:`makespan_floor`): the search's bound.
 
 A rank's forward + backward-input + backward-weight time per micro-batch is the sum, over the layers it holds, of
 a per-layer term, plus the embedding on rank 0 and the LM head on the head rank (:func:`projection.engine._stage_times`
@@ -11,7 +12,7 @@ The per-layer terms (:class:`LayerWork`) depend on what the layer costs read (mi
 dispatcher, switches, recompute modules), not on the pipeline; which rank holds which layer and which layers are
 fully recomputed (:class:`StageLayers`) depend on the pipeline alone (PP, VPP, split, recompute, schedule).  A
 search has a few thousand of the first and a few dozen of the second over hundreds of thousands of layouts, so
-:func:`busiest_work` builds each once and combines them in numpy: per rank, prefix-sum differences at each chunk's
+:func:`busiest_work` and :func:`makespan_floor` build each once and combine them in numpy: per rank, prefix-sum differences at each chunk's
 bounds, added chunk by chunk (elementwise operations only, so a layout gets the same bits in any batch).
 
 The sums run in another order than the stage times', so a result may differ from theirs in the last bits;
@@ -111,7 +112,7 @@ def _rank_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequenc
         rows = np.flatnonzero(stage_ids == s)
         used, which = np.unique(work_ids[rows], return_inverse=True)     # the per-layer works this pipeline meets
         layers = stages[s]
-        p, f = plain[used], full[used]
+        p, f, fw = plain[used], full[used], forward[used]
         # per (work, rank, chunk): recomputed prefix plus the rest, then per rank chunk by chunk from 0.0
         chunk = (f[:, layers.mid] - f[:, layers.lo]) + (p[:, layers.hi] - p[:, layers.mid])
         per_rank = np.zeros(chunk.shape[:2])
@@ -119,7 +120,7 @@ def _rank_work(works: Sequence[LayerWork], work_ids: np.ndarray, stages: Sequenc
             per_rank += chunk[:, :, c]
         per_rank[:, 0] += embed[used]
         per_rank[:, layers.head_rank] += head[used]
-        first = forward[used][:, layers.hi[:, 0]] - forward[used][:, layers.lo[:, 0]]
+        first = fw[:, layers.hi[:, 0]] - fw[:, layers.lo[:, 0]]
         yield rows, which.reshape(-1), layers, per_rank, first, chunk[:, :, 0]
 
 

@@ -477,7 +477,7 @@ def fsdp_exposed_floor(model: ModelSpec, cluster: Cluster, config: TrainingConfi
     dims = replace(parallel_dims(config, cluster), num_microbatches=1)
     blocking, hideable, overlap = _dp_exposure(model, config, dims, network_for(hardware, cluster, profile),
                                                framework, profile, resolve_switches(config, framework))
-    return blocking + (hideable * (1.0 - overlap) if overlap else hideable), blocking + hideable
+    return blocking + hideable * (1.0 - overlap), blocking + hideable
 
 
 def _zero3_tensors(model: ModelSpec, layers: float) -> float:

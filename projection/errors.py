@@ -48,8 +48,8 @@ class UnknownNameError(ProjtuneError):
 
     def __init__(self, kind: str, name: str, choices: list[str]) -> None:
         self.kind, self.name, self.choices = kind, name, sorted(choices)
-        near = difflib.get_close_matches(name.lower(), self.choices, n=3, cutoff=0.4)
-        hint = f"; did you mean {', '.join(near)}?" if near else ""
+        self.nearest = difflib.get_close_matches(name.lower(), self.choices, n=3, cutoff=0.4)
+        hint = f"; did you mean {', '.join(self.nearest)}?" if self.nearest else ""
         super().__init__(f"unknown {kind} '{name}'{hint} (known: {', '.join(self.choices)})")
 
 

@@ -325,11 +325,8 @@ class MemoryBatcher:
         return ends
 
     def _build_ends(self, config: TrainingConfig, ctx: Any) -> tuple[float, float]:
-
-        def build() -> tuple[float, float]:
-            return (embedding_activation_bytes(self.model, ctx),
-                    output_activation_bytes(self.model, ctx, loss_bytes_per_logit(config.framework)))
-        return build()
+        return (embedding_activation_bytes(self.model, ctx),
+                output_activation_bytes(self.model, ctx, loss_bytes_per_logit(config.framework)))
 
     def _zeros_row(self, pp: int) -> int:
         return self._row(("0", pp), lambda: np.zeros(pp))
@@ -410,13 +407,12 @@ class MemoryBatcher:
 
         cols[:, 0] = read["microbatches"]
         cols[:, 1] = read["vpp"]
-        builders = (self._states_row, lambda config, dims: self._activation_row(config, dims, self._context(config)),
-                    self._in_flight_row, self._gather_row, self._lora_row)
-        for k, (names, build) in enumerate(zip(_ROW_KEYS, builders, strict=True)):
+        for k, rows_of in enumerate((self.states_rows_of, self.activation_rows_of)):   # every layout's at once
+            reps, inverse = key_ids(_ROW_KEYS[k])
+            ids[:, k] = rows_of(candidates, reps)[inverse]
+        builders = (self._in_flight_row, self._gather_row, self._lora_row)
+        for k, (names, build) in enumerate(zip(_ROW_KEYS[2:], builders, strict=True), start=2):
             reps, inverse = key_ids(names)
-            if k < 2:       # the states, the activations: every layout's at once, off the columns
-                ids[:, k] = (self.states_rows_of if k == 0 else self.activation_rows_of)(candidates, reps)[inverse]
-                continue
             values = np.empty(len(reps), dtype=np.int64)
             built = np.ones(len(reps), dtype=bool)
             if k >= 3:      # ZeRO-3 gathers, FP8 LoRA transposes: zero rows (of the depth) where the layout has none

@@ -74,7 +74,7 @@ from projection.params import LayerParams, embedding_params, layer_param_table, 
 from projection.pipeline import peak_in_flight_closed_form
 from projection.switches import grad_buffer_bytes, resolve_switches
 from projection.training_config import TrainingConfig
-from projection.workload import FP8_TRANSPOSE_BYTES, KERNEL_DISPATCHERS
+from projection.workload import FP8_TRANSPOSE_BYTES, KERNEL_DISPATCHERS, drops_fp8_transpose
 
 GIB = 2**30
 BF16_BYTES = 2
@@ -91,9 +91,7 @@ def fp8_copy_bytes(config: TrainingConfig, transpose_free: bool) -> float:
     Blackwell) keeps the row-wise data only, ``FP8_TRANSPOSE_BYTES`` less (TE v2.7 pytorch/csrc/quantizer.cpp:
     ``with_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()``)."""
     copy = FP8_COPY_BYTES.get(config.precision, 2.0)
-    if config.precision == "fp8" and transpose_free and framework_record(config.framework).workload.te_fp8_quantizers:
-        return copy - FP8_TRANSPOSE_BYTES
-    return copy
+    return copy - FP8_TRANSPOSE_BYTES if drops_fp8_transpose(config, transpose_free) else copy
 AMAX_HISTORY_BYTES = 1024 * 4 * 3   # TE DelayedScaling amax_history_len=1024, fp32, input/weight/grad per GEMM
 LORA_RANK = 16                      # MLPerf Llama 2 70B LoRA reference (r=16); NeMo LoRA on linear_qkv/linear_proj
 DEEPEP_BUFFER_BYTES = 2 * GIB       # DeepEP NVL + RDMA buffers as Megatron's fused_a2a sizes them (num_sms, ~1 GB each)

@@ -534,7 +534,8 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
     if path.suffix in (".json", ".yaml", ".yml") or is_file:
         if not is_file:
             raise ModelSpecError(f"model config file '{text[:200]}' does not exist")
-        from projection.safe_yaml import YamlLimitError, load_bounded, load_json_bounded, read_text_bounded
+        from projection.safe_yaml import (YamlLimitError, load_bounded, load_json_bounded, read_text_bounded,
+                                          yaml_problem)
 
         try:   # where it broke, never the file's content
             body = read_text_bounded(path, max_bytes=4 * 1024 * 1024)
@@ -543,8 +544,8 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
             raise ModelSpecError(f"cannot parse model config '{text}': {err.msg} at line {err.lineno} "
                                  f"column {err.colno}") from err
         except yaml.MarkedYAMLError as err:
-            mark = err.problem_mark or err.context_mark
-            where = f" at line {mark.line + 1}" if mark is not None else ""
+            line, _ = yaml_problem(err)
+            where = f" at line {line}" if line is not None else ""
             raise ModelSpecError(f"cannot parse model config '{text}': not valid YAML{where}") from err
         except (yaml.YAMLError, YamlLimitError, UnicodeDecodeError, ValueError, OSError) as err:
             reason = str(err) if isinstance(err, YamlLimitError) else type(err).__name__

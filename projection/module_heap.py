@@ -51,7 +51,7 @@ def collecting_rarely() -> Iterator[None]:
     if before[0] >= YOUNG_COLLECTION_ALLOCATIONS or not before[0]:
         yield
         return
-    gc.set_threshold(YOUNG_COLLECTION_ALLOCATIONS, OLDER_COLLECTION_EVERY, OLDER_COLLECTION_EVERY)
+    collect_rarely()
     try:
         yield
     finally:

@@ -32,7 +32,7 @@ from operator import itemgetter
 
 import numpy as np
 
-from projection.pipeline_period import REACH_BOUNDS, needed_periods, periodic_shape, transient
+from projection.pipeline_period import REACH_BOUNDS, PeriodicShape, needed_periods, periodic_shape, transient
 from projection.pipeline_plan import _BW, _F, _NUM_KINDS, Schedule, _one_f_one_b_table, _op_keys, _peaks_arrays
 
 _PAUSE = -1                 # what a rank yields at the horizon (done keys are >= 0)
@@ -242,28 +242,25 @@ def shortcut_applies(schedule: Schedule, pp: int, vpp: int, m: int, group: int) 
 
 
 class _Shortcut:
-    """The shortcut's state over one run: the next horizon, and once taken, the shorter step (K, c, D)."""
+    """The shortcut's state over one run: the next horizon, and once taken, the shorter step (K, c, D).  Built only
+    for a shape the run tests for a repetition (`shortcut_applies`), so its periodic shape exists."""
 
     def __init__(self, schedule: Schedule, pp: int, vpp: int, m: int, group: int, durations: list[int]) -> None:
         self.args = (schedule, pp, vpp, m, group, durations)
         shape = periodic_shape(schedule, pp, vpp, m, group)
-        self.shape = shape
+        assert shape is not None, "built only where shortcut_applies"
+        self.shape: PeriodicShape = shape
         self.taken: tuple[int, int, int, tuple[int, ...]] | None = None   # K, c, D, counts of the shorter step
-        self.periods = _NO_HORIZON
-        self.tests = shortcut_applies(schedule, pp, vpp, m, group)   # whether the run tests for a repetition
-        if self.tests:
-            self.periods = _FIRST_CHECK
+        self.periods = _FIRST_CHECK
 
     def horizon(self) -> int:
         """The pairs (F and B+W) every rank may run before the next pause."""
         if self.periods >= _NO_HORIZON:
             return _NO_HORIZON
-        assert self.shape is not None
         return self.periods * (self.shape[2][0] // 2)
 
     def pause(self, done: list[int | None], step: _Step, warmups: list[int], progress: list[int]) -> None:
         """Test the ends so far; take the shortcut (swap ``step``'s tables) or set the next horizon."""
-        assert self.shape is not None
         schedule, pp, vpp, m, group, durations = self.args
         shift, _, lengths, counts = self.shape
         per = lengths[0] // 2
@@ -297,7 +294,7 @@ class _Shortcut:
         after its twin in period i, for i >= t), the periods it needs (`needed_periods`) are at most the
         shorter step's.
         """
-        assert self.taken is not None and self.shape is not None
+        assert self.taken is not None
         K, c, D, counts = self.taken
         lengths = self.shape[2]
         per = lengths[0] // 2
@@ -347,7 +344,7 @@ def _direct_one_f_one_b(schedule: Schedule, pp: int, vpp: int, m: int, group: in
     makespan = max(ends)
     taken = plan is not None and plan.taken is not None
     extrapolated = plan.extrapolate(done, step, warmups, makespan) if taken else None
-    if repeated is not None and plan is not None and plan.tests:
+    if repeated is not None and plan is not None:     # the run tested for a repetition
         repeated.append(extrapolated is not None)
     if taken:
         if extrapolated is None:           # the shorter step did not repeat to its end: the long step in full

@@ -590,18 +590,21 @@ def cast_bytes_per_element(config: TrainingConfig, rates: DeviceRates) -> float:
     by Transformer Engine on a chip whose FP8 GEMMs take non-TN layouts writes no transposed copy
     (FP8_TRANSPOSE_BYTES less; DeviceRates.fp8_transpose_free, WorkloadTraits.te_fp8_quantizers)."""
     base = CAST_BYTES_PER_ELEMENT[config.precision]
-    if config.precision == "fp8" and rates.fp8_transpose_free and traits(config).te_fp8_quantizers:
-        return base - FP8_TRANSPOSE_BYTES
-    return base
+    return base - FP8_TRANSPOSE_BYTES if drops_fp8_transpose(config, rates.fp8_transpose_free) else base
 
 
-def sp_amax_reduce_s(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, net: NetworkParams,
-                     groups: CommGroups, moe: bool) -> float:
+def drops_fp8_transpose(config: TrainingConfig, transpose_free: bool) -> bool:
+    """Whether a per-tensor FP8 tensor is kept without its transposed copy: Transformer Engine's quantizers on a chip
+    whose FP8 GEMMs take non-TN layouts (``transpose_free``: projection.compute.fp8_transpose_free); read by the
+    cast bytes (:func:`cast_bytes_per_element`) and the FP8 weight copies (memory_terms.fp8_copy_bytes)."""
+    return config.precision == "fp8" and transpose_free and traits(config).te_fp8_quantizers
+
+
+def sp_amax_reduce_s(config: TrainingConfig, net: NetworkParams, groups: CommGroups, moe: bool) -> float:
     """Seconds of a layer forward's amax all-reduces (AMAX_BYTES over the TP group, one per column-parallel TE
     linear: 2 in a dense layer, 1 in an MoE layer) under per-tensor current scaling with sequence parallelism
-    (Transformer Engine's amax reduction, see AMAX_BYTES); 0 otherwise."""
-    if (config.precision != "fp8" or not config.sequence_parallel or dims.tp <= 1
-            or not traits(config).te_quantised_tp_gather):
+    (Transformer Engine's amax reduction, see AMAX_BYTES); 0 otherwise (a one-GPU TP group reduces nothing)."""
+    if config.precision != "fp8" or not config.sequence_parallel or not traits(config).te_fp8_quantizers:
         return 0.0
     return (1 if moe else 2) * all_reduce_s(AMAX_BYTES, groups.tp, net)
 
@@ -885,7 +888,7 @@ def _tp_cp_comm(model: ModelSpec, config: TrainingConfig, dims: ParallelDims, ne
         gathers = (all_gather_s(quantised * tokens * h, groups.tp, net)
                    + all_gather_s((ACT_BYTES if moe else quantised) * tokens * h, groups.tp, net))
         tp_comm = (gathers + 2.0 * reduce_scatter_s(ACT_BYTES * tokens * h, groups.tp, net)
-                   + sp_amax_reduce_s(model, config, dims, net, groups, moe))
+                   + sp_amax_reduce_s(config, net, groups, moe))
     # CP: the ring passes K/V to the next rank cp - 1 times, one send/recv per step.  Inside a domain each
     # step is a point-to-point transfer (p2p_s: the achieved NVSwitch bandwidth, or one xGMI link of an AMD
     # mesh, not the sum of its 7 links: a ring neighbour is one peer); across domains an all-gather.

@@ -113,13 +113,9 @@ class CandidateColumns:
                 del self._configs[i]
         return config
 
-    def values(self, i: int, names: Sequence[str]) -> tuple[Any, ...]:
-        """The fields ``names`` of row ``i``'s typed layout (:meth:`config`'s, the same objects), without building
-        it."""
-        return self.values_of(np.array([i], dtype=np.int64), names)[0]
-
     def values_of(self, rows: np.ndarray, names: Sequence[str]) -> list[tuple[Any, ...]]:
-        """:meth:`values` of many rows, read column by column (:meth:`_fields`' values, the same objects)."""
+        """The fields ``names`` of each row's typed layout (:meth:`config`'s, the same objects), without building it,
+        read column by column (:meth:`_fields`' values)."""
         return list(zip(*(self._field_of(name, rows) for name in names), strict=True))
 
     def _field_of(self, name: str, rows: np.ndarray) -> list[Any]:

@@ -180,8 +180,7 @@ def _validation_error(model: type[BaseModel], err: ValidationError) -> dict[str,
 def _domain_error(err: ProjtuneError) -> dict[str, Any]:
     if isinstance(err, UnknownNameError):
         field = {"hardware": "gpu", "model": "model"}.get(err.kind, err.kind)
-        near = difflib.get_close_matches(err.name.lower(), err.choices, n=3, cutoff=0.4)
-        return error(field, str(err), err.choices, nearest=near)
+        return error(field, str(err), err.choices, nearest=err.nearest)
     if isinstance(err, IllegalLayoutError):
         return error(getattr(err, "field", "layout"), str(err), [], violations=err.reasons)
     if isinstance(err, ConstraintError):

@@ -241,7 +241,7 @@ class Bounds:
         tps_bound, headroom = np.asarray(tps_bound, dtype=np.float64), np.asarray(headroom, dtype=np.float64)
         below = tps_bound < self.kth_best
         if not self.front_headroom:
-            return below & False
+            return np.zeros_like(below)
         # front points with tps >= tps_bound are a prefix (tps descending); its last has the most headroom
         count = np.searchsorted(np.asarray(self.neg_front_tps), -tps_bound, side="right")
         front = np.asarray(self.front_headroom)[np.maximum(count - 1, 0)]
@@ -438,7 +438,6 @@ class Evaluator:
         self._recompute_codes: np.ndarray | None = None
         self._switch_code_of: dict[tuple[int, ...], int] = {}   # columns: what the switches read -> their code
         self._switch_ids: dict[Any, int] = {}                   # switches in effect -> code
-        self._full_of_code: np.ndarray | None = None      # columns: recompute code -> full recompute or not
         self._fsdp_floor_cache: dict[tuple[Any, ...], tuple[float, float]] = {}   # ZeRO-3 DP floors by key
 
     @staticmethod
@@ -452,11 +451,11 @@ class Evaluator:
             return self._sharding_ids[indices].tolist()
         return [self.sharding_key(self.configs[i]) for i in indices.tolist()]
 
-    def zero_of(self, index: int) -> int:
-        """A candidate's ZeRO level."""
+    def zeros_of(self, indices: np.ndarray) -> np.ndarray:
+        """The candidates' ZeRO levels (int64)."""
         if self.columns is not None:
-            return int(self.columns.columns["zero"][index])
-        return self.configs[index].zero
+            return self.columns.columns["zero"][indices]
+        return np.fromiter((self.configs[i].zero for i in indices.tolist()), dtype=np.int64, count=len(indices))
 
     def transient_config(self, index: int) -> TrainingConfig:
         """A candidate's typed config, not kept by the columns (a bound reads it once; a million kept would cost
@@ -595,9 +594,10 @@ class Evaluator:
     def throughput_bounds(self, indices: Sequence[int]) -> list[float]:
         """:meth:`throughput_bound` of many candidates at once, with the same bits.
 
-        The bound is (busiest rank's work per micro-batch) * micro-batches + optimizer + step
-        overhead (:func:`projection.engine.iteration_time_lower_bound`).  The busiest rank's work is
-        :func:`projection.busiest_work.busiest_work` over the batch: per-layer terms built once per
+        The bound is the pipeline makespan floor (:func:`projection.busiest_work.makespan_floor`: a rank's work
+        of ``m`` micro-batches plus the fill and drain through chunk 0 of the ranks before it), with under ZeRO 3
+        the DP communication exposed at least (:meth:`_fsdp_floors`), + optimizer + step overhead
+        (:func:`projection.engine.iteration_time_lower_bound`), over the batch: per-layer terms built once per
         distinct :meth:`work_key` first half (micro-batch, TP, CP, EP, precision, switches, ...), the
         ranks' layers once per pipeline (second half); the optimizer step once per sharding; the rest
         elementwise in numpy (the scalar path's operations in its order;
@@ -632,27 +632,17 @@ class Evaluator:
         """:func:`projection.engine.fsdp_exposed_floor` of every row (zeros below ZeRO 3), once per distinct key of
         the ZeRO-3 rows."""
         floor, alone = np.zeros(len(rows)), np.zeros(len(rows))
-        if self.columns is not None:
-            fsdp = np.flatnonzero(self.columns.columns["zero"][rows] >= 3)
-        else:
-            fsdp = np.flatnonzero(np.fromiter((self.configs[i].zero >= 3 for i in rows.tolist()), dtype=bool,
-                                              count=len(rows)))
+        fsdp = np.flatnonzero(self.zeros_of(rows) >= 3)
         if len(fsdp):
             keys = None
-            if self.columns is not None:
+            if self.columns is not None:    # full recompute: the lowest bit of the recompute code (_column_keys)
+                assert self._recompute_codes is not None
                 c, sub = self.columns.columns, rows[fsdp]
-                keys = [c[name][sub] for name in _FSDP_COLUMNS] + [self._full_codes()[c["recompute"][sub]]]
+                keys = [c[name][sub] for name in _FSDP_COLUMNS] + [self._recompute_codes[c["recompute"][sub]] & 1]
             values, ids = self._distinct(rows[fsdp], keys, _fsdp_values, self._fsdp_floor_cache, self._fsdp_floor_of)
             pairs = np.asarray(values, dtype=np.float64).reshape(-1, 2)[ids]
             floor[fsdp], alone[fsdp] = pairs[:, 0], pairs[:, 1]
         return floor, alone
-
-    def _full_codes(self) -> np.ndarray:
-        """Columns: per recompute code, 1 for full recompute (what the ZeRO-3 floor reads of recompute)."""
-        assert self.columns is not None
-        if self._full_of_code is None:
-            self._full_of_code = np.array([r == "full" for r, _, _ in self.columns.recomputes], dtype=np.int64)
-        return self._full_of_code
 
     def _fsdp_floor_of(self, config: TrainingConfig) -> tuple[float, float]:
         job = self.job
@@ -874,7 +864,6 @@ class Evaluator:
             best = np.flatnonzero(headroom == headroom.max())
             at = best[np.lexsort((at_position[best], place[best]))[0]]
             tally.roomiest = (float(headroom[at]), int(index[at]))
-        heads = np.flatnonzero(led)
         positions = lead_position[heads]
         indices = self._members[starts[heads] + positions]
         peak, static, capacity = lead_peaks[heads, 0], lead_peaks[heads, 1], lead_peaks[heads, 2]
@@ -890,7 +879,7 @@ class Evaluator:
         prune those that the projections so far prove irrelevant.
 
         A variant's throughput is at most its group lead's (more recompute is never faster, ZeRO < 3) and at most
-        its own engine bound (all variants bounded in one batch); under FSDP, where more recompute can hide more
+        its own engine bound (computed in batches, only for variants their lead's bound leaves undominated); under FSDP, where more recompute can hide more
         communication, by its own engine bound alone.  A group whose lead's bound and static headroom (an upper bound of every
         variant's headroom) are dominated by phase 1 is pruned whole.  The variants of the others that pass
         the memory screen are then visited from the most headroom down (ties in ``group_ids`` order, then by
@@ -907,16 +896,14 @@ class Evaluator:
         ids = ids[has[ids]]
         lead = table[ids]
         at, tps, static_headroom = lead[:, 0].astype(np.int64), lead[:, 1], lead[:, 2]
-        if self.columns is not None:
-            zero = self.columns.columns["zero"][self._members[self._group_starts[ids]]]
-        else:
-            zero = np.fromiter((self.configs[i].zero for i in self._members[self._group_starts[ids]].tolist()),
-                               dtype=np.int64, count=len(ids))
+        zero = self.zeros_of(self._members[self._group_starts[ids]])
         group_bound = np.where(zero < 3, tps * (1.0 + BOUND_MARGIN), np.inf)
         rest = self._group_sizes[ids] - at - 1
+        # a bool per group (np.broadcast_to: also for a scalar from a replaced `dominated`, as tests do)
         whole = np.broadcast_to(np.asarray(bounds.dominated(group_bound, static_headroom), dtype=bool), ids.shape)
-        tally.visited += int(rest[whole].sum())
-        tally.pruned += int(rest[whole].sum())
+        skipped = int(rest[whole].sum())
+        tally.visited += skipped
+        tally.pruned += skipped
         keep = ~whole & (rest > 0)
         live, lead_bounds, counts = ids[keep], group_bound[keep], rest[keep]
         # every variant after its lead, in (group, position) order: screened, then queued by headroom if it passes

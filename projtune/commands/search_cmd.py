@@ -10,7 +10,7 @@ from typing import Annotated, Any, Callable
 import typer
 from rich.markup import escape
 
-from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, RECOMPUTES, choices_help
+from projection.vocabulary import FINETUNES, LAUNCH_FRAMEWORKS, MOE_DISPATCHERS, choices_help
 from projtune.anchor_input import AnchorOpt
 from projtune.commands.project_cmd import (
     CpOpt,
@@ -22,7 +22,9 @@ from projtune.commands.project_cmd import (
     MbsOpt,
     PpOpt,
     RecomputeLayersOpt,
+    RecomputeOpt,
     SeqLenOpt,
+    SpOpt,
     TpOpt,
     VppOpt,
 )
@@ -197,10 +199,10 @@ def export_command(
     tp: TpOpt = None, pp: PpOpt = None, vpp: VppOpt = None, cp: CpOpt = None, ep: EpOpt = None,
     etp: EtpOpt = None, mbs: MbsOpt = None, gbs: GbsOpt = None, seq_len: SeqLenOpt = None,
     precision: Annotated[str | None, typer.Option(help="bf16|fp16|fp8|fp8-blockwise|mxfp8")] = None,
-    recompute: Annotated[str | None, typer.Option(help=choices_help(RECOMPUTES))] = None,
+    recompute: RecomputeOpt = None,
     recompute_num_layers: RecomputeLayersOpt = None,
     recompute_modules: Annotated[str | None, typer.Option(help="Selective: comma list.")] = None,
-    sequence_parallel: Annotated[bool, typer.Option("--sp", help="Megatron sequence parallelism.")] = False,
+    sequence_parallel: SpOpt = False,
     zero: IntOpt = None, fsdp_size: FsdpSizeOpt = None,
     schedule: Annotated[str | None, typer.Option("--schedule", help="1f1b|interleaved|zero-bubble")] = None,
     dispatcher: Annotated[str | None, typer.Option("--dispatcher", help=choices_help(MOE_DISPATCHERS))] = None,

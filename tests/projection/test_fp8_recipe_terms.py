@@ -112,8 +112,7 @@ def test_no_amax_reduction_without_tensor_parallelism() -> None:
     config = _config("fp8")
     net = network_params_from_hardware(B200)
     groups = CommGroups(tp=place_group(1, 1, net), cp=place_group(1, 1, net), ep=place_group(1, 1, net))
-    dims = parallel_dims(config, Cluster(gpu="b200", num_gpus=8))
-    assert workload.sp_amax_reduce_s(LLAMA, config, dims, net, groups, False) == 0.0
+    assert workload.sp_amax_reduce_s(config, net, groups, False) == 0.0
 
 
 def test_blackwell_per_tensor_fp8_weight_copies_have_no_transpose(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -137,7 +137,7 @@ def test_the_lower_bound_never_exceeds_the_projected_time(model_id: str, gpu: st
     assert checked >= 40
 
 
-def test_the_lower_bound_counts_fsdp_communication() -> None:
+def test_the_lower_bound_counts_fsdp_communication(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under ZeRO 3 the bound adds the DP communication the step exposes at least (engine.fsdp_exposed_floor):
     tighter than the busiest rank's work alone, still at most the projected time; nothing below ZeRO 3."""
     from projection import engine
@@ -153,6 +153,8 @@ def test_the_lower_bound_counts_fsdp_communication() -> None:
     assert bound - floor * projected.dims.num_microbatches >= projected.breakdown.optimizer_s
     ddp = fsdp.model_copy(update={"zero": 1})
     assert engine.fsdp_exposed_floor(model, cluster, ddp, hardware=hardware) == (0.0, 0.0)
+    monkeypatch.setattr(engine, "fsdp_exposed_floor", lambda *args, **kwargs: (0.0, 0.0))
+    assert bound > iteration_time_lower_bound(model, cluster, fsdp, hardware=hardware)   # the floor tightens it
 
 
 def test_the_lower_bound_holds_and_counts_the_pipeline_fill_and_drain_on_every_schedule() -> None:
