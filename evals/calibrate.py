@@ -257,6 +257,8 @@ class SourceScore:
     """Training runs per device group fitted for this fold."""
     fitted_parameters: dict[str, list[str]] = field(default_factory=dict)
     """Parameters each device group (and framework) fitted in this fold; the rest stayed at the prior."""
+    runs_scored: int = 0
+    """Held-out runs with a projection (``runs`` also counts a run whose recorded layout is illegal: unscored)."""
     documented_runs: int = 0
     """Held-out runs whose record cannot describe the run (``DOCUMENTED_RECORD_ISSUES``)."""
     mape_cv_described: float | None = None
@@ -391,6 +393,7 @@ def _source_row(fold: Fold, records: Sequence[Record]) -> tuple[SourceScore, lis
     by_key = {run_id(i): i for i in fold.test}
     cv = [(by_key[r.run_key], r.ape) for r in records]
     described = [e for item, e in cv if documented_issue(item) is None]
+    row.runs_scored = len(cv)
     row.documented_runs = len(cv) - len(described)
     row.mape_default = statistics.fmean(default_err) if default_err else None
     row.mape_cv = statistics.fmean(e for _, e in cv) if cv else None
@@ -403,12 +406,12 @@ def _pooled(rows: Sequence[SourceScore], vendor_errors: Sequence[tuple[str, floa
     """The leave-one-source-out pooled figures (what ``overall`` reported before grouped folds)."""
     cv = [e for _, e in vendor_errors]
     described = [r.ape for r in records if (r.sweep, r.run) not in DOCUMENTED_RECORD_ISSUES]
-    default = [r.mape_default * r.runs for r in rows if r.mape_default is not None]
+    default = [r.mape_default * r.runs_scored for r in rows if r.mape_default is not None]
     per_source = [r.mape_cv for r in rows if r.mape_cv is not None]
     by_vendor: dict[str, list[float]] = {}
     for vendor, err in vendor_errors:
         by_vendor.setdefault(vendor, []).append(err)
-    runs_default = sum(r.runs for r in rows if r.mape_default is not None)
+    runs_default = sum(r.runs_scored for r in rows if r.mape_default is not None)
     return {
         "sources": len(rows), "runs": len(cv),
         "mape_default": sum(default) / runs_default if runs_default else None,

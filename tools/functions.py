@@ -247,6 +247,11 @@ def explain(inp: s.ExplainInput) -> s.ExplainOutput:
     model, hardware, cluster = _job(inp)
     pa = _project(model, hardware, cluster, inp.a, inp.profile_path)
     pb = _project(model, hardware, cluster, inp.b, inp.profile_path)
+    anchoring = _anchoring(inp, model, hardware, cluster)
+    if anchoring is not None:   # compare what search and tune rank: the anchored projections
+        from tools.anchoring import anchored
+
+        pa, pb = anchored(pa, anchoring.corrections), anchored(pb, anchoring.corrections)
     fastest = max(pa.tokens_per_s_per_gpu, pb.tokens_per_s_per_gpu)
     ra, rb = _row(0, pa, fastest), _row(1, pb, fastest)
     ratio = pa.tokens_per_s_per_gpu / pb.tokens_per_s_per_gpu

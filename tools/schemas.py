@@ -272,6 +272,8 @@ class ExplainInput(JobInput):
     a: TrainingConfig = Field(description="Layout A. " + _CONFIG)
     b: TrainingConfig = Field(description="Layout B. " + _CONFIG)
     profile_path: str | None = Field(default=None, description="Device profile file; default: the shipped one.")
+    anchors: list[AnchorRun] = Field(default_factory=list, description=ANCHORS_HELP + " Both layouts are compared "
+                                     "at their anchored projections, as search and tune rank them.")
 
 
 class TermDiff(BaseModel):

@@ -372,10 +372,11 @@ def _print_cross_validation(cv: dict[str, Any], as_json: bool) -> None:
 
     table = Table(title="Leave-one-source-out MAPE on held-out runs")
     table.add_column("source (file)", no_wrap=True)
-    for col in ("runs", "families", "shipped", "fit on rest"):
+    for col in ("scored runs", "families", "shipped", "fit on rest"):
         table.add_column(col, justify="left" if col == "families" else "right")
     for row in cv["sources"]:
-        table.add_row(Path(row.source).stem, str(row.runs), ",".join(row.families), _pct(row.mape_default),
+        table.add_row(Path(row.source).stem, str(row.runs) if row.runs_scored == row.runs else
+                      f"{row.runs_scored} of {row.runs}", ",".join(row.families), _pct(row.mape_default),
                       _pct(row.mape_cv))
     o = cv["overall"]
     table.add_row("these sources" if o.get("partial") else "overall", str(o["runs"]), "", _pct(o["mape_default"]),

@@ -213,6 +213,7 @@ def test_cross_validation_reports_what_each_fold_fitted(monkeypatch: pytest.Monk
     # Megatron-LM's 8B and 405B rows marked as records that cannot describe the run: out of the described figure
     assert cv["overall"]["runs_described"] == cv["overall"]["runs"] - 2
     assert sum(row.documented_runs for row in cv["sources"]) == 2
+    assert sum(row.runs_scored for row in cv["sources"]) == cv["overall"]["runs"]   # the pooled figure's runs
     # ... and no fold fits on them (evals.record_issues.fit_evidence), which the progress says
     assert cv["overall"]["runs_left_out_of_fits"] == 2
     assert any("left 2 runs out of the fit" in note and "2 (entry 16)" in note for note in notes)

@@ -34,6 +34,20 @@ def test_project_tool_shows_anchored_and_unanchored() -> None:
     assert plain["anchoring"] is None and plain["iteration_time_s"] == result["unanchored"]["iteration_time_s"]
 
 
+def test_explain_tool_compares_the_anchored_projections() -> None:
+    """tune's "Why it wins" line (explain) quotes the numbers its anchored table ranks, not the unanchored ones."""
+    other = {**LAYOUT, "tp": 1, "pp": 4}
+    out = call_tool("explain", {**JOB, "a": LAYOUT, "b": other, "anchors": [_anchor()]})
+    assert out["ok"], out
+    result = out["result"]
+    for side, layout in (("a", LAYOUT), ("b", other)):
+        anchored = call_tool("project", {**JOB, "layout": layout, "anchors": [_anchor()]})["result"]
+        assert result[side]["tokens_per_sec_per_gpu"] == pytest.approx(anchored["tokens_per_sec_per_gpu"], rel=1e-9)
+        assert result[side]["tokens_per_sec_per_gpu"] != pytest.approx(
+            anchored["unanchored"]["tokens_per_sec_per_gpu"], rel=1e-6)
+    assert f"{result['a']['tokens_per_sec_per_gpu']:,.0f}" in result["summary"]
+
+
 def test_check_memory_tool_adds_the_measured_offset() -> None:
     out = call_tool("check_memory", {**JOB, "layout": LAYOUT, "anchors": [_anchor()]})["result"]
     assert out["peak_gib"] == pytest.approx(out["unanchored_peak_gib"] + out["memory_offset_gib"], rel=1e-9)
