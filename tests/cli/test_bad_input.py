@@ -83,3 +83,9 @@ def test_misspelt_layout_file_key_names_the_nearest(tmp_path) -> None:
     line = _one_line_error(["project", "-c", str(layout)])
     assert line.startswith("error: unknown layout key 'seq_lenn' (allowed: tp, pp, ") and \
         line.endswith("; did you mean seq_len?)")
+
+
+def test_unknown_flop_formula_is_refused_not_priced_as_megatron() -> None:
+    """`project --flops foo` answered with the megatron formula's MFU (anything but '6nd' was megatron)."""
+    line = _one_line_error(["project", *LAYOUT, "--flops", "foo"])
+    assert line == "error: unknown FLOP formula 'foo' (known: 6nd, megatron)"
