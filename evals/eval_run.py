@@ -82,9 +82,24 @@ class ProfileSource:
     """Device profiles by hardware id: one file for all, a directory by id/family, or the shipped ones."""
 
     def __init__(self, path: Path | None) -> None:
-        if path is not None and not path.exists():
-            raise ProjtuneError(f"profile path '{path}' does not exist")
+        """Check the profiles now: a file that does not load, or a folder with no ``*.yaml`` in it, is refused
+        before any run (each run used to be skipped with the same error, or quietly priced with the shipped
+        profile, and the eval ended with exit code 0).
+
+        Raises:
+            ProjtuneError: the path does not exist, a profile in it is not valid, or a folder holds none.
+        """
         self.path = path
+        if path is None:
+            return
+        if not path.exists():
+            raise ProjtuneError(f"profile path '{path}' does not exist")
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        if not files:
+            raise ProjtuneError(f"profile folder '{path}' holds no <hardware id|family>.yaml profile "
+                                "(give a profile file, or a folder such as projection/catalog/profiles)")
+        for file in files:
+            load_profile(file)
 
     def file_for(self, gpu: str) -> Path | None:
         """Return the profile file for a hardware id, or None for the shipped default."""

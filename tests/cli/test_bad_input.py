@@ -89,3 +89,19 @@ def test_unknown_flop_formula_is_refused_not_priced_as_megatron() -> None:
     """`project --flops foo` answered with the megatron formula's MFU (anything but '6nd' was megatron)."""
     line = _one_line_error(["project", *LAYOUT, "--flops", "foo"])
     assert line == "error: unknown FLOP formula 'foo' (known: 6nd, megatron)"
+
+
+def test_eval_with_an_unreadable_profile_stops_before_any_run(tmp_path) -> None:
+    """`eval --profile BINARY` skipped all 411 runs, each with the profile's error, and exited 0; an empty
+    profile folder quietly priced every run with the shipped profiles."""
+    from pathlib import Path
+
+    sweep = str(Path(__file__).resolve().parents[2] / "evals" / "data" / "torchtitan.yaml")
+    binary = tmp_path / "profile.yaml"
+    binary.write_bytes(b"\x00\xff\xfe")
+    assert _one_line_error(["eval", sweep, "--profile", str(binary)]).startswith(
+        f"error: profile file '{binary}' is not a valid device profile")
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    assert _one_line_error(["eval", sweep, "--profile", str(folder)]).startswith(
+        f"error: profile folder '{folder}' holds no <hardware id|family>.yaml profile")
