@@ -61,7 +61,15 @@ _GPU_NAMES = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200",
 
 
 class LogImportError(ValueError):
-    """A log that cannot be turned into a run; the message names the file and what is missing."""
+    """A log that cannot be turned into a run; the message names the file and what is missing.
+
+    ``flag``: the `projtune sweeps import` option that supplies what the logs do not show (``--gpus``), or
+    None; the message then ends with "; pass <flag>" (anchors, read without that option, say how instead).
+    """
+
+    def __init__(self, message: str, flag: str | None = None) -> None:
+        self.what, self.flag = message, flag
+        super().__init__(message + (f"; pass {flag}" if flag else ""))
 
 
 @dataclass(slots=True)
@@ -101,15 +109,15 @@ def import_logs(
     logs = [_parse(Path(p)) for p in paths]
     gpu_id = _one("gpu", gpu, logs, lambda log: log.gpu) or None
     if gpu_id is None:
-        raise LogImportError(f"GPU type not found in the logs; pass --gpu (one of {', '.join(GPU_IDS)})")
+        raise LogImportError("GPU type not found in the logs", f"--gpu (one of {', '.join(GPU_IDS)})")
     if gpu_id not in GPU_IDS:
         raise LogImportError(unknown_name_message("gpu", gpu_id, GPU_IDS))
     count = _one("num_gpus", num_gpus, logs, lambda log: log.num_gpus)
     if count is None:
-        raise LogImportError("GPU count not found in the logs (world_size / device mesh); pass --num-gpus")
+        raise LogImportError("GPU count not found in the logs (world_size / device mesh)", "--gpus")
     model_spec: str | dict[str, Any] | None = model or _one("model", None, logs, lambda log: log.model)
     if model_spec is None:
-        raise LogImportError(f"model architecture not found in {logs[0].path}; pass --model (catalog id)")
+        raise LogImportError(f"model architecture not found in {logs[0].path}", "--model (catalog id)")
     fixed = {k: v for k, v in logs[0].config.items() if all(log.config.get(k) == v for log in logs)}
     runs = [_run(log, fixed) for log in logs]
     label = model_spec if isinstance(model_spec, str) else model_spec["model_type"]

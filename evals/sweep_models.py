@@ -201,6 +201,11 @@ class SweepHeader(BaseModel):
     @classmethod
     def _catalog_id_or_hf_fields(cls, model: object) -> object:
         if isinstance(model, str) and model:
+            from projection.errors import UnknownNameError
+            from projection.model_spec import catalog_model_id, list_model_ids
+
+            if catalog_model_id(model) is None:   # caught here, not run by run at projection time
+                raise ValueError(str(UnknownNameError("model", model, list_model_ids())))  # the nearest first
             return model
         if isinstance(model, dict) and isinstance(model.get("model_type"), str):
             return model

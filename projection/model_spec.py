@@ -474,6 +474,14 @@ def _alias_index() -> dict[str, str]:
     return index
 
 
+def catalog_model_id(name: str) -> str | None:
+    """The catalog id that ``name`` (an id or an alias, any case) stands for, or None."""
+    key = name.lower()
+    if key in _file_ids():       # an id: its file alone (a command naming one model reads 1 of 22 files)
+        return key
+    return _alias_index().get(key)
+
+
 def catalog_config(model_id: str) -> dict[str, Any]:
     """The Hugging Face config fields of a catalog model as its entry gives them ({} for a model not in the
     catalog): fields the projection does not use (``rope_theta``) but a launch config must carry."""
@@ -512,11 +520,8 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
             return model_from_hf_config(model["config"], name=model.get("id"))
         return model_from_hf_config(model)
     text = str(model)
-    if text.lower() in _file_ids():       # an id: its file alone (a command naming one model reads 1 of 22 files)
-        return _load_catalog_model(text.lower())
-    index = _alias_index()
-    if text.lower() in index:
-        return _load_catalog_model(index[text.lower()])
+    if (model_id := catalog_model_id(text)) is not None:
+        return _load_catalog_model(model_id)
     if len(text) > 4096 or "\x00" in text:
         raise UnknownNameError("model", text[:80], list_model_ids())
     path = Path(text)

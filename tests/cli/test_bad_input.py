@@ -105,3 +105,41 @@ def test_eval_with_an_unreadable_profile_stops_before_any_run(tmp_path) -> None:
     folder.mkdir()
     assert _one_line_error(["eval", sweep, "--profile", str(folder)]).startswith(
         f"error: profile folder '{folder}' holds no <hardware id|family>.yaml profile")
+
+
+def test_sweeps_validate_of_an_empty_folder_is_an_issue_not_a_pass(tmp_path) -> None:
+    """`sweeps validate EMPTY_DIR` printed "0 sweeps, 0 runs, 0 issues" and exited 0: nothing was checked."""
+    result = runner.invoke(app, ["sweeps", "validate", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stdout == f"{tmp_path}: a folder without sweep files (*.yaml / *.yml)\n"
+
+
+def test_unknown_catalog_model_in_a_sweep_is_a_load_issue_with_the_nearest(tmp_path) -> None:
+    """A sweep naming model 'llama3-8bb' validated with 0 issues; eval then skipped its runs one by one."""
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("source: x\nsweeps:\n- name: s1\n  model: llama3-8bb\n  cluster: {gpu: h100-sxm, num_gpus: 64}\n"
+                     "  fixed: {tp: 2, mbs: 1, gbs: 256, seq_len: 8192}\n  runs:\n  - config: {}\n"
+                     "    measured: {tokens_per_sec_per_gpu: 5000}\n")
+    result = runner.invoke(app, ["sweeps", "validate", str(sweep)])
+    assert result.exit_code == 2
+    assert result.stdout.startswith(f"{sweep}:3: sweep 's1': model: unknown model 'llama3-8bb'; did you mean "
+                                    "llama3-8b, llama3.1-8b, llama3-70b? (known: deepseek-v3, ")
+
+
+def test_sweeps_import_refuses_an_unknown_model() -> None:
+    """`sweeps import LOG --model llama3-8bb` wrote a sweep file no command could project."""
+    from pathlib import Path
+
+    log = Path(__file__).resolve().parents[1] / "evals" / "fixtures" / "megatron_llama3_8b_tp4_pp2.log"
+    line = _one_line_error(["sweeps", "import", str(log), "--gpu", "h100-sxm", "--model", "llama3-8bb"])
+    assert "unknown model 'llama3-8bb'; did you mean llama3-8b, llama3.1-8b, llama3-70b? (known: " in line
+
+
+def test_anchor_log_without_a_gpu_count_says_how_to_give_it(tmp_path) -> None:
+    """The message said "pass --num-gpus", an option no command has (and `project` cannot take the anchor's)."""
+    log = tmp_path / "run.log"
+    log.write_text(" iteration       10/     100 | consumed samples:  2560 | elapsed time per iteration (ms): "
+                   "3900.1 | throughput per GPU (TFLOP/s/GPU): 400.0 |\n")
+    line = _one_line_error(["project", *LAYOUT, "--anchor", str(log)])
+    assert line == (f"error: anchor log {log}: GPU count not found in the logs (world_size / device mesh); import it "
+                    f"with `projtune sweeps import {log} --gpus ... --out run.yaml` and give run.yaml as the anchor")
