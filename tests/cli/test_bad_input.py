@@ -143,3 +143,11 @@ def test_anchor_log_without_a_gpu_count_says_how_to_give_it(tmp_path) -> None:
     line = _one_line_error(["project", *LAYOUT, "--anchor", str(log)])
     assert line == (f"error: anchor log {log}: GPU count not found in the logs (world_size / device mesh); import it "
                     f"with `projtune sweeps import {log} --gpus ... --out run.yaml` and give run.yaml as the anchor")
+
+
+def test_offline_with_llm_flags_is_a_contradiction_not_a_silent_choice() -> None:
+    """`tune --offline --llm-base-url URL` ran offline and ignored the flag (an invalid --llm-timeout too)."""
+    line = _one_line_error(["tune", "tune llama3 8b on 64 h100", "--offline", "--llm-base-url", "http://127.0.0.1:9/v1",
+                            "--llm-timeout", "-1"])
+    assert line == ("error: --offline and --llm-base-url, --llm-timeout contradict each other: offline, no LLM is "
+                    "asked, so drop --offline to use the endpoint, or drop the LLM flags")
