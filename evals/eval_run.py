@@ -124,6 +124,20 @@ def family_of(gpu: str) -> str | None:
         return None
 
 
+def hardware_hint(name: str, sweeps: Sequence[LoadedSweep], *, kinds: tuple[str, ...] = ("id", "family")) -> str:
+    """``"; did you mean x? (hardware ids and families in these sweeps: ...)"``: what a ``--gpu`` / ``--family``
+    name that matched no sweep could have been (``kinds``: hardware ids, families or both); ``""`` for a name
+    that is present."""
+    present = sorted({n for s in sweeps for kind, n in (("id", s.sweep.cluster.gpu),
+                                                        ("family", family_of(s.sweep.cluster.gpu)))
+                      if n and kind in kinds})
+    if name in present:
+        return ""
+    near = nearest(name.lower(), present)
+    what = " and ".join({"id": "hardware ids", "family": "families"}[k] for k in kinds)
+    return (f"; did you mean {near}?" if near else "") + f" ({what} in these sweeps: {', '.join(present)})"
+
+
 def select_sweeps(sweeps: Sequence[LoadedSweep], options: EvalOptions) -> list[LoadedSweep]:
     """Keep the sweeps matching `--sweep` and `--gpu`; raise ProjtuneError on a pattern matching nothing."""
     names = [s.name for s in sweeps]
@@ -135,11 +149,7 @@ def select_sweeps(sweeps: Sequence[LoadedSweep], options: EvalOptions) -> list[L
     if options.gpu is not None:
         on_gpu = [s for s in kept if options.gpu in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))]
         if kept and not on_gpu:
-            present = sorted({name for s in kept for name in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))
-                              if name})
-            near = nearest(options.gpu.lower(), present)
-            raise ProjtuneError(f"no sweep on --gpu '{options.gpu}'" + (f"; did you mean {near}?" if near else "")
-                                + f" (hardware ids and families in these sweeps: {', '.join(present)})")
+            raise ProjtuneError(f"no sweep on --gpu '{options.gpu}'" + hardware_hint(options.gpu, kept))
         kept = on_gpu
     return kept
 

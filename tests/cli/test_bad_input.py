@@ -151,3 +151,20 @@ def test_offline_with_llm_flags_is_a_contradiction_not_a_silent_choice() -> None
                             "--llm-timeout", "-1"])
     assert line == ("error: --offline and --llm-base-url, --llm-timeout contradict each other: offline, no LLM is "
                     "asked, so drop --offline to use the endpoint, or drop the LLM flags")
+
+
+def test_calibrate_names_the_nearest_gpu_and_refuses_flags_it_would_ignore() -> None:
+    """`calibrate --gpu h100-sx` said only "no complete scored runs of h100-sx"; `--gpu X --cross-validate`,
+    `--bands-out` without --cross-validate and `--out-dir` without --all were ignored without a word."""
+    from pathlib import Path
+
+    sweep = str(Path(__file__).resolve().parents[2] / "evals" / "data" / "korthikanti-2022.yaml")
+    assert _one_line_error(["calibrate", sweep, "--gpu", "a100-80g"]) == (
+        "error: no complete scored runs of a100-80g in the given files; did you mean a100-80gb? (hardware ids in "
+        "these sweeps: a100-80gb)")
+    assert _one_line_error(["calibrate", sweep, "--cross-validate", "--gpu", "a100-80gb"]) == \
+        "error: --gpu is not used with --cross-validate; drop it"
+    assert _one_line_error(["calibrate", sweep, "--gpu", "a100-80gb", "--bands-out", "b.yaml"]) == \
+        "error: --bands-out is not used with a fit (it goes with --cross-validate); drop it"
+    assert _one_line_error(["calibrate", sweep, "--family", "ampere", "--out-dir", "d"]) == \
+        "error: --out-dir is not used with a fit of one --gpu/--family (it goes with --all); drop it"
