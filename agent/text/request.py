@@ -29,6 +29,7 @@ position (linear time); values beyond the engine's limits
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from agent.batch_default import default_gbs
 from agent.sizing_guess import first_guess
 from agent.text.constraints_text import axis_of, extract_constraints, merge_constraints
 from agent.text.request_numbers import BAD_COUNT, canonical_numbers, count_problem
+from projection.errors import UnknownNameError
 from projection.framework import framework_words
 from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
@@ -60,6 +62,7 @@ FRAMEWORKS = framework_words()   # every word naming a framework -> its recipe n
 _FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nemo|torchtitan|titan|primus|deepspeed|"
                         r"maxtext|jax|llm-foundry)\b", re.I)
 _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
+_FRAMEWORK_SAID = re.compile(r"\bframework\s*(?:is\s+|=\s*|:\s*)?([A-Za-z][\w.-]{2,})", re.I)
 _LORA = re.compile(r"\bq?lora\b", re.I)
 # "fine-tuning" (the noun) means SFT; "fine-tune the layout" (the verb) does not.
 _SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tuning)\b", re.I)
@@ -404,6 +407,17 @@ def find_framework(text: str) -> str | None:
     return FRAMEWORKS.get(re.sub(r"\s", "-", m.group(1).lower())) if m else None
 
 
+def misspelt_framework(text: str) -> str | None:
+    """The question for 'framework torchtitn' (a word after "framework" close to a framework name but none of
+    them), else None: the request would otherwise be priced as the default framework without a word."""
+    m = _FRAMEWORK_SAID.search(text)
+    if m is None or m.group(1).lower() in FRAMEWORKS:
+        return None
+    if not difflib.get_close_matches(m.group(1).lower(), list(FRAMEWORKS), n=1, cutoff=0.75):
+        return None           # 'framework to use': not a name at all
+    return "U" + str(UnknownNameError("framework", m.group(1), list(FRAMEWORKS)))[1:]
+
+
 def find_finetune(text: str) -> str | None:
     """'LoRA' -> 'lora'; 'SFT', 'fine-tune' -> 'sft'."""
     if _LORA.search(text):
@@ -636,6 +650,9 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     if (framework := find_framework(rest)) is not None:
         values["framework"] = framework
         assumed.discard("framework")
+    elif (question := misspelt_framework(rest)) is not None:
+        questions.append(question)
+        missing.append("framework")
 
     rules = extract_constraints(rest, values.get("gpu"))
     merged = merge_constraints(values.get("constraints", []), rules.rules)

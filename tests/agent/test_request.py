@@ -233,3 +233,12 @@ def test_packed_documents_round_trip_through_the_request_and_follow_ups() -> Non
     assert isinstance(answered, TuneRequest) and answered.packed_document_tokens == 512
     shorter = parse_request("seq 128", request)           # the kept documents no longer fit in a sequence
     assert isinstance(shorter, Clarification) and "more than seq_len 128" in shorter.question
+
+
+def test_a_misspelt_framework_is_asked_back_not_priced_as_the_default() -> None:
+    """'with framework torchtitn' was dropped: the answer was priced as Megatron-LM (the default) without a word."""
+    question = parse_request("tune llama3 8b on 64 h100 with framework torchtitn")
+    assert isinstance(question, Clarification) and question.missing == ["framework"]
+    assert question.question.startswith("Unknown framework 'torchtitn'; did you mean torchtitan")
+    for text in ("tune llama3 8b on 64 h100, which framework to use?", "llama3 8b on 64 h100 framework: primus"):
+        assert isinstance(parse_request(text), TuneRequest), text
