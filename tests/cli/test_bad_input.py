@@ -168,3 +168,17 @@ def test_calibrate_names_the_nearest_gpu_and_refuses_flags_it_would_ignore() -> 
         "error: --bands-out is not used with a fit (it goes with --cross-validate); drop it"
     assert _one_line_error(["calibrate", sweep, "--family", "ampere", "--out-dir", "d"]) == \
         "error: --out-dir is not used with a fit of one --gpu/--family (it goes with --all); drop it"
+
+
+def test_misspelt_recompute_module_names_the_nearest_on_its_own_field(tmp_path) -> None:
+    """It said "input: recompute_modules: unknown module(s) ['core_atn'] (allowed: ...) (got {'gbs': 256, ...})"
+    (the whole layout quoted, no nearest name); a sweep file's module list was only checked run by run in eval."""
+    line = _one_line_error(["project", *LAYOUT, "--recompute", "selective", "--recompute-modules", "core_atn"])
+    assert line == ("error: recompute_modules: unknown recompute module 'core_atn' (allowed: core_attn, layernorm, mlp, "
+                    "moe, moe_act, shared_experts, mla_up_proj; did you mean core_attn?) (got ('core_atn',))")
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text("source: x\nsweeps:\n- name: s1\n  model: llama3-8b\n  cluster: {gpu: h100-sxm, num_gpus: 64}\n"
+                     "  fixed: {tp: 2, mbs: 1, gbs: 256, seq_len: 8192, recompute: selective}\n  runs:\n"
+                     "  - config: {recompute_modules: [core_atn]}\n    measured: {tokens_per_sec_per_gpu: 5000}\n")
+    result = runner.invoke(app, ["sweeps", "validate", str(sweep)])
+    assert result.exit_code == 2 and "did you mean core_attn?" in result.stdout
