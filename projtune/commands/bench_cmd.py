@@ -104,8 +104,8 @@ def run_command(
     zero: ZeroOpt = None, schedule: ScheduleOpt = None, dispatcher: DispatcherOpt = None, config_file: FileOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Measurement JSON to write.")] = None,
     cpu: CpuOpt = False,
-    warmup: Annotated[IntOpt, typer.Option(help="Warm-up iterations (default 5; 1 with --cpu).")] = None,
-    iters: Annotated[IntOpt, typer.Option(help="Timed iterations (default 20; 3 with --cpu).")] = None,
+    warmup: Annotated[IntOpt, typer.Option(min=0, help="Warm-up iterations (default 5; 1 with --cpu).")] = None,
+    iters: Annotated[IntOpt, typer.Option(min=1, help="Timed iterations (default 20; 3 with --cpu).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore and do not write the result cache.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -221,8 +221,8 @@ def project_command(
 def device_command(
     gpu_target: TargetGpuOpt = None, cpu: CpuOpt = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Profile YAML to write.")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up iterations per point.")] = 3,
-    iters: Annotated[int, typer.Option(help="Timed iterations per point.")] = 10,
+    warmup: Annotated[int, typer.Option(min=0, help="Warm-up iterations per point.")] = 3,
+    iters: Annotated[int, typer.Option(min=1, help="Timed iterations per point.")] = 10,
     fp8: Annotated[bool, typer.Option("--fp8/--no-fp8", help="Also time FP8 GEMMs (torch._scaled_mm).")] = True,
 ) -> None:
     """Sweep GEMMs, attention, copies (and all-reduce) on the local GPU(s) and fit a device profile."""

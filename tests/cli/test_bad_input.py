@@ -182,3 +182,23 @@ def test_misspelt_recompute_module_names_the_nearest_on_its_own_field(tmp_path) 
                      "  - config: {recompute_modules: [core_atn]}\n    measured: {tokens_per_sec_per_gpu: 5000}\n")
     result = runner.invoke(app, ["sweeps", "validate", str(sweep)])
     assert result.exit_code == 2 and "did you mean core_attn?" in result.stdout
+
+
+def test_bench_iteration_counts_below_their_minimum_are_usage_errors() -> None:
+    """`bench run --cpu --iters 0` timed the layers, then died with StatisticsError('no median for empty data');
+    `--warmup -1` was taken as 0."""
+    from projtune.cli import usage_line
+
+    bench = ["bench", "run", "--cpu", *LAYOUT]
+    for flag, value, minimum in (("--iters", "0", 1), ("--warmup", "-1", 0)):
+        result = runner.invoke(app, [*bench, flag, value], standalone_mode=False)
+        assert usage_line(result.exception) == (f"error: Invalid value for '{flag}': Input should be greater than or "
+                                                f"equal to {minimum}; see 'projtune bench run --help'")
+
+
+def test_tools_call_args_file_that_is_not_text_is_one_line(tmp_path) -> None:
+    """`tools call project -a @BINARY` escaped as a UnicodeDecodeError traceback."""
+    binary = tmp_path / "args.json"
+    binary.write_bytes(b"\x00\xff\xfe")
+    assert _one_line_error(["tools", "call", "project", "-a", f"@{binary}"]) == \
+        f"error: --args file '{binary}' is not UTF-8 text (byte 1): give a JSON object"
