@@ -202,3 +202,18 @@ def test_tools_call_args_file_that_is_not_text_is_one_line(tmp_path) -> None:
     binary.write_bytes(b"\x00\xff\xfe")
     assert _one_line_error(["tools", "call", "project", "-a", f"@{binary}"]) == \
         f"error: --args file '{binary}' is not UTF-8 text (byte 1): give a JSON object"
+
+
+def test_moe_only_settings_on_a_dense_model_are_refused_not_ignored() -> None:
+    """`project --dispatcher deepep` on llama3-8b projected it (the dispatcher ignored); `search -C
+    moe_dispatcher=deepep` answered with alltoall layouts (the constraint dropped for a dense model)."""
+    assert _one_line_error(["project", *LAYOUT, "--dispatcher", "deepep"]) == \
+        "error: illegal layout: moe_dispatcher=deepep needs a MoE model ('llama3-8b' is dense)"
+    assert _one_line_error(["memory", *LAYOUT, "--moe-routing", "token-drop"]) == \
+        "error: illegal layout: moe_routing=token-drop needs a MoE model ('llama3-8b' is dense)"
+    from tools.registry import call_tool
+
+    out = call_tool("search", {"model": "llama3-8b", "gpu": "h100-sxm", "num_gpus": 64, "gbs": 256, "seq_len": 8192,
+                               "constraints": {"moe_dispatcher": "deepep"}})
+    assert out["ok"] and out["result"]["ranked"] == []
+    assert "'moe_dispatcher=deepep' excludes every legal layout" in out["result"]["message"]
