@@ -533,9 +533,12 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
                                  "the config.json fields as an object")
         raise UnknownNameError("model", text[:80], list_model_ids())
     try:
-        is_file = path.is_file()
+        is_file, is_dir = path.is_file(), path.is_dir()
     except OSError:   # a name too long for the file system, say: not a file
-        is_file = False
+        is_file = is_dir = False
+    if is_dir:        # a Hugging Face model folder: the file it holds is what is read
+        raise ModelSpecError(f"model '{text[:200]}' is a folder: give the path of its config.json, e.g. "
+                             f"{(path / 'config.json').as_posix()[:220]}")
     if path.suffix in (".json", ".yaml", ".yml") or is_file:
         if not is_file:
             raise ModelSpecError(f"model config file '{text[:200]}' does not exist")

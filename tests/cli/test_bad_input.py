@@ -217,3 +217,9 @@ def test_moe_only_settings_on_a_dense_model_are_refused_not_ignored() -> None:
                                "constraints": {"moe_dispatcher": "deepep"}})
     assert out["ok"] and out["result"]["ranked"] == []
     assert "'moe_dispatcher=deepep' excludes every legal layout" in out["result"]["message"]
+
+
+def test_a_model_folder_names_the_config_file_to_give(tmp_path) -> None:
+    """`--model ./Llama-3-8B/` (a Hugging Face folder) said "unknown model '...' (known: deepseek-v3, ...)"."""
+    line = _one_line_error(["project", *LAYOUT, "--model", str(tmp_path)])
+    assert line == f"error: model '{tmp_path}' is a folder: give the path of its config.json, e.g. {tmp_path}/config.json"
