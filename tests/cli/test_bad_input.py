@@ -223,3 +223,16 @@ def test_a_model_folder_names_the_config_file_to_give(tmp_path) -> None:
     """`--model ./Llama-3-8B/` (a Hugging Face folder) said "unknown model '...' (known: deepseek-v3, ...)"."""
     line = _one_line_error(["project", *LAYOUT, "--model", str(tmp_path)])
     assert line == f"error: model '{tmp_path}' is a folder: give the path of its config.json, e.g. {tmp_path}/config.json"
+
+
+def test_binary_files_are_named_as_not_text_without_their_bytes(tmp_path) -> None:
+    """A binary profile, model config or layout file said only "UnicodeDecodeError" (or the codec's text); a
+    binary sweep file quoted its bytes: "UnicodeDecodeError('utf-8', b'\\x00\\xff...', ...)"."""
+    binary = tmp_path / "file.json"
+    binary.write_bytes(b"{\x00\xff\xfe")
+    why = "not UTF-8 text (byte 2 cannot be decoded; a binary file?)"
+    assert _one_line_error(["project", *LAYOUT, "--profile", str(binary)]).endswith(f"device profile: {why}")
+    assert _one_line_error(["project", *LAYOUT, "--model", str(binary)]) == \
+        f"error: cannot parse model config '{binary}': {why}"
+    assert _one_line_error(["project", "-c", str(binary)]) == f"error: cannot parse layout file '{binary}': {why}"
+    assert _one_line_error(["eval", str(binary)]) == f"error: no sweep to evaluate: {binary}: refused: {why}"
