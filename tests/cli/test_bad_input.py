@@ -236,3 +236,18 @@ def test_binary_files_are_named_as_not_text_without_their_bytes(tmp_path) -> Non
         f"error: cannot parse model config '{binary}': {why}"
     assert _one_line_error(["project", "-c", str(binary)]) == f"error: cannot parse layout file '{binary}': {why}"
     assert _one_line_error(["eval", str(binary)]) == f"error: no sweep to evaluate: {binary}: refused: {why}"
+
+
+def test_json_mode_errors_are_also_one_json_object_on_stdout() -> None:
+    """With --json a bad input left stdout empty: a script reading the JSON got nothing to parse. The error line
+    stays on stderr; stdout holds {"ok": false, "error": {"message", "exit_code"}} (the tools' envelope)."""
+    import json
+
+    result = runner.invoke(app, ["project", *LAYOUT, "--gpu", "h100-sx", "--json"])
+    assert result.exit_code == 2
+    error = json.loads(result.stdout)
+    assert error["ok"] is False and error["error"]["exit_code"] == 2
+    assert result.stderr.strip() == f"error: {error['error']['message']}"
+    assert error["error"]["message"].startswith("unknown hardware 'h100-sx'; did you mean h100-sxm")
+    plain = runner.invoke(app, ["project", *LAYOUT, "--gpu", "h100-sx"])
+    assert plain.exit_code == 2 and plain.stdout == ""
