@@ -283,7 +283,7 @@ def tools_call_command(
         fail(f"--args file '{args[1:]}' is not UTF-8 text (byte {err.start}): give a JSON object")
     try:
         arguments = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:   # RecursionError: nested deeper than the parser goes
         fail(f"--args is not valid JSON: {err}")
     payload = call_tool(name, arguments)
     typer.echo(json_text(payload))
