@@ -407,10 +407,10 @@ def find_framework(text: str) -> str | None:
     return FRAMEWORKS.get(re.sub(r"\s", "-", m.group(1).lower())) if m else None
 
 
-def misspelt_framework(text: str) -> str | None:
-    """The question for 'framework torchtitn' (a word after "framework" close to a framework name but none of
+def misspelt_framework(text: str, said: re.Pattern[str] = _FRAMEWORK_SAID) -> str | None:
+    """The question for 'framework torchtitn' (the word ``said`` captures, close to a framework name but none of
     them), else None: the request would otherwise be priced as the default framework without a word."""
-    m = _FRAMEWORK_SAID.search(text)
+    m = said.search(text)
     if m is None or m.group(1).lower() in FRAMEWORKS:
         return None
     if not difflib.get_close_matches(m.group(1).lower(), list(FRAMEWORKS), n=1, cutoff=0.75):

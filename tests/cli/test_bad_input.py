@@ -251,3 +251,13 @@ def test_json_mode_errors_are_also_one_json_object_on_stdout() -> None:
     assert error["error"]["message"].startswith("unknown hardware 'h100-sx'; did you mean h100-sxm")
     plain = runner.invoke(app, ["project", *LAYOUT, "--gpu", "h100-sx"])
     assert plain.exit_code == 2 and plain.stdout == ""
+
+
+def test_export_of_a_launcher_only_framework_to_a_config_name_is_refused(tmp_path) -> None:
+    """`export --framework megatron --out y.toml` wrote llama3-8b_..._bf16.megatron.sh beside it and said so: the
+    file asked for never existed."""
+    target = tmp_path / "y.toml"
+    assert _one_line_error(["export", *LAYOUT, "--framework", "megatron", "--out", str(target)]) == (
+        "error: the megatron export is one launcher script (its arguments are in it): give a .sh file or a folder, "
+        "not 'y.toml'")
+    assert list(tmp_path.iterdir()) == []
