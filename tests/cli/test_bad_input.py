@@ -261,3 +261,15 @@ def test_export_of_a_launcher_only_framework_to_a_config_name_is_refused(tmp_pat
         "error: the megatron export is one launcher script (its arguments are in it): give a .sh file or a folder, "
         "not 'y.toml'")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_diagnose_gpus_zero_is_refused_not_read_as_missing() -> None:
+    """`diagnose FILE -n 0` said "the file does not say the --gpus; pass --gpus ..." (0 was read as not given)."""
+    from pathlib import Path
+
+    from projtune.cli import usage_line
+
+    launch = Path(__file__).resolve().parents[1] / "fixtures" / "launch" / "primus_mi355x_llama3.1_8b_bf16.yaml"
+    result = runner.invoke(app, ["diagnose", str(launch), "--no-search", "-g", "mi355x", "-n", "0"],
+                           standalone_mode=False)
+    assert usage_line(result.exception).startswith("error: Invalid value for '--gpus' / '-n': '0' is out of range")
