@@ -193,10 +193,18 @@ def _parse(path: Path) -> _ParsedLog:
             from err
     except OSError as err:
         raise LogImportError(f"{clip(path.name)}: cannot read: {clip(err.strerror or type(err).__name__)}") from err
-    if _MEGATRON_ITER.search(text):
-        return _checked(path, _parse_megatron, text)
-    if _TITAN_STEP.search(text):
-        return _checked(path, _parse_torchtitan, text)
+    # A log cut off while being written (a killed job, a copy in progress) ends inside a line: 'tps: 7' of
+    # 'tps: 7,123' would be read as 7 tokens/s.  Only lines that end are read.
+    complete, _, cut = text.rpartition("\n")
+    if complete and cut.strip():
+        text = complete + "\n"
+    parse = (_parse_megatron if _MEGATRON_ITER.search(text) else
+             _parse_torchtitan if _TITAN_STEP.search(text) else None)
+    if parse is not None:
+        log = _checked(path, parse, text)
+        if complete and cut.strip():
+            log.note += "; its last line, cut off without a newline, was not read"
+        return log
     raise LogImportError(
         f"{path}: no iteration lines found (expected Megatron 'iteration N/M | ... elapsed time "
         "per iteration (ms): ...' or torchtitan 'step: N ... tps: ...' lines)"
