@@ -239,9 +239,12 @@ _MODEL_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num
 def _median_after_warmup(values: list[float]) -> tuple[float, str]:
     """Return the median after the warm-up lines (6 significant digits) and a note on it."""
     skip = max(_WARMUP_LINES, math.ceil(_WARMUP_FRACTION * len(values)))
-    kept = values[skip:] or values[-1:]
-    median = float(f"{statistics.median(kept):.6g}")
-    return median, f"median of {len(kept)} of {len(values)} logged iterations"
+    if not values[skip:]:    # said plainly: a warm-up step is slower than a steady one
+        return (float(f"{values[-1]:.6g}"), f"only {len(values)} logged iteration(s), all within the {skip} skipped "
+                                            "as warm-up elsewhere: the last one is read (expect it slower than a "
+                                            "steady step)")
+    median = float(f"{statistics.median(values[skip:]):.6g}")
+    return median, f"median of {len(values) - skip} of {len(values)} logged iterations"
 
 
 def _parse_megatron(path: Path, text: str) -> _ParsedLog:
