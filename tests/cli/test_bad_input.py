@@ -273,3 +273,20 @@ def test_diagnose_gpus_zero_is_refused_not_read_as_missing() -> None:
     result = runner.invoke(app, ["diagnose", str(launch), "--no-search", "-g", "mi355x", "-n", "0"],
                            standalone_mode=False)
     assert usage_line(result.exception).startswith("error: Invalid value for '--gpus' / '-n': '0' is out of range")
+
+
+def test_a_folder_where_a_file_is_expected_is_named_a_folder(tmp_path) -> None:
+    """`--profile DIR`, `--measured DIR`, `-c DIR` and `diagnose DIR` said the folder "does not exist"."""
+    for args, kind in ((["project", *LAYOUT, "--profile"], "profile file "),
+                       (["project", *LAYOUT, "--measured"], "measurement file "),
+                       (["project", "-c"], "layout file "), (["diagnose"], "")):
+        assert _one_line_error([*args, str(tmp_path)]).startswith(f"error: {kind}'{tmp_path}' is a folder, not a file")
+
+
+def test_a_json_file_that_is_not_a_measurement_names_its_fields(tmp_path) -> None:
+    """It said "... is not a projtune measurement file: 9 validation errors for Measurement" (which fields?)."""
+    other = tmp_path / "m.json"
+    other.write_text('{"a": 1}')
+    assert _one_line_error(["bench", "project", "--measured", str(other)]) == (
+        f"error: '{other}' is not a projtune measurement file: source: Field required; representative: Field "
+        "required; device_name: Field required (and 6 more)")
