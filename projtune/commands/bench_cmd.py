@@ -194,7 +194,10 @@ def project_command(
     from projtune.render import print_projection
 
     if tp_scaling not in ("ratio", "linear"):
-        fail(f"--tp-scaling must be ratio or linear, got {tp_scaling!r}")
+        from projection.errors import nearest
+
+        near = nearest(tp_scaling.lower(), ["ratio", "linear"])
+        fail(f"--tp-scaling must be ratio or linear, got {tp_scaling!r}" + (f"; did you mean '{near}'?" if near else ""))
     m = read_measurement(measured)
     red = m.reduction
     base = {"model": red.target_model if model is None else None, **red.target_cluster.model_dump(exclude_none=True),

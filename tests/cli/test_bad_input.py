@@ -290,3 +290,8 @@ def test_a_json_file_that_is_not_a_measurement_names_its_fields(tmp_path) -> Non
     assert _one_line_error(["bench", "project", "--measured", str(other)]) == (
         f"error: '{other}' is not a projtune measurement file: source: Field required; representative: Field "
         "required; device_name: Field required (and 6 more)")
+
+
+def test_misspelt_tp_scaling_names_the_nearest(tmp_path) -> None:
+    line = _one_line_error(["bench", "project", "--measured", str(tmp_path / "m.json"), "--tp-scaling", "linearr"])
+    assert line == "error: --tp-scaling must be ratio or linear, got 'linearr'; did you mean 'linear'?"
