@@ -28,7 +28,7 @@ _PIN = re.compile(r"\b(tp|pp|ep|cp|vpp|etp|mbs|zero)\s*[:]?\s*(\d+)\b", re.I)
 _PHRASES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\b(?:no|without|disable|not|avoid)\s+(?:any\s+)?fp8\b|\bbf16[\s-]only\b|\bonly\s+bf16\b", re.I),
      "precision=bf16", "'no FP8' read as precision=bf16"),
-    (re.compile(r"\b(?:use|with|enable|try|allow|in|using)\s+fp8\b|\bfp8[\s-]only\b", re.I),
+    (re.compile(r"\b(?:use|with|enable|try|allow|in|using)\s+fp8(?![\w-])|\bfp8[\s-]only\b", re.I),
      f"precision in {FP8_PRECISIONS}", "'fp8' read as an FP8 precision recipe"),
     (re.compile(r"\b(?:no|without|disable)\s+(?:activation\s+)?recompute|\bno\s+(?:activation\s+)?checkpointing",
                 re.I), "recompute=none", ""),

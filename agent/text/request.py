@@ -418,6 +418,25 @@ def misspelt_framework(text: str, said: re.Pattern[str] = _FRAMEWORK_SAID) -> st
     return "U" + str(UnknownNameError("framework", m.group(1), list(FRAMEWORKS)))[1:]
 
 
+# A word shaped like a number format ('fp9', 'bf61', 'mxfp9'): a near miss of a training precision is asked back.
+_PRECISION_SHAPED = re.compile(r"(?<![\w.-])((?:mx|nv)?(?:fp|bf)\d{1,2})(?![\w.-])", re.I)
+_OTHER_FORMATS = frozenset({"fp4", "mxfp4", "fp32", "tf32"})   # read elsewhere, or not a training precision
+
+
+def misspelt_precision(text: str) -> str | None:
+    """The question for 'with fp9' / 'using bf61' (close to a training precision but none of them, nor another
+    number format), else None: the word was dropped and every precision searched."""
+    for m in _PRECISION_SHAPED.finditer(text):
+        word = m.group(1).lower()
+        if word in PRECISIONS or word in _OTHER_FORMATS:
+            continue
+        near = difflib.get_close_matches(word, list(PRECISIONS), n=2, cutoff=0.6)
+        if near:
+            return (f"Unknown precision '{m.group(1)}'; did you mean {' or '.join(near)}? "
+                    f"(known: {', '.join(PRECISIONS)})")
+    return None
+
+
 def find_finetune(text: str) -> str | None:
     """'LoRA' -> 'lora'; 'SFT', 'fine-tune' -> 'sft'."""
     if _LORA.search(text):
@@ -653,6 +672,9 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     elif (question := misspelt_framework(rest)) is not None:
         questions.append(question)
         missing.append("framework")
+    if (question := misspelt_precision(rest)) is not None:
+        questions.append(question)
+        missing.append("precision")
 
     rules = extract_constraints(rest, values.get("gpu"))
     merged = merge_constraints(values.get("constraints", []), rules.rules)

@@ -242,3 +242,16 @@ def test_a_misspelt_framework_is_asked_back_not_priced_as_the_default() -> None:
     assert question.question.startswith("Unknown framework 'torchtitn'; did you mean torchtitan")
     for text in ("tune llama3 8b on 64 h100, which framework to use?", "llama3 8b on 64 h100 framework: primus"):
         assert isinstance(parse_request(text), TuneRequest), text
+
+
+def test_a_misspelt_precision_is_asked_back_and_a_named_recipe_is_pinned() -> None:
+    """'with fp9' / 'using bf61' were dropped (every precision searched); 'with fp8-blockwise' was read as any FP8
+    recipe ('with fp8' matched inside it), so plain fp8 could win."""
+    for text, near in (("tune llama3 8b on 64 h100 with fp9", "fp8"), ("tune llama3 8b on 64 h100 using bf61", "bf16")):
+        question = parse_request(text)
+        assert isinstance(question, Clarification) and question.missing == ["precision"]
+        assert question.question.startswith(f"Unknown precision '{text.split()[-1]}'; did you mean {near}?")
+    for text in ("tune llama3 8b on 64 h100, grads reduced in fp32", "tune llama3 8b on 64 b200 with fp4"):
+        assert isinstance(parse_request(text), TuneRequest), text
+    pinned = parse_request("tune llama3 8b on 64 h100 with fp8-blockwise")
+    assert isinstance(pinned, TuneRequest) and pinned.constraints == ["precision=fp8-blockwise"]
