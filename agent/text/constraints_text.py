@@ -55,6 +55,19 @@ _PHRASES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\bdeep[\s-]?ep\b", re.I), "moe_dispatcher=deepep", "'DeepEP' read as moe_dispatcher=deepep"),
 )
 
+# A value named after its setting ('recompute full', 'schedule zbv', '1f1b schedule', 'attention backend triton',
+# 'dispatcher alltoall'): the value is group "v".  A near miss of a value is asked back (agent/text/request.py).
+NAMED_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\brecompute\s*[:=]?\s*(?P<v>none|selective|full)\b", re.I), "recompute"),
+    (re.compile(r"\b(?:pp\s+|pipeline\s+)?schedule\s*[:=]?\s*(?P<v>1f1b|interleaved|zero-bubble|zbv|gpipe)(?![\w-])"
+                r"|(?<![\w-])(?P<w>1f1b|interleaved|zero-bubble|zbv|gpipe)\s+(?:pipeline\s+|pp\s+)?schedule\b", re.I),
+     "pp_schedule"),
+    (re.compile(r"\battention\s+(?:backend|kernel)\s*[:=]?\s*(?P<v>fused|triton|unfused)\b", re.I),
+     "attention_backend"),
+    (re.compile(r"\b(?:moe\s+)?dispatcher\s*[:=]?\s*(?P<v>alltoall|allgather|deepep|hybridep)\b", re.I),
+     "moe_dispatcher"),
+)
+
 
 @dataclass(slots=True)
 class Rules:
@@ -101,6 +114,10 @@ def extract_constraints(text: str, gpu: str | None = None) -> Rules:
             f"{m.group(1).lower()} in {','.join(values)}" if op == "=" else f"{m.group(1).lower()}!={','.join(values)}")
         _add(found, rule)
     masked = _CHOICE_RULE.sub(" ", masked)
+    for pattern, axis in NAMED_VALUES:
+        for m in pattern.finditer(masked):
+            _add(found, f"{axis}={(m.group('v') or m.groupdict().get('w') or '').lower()}")
+        masked = pattern.sub(" ", masked)
     for pattern, rule, note in _PHRASES:
         if pattern.search(masked):
             _add(found, rule, note)

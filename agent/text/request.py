@@ -47,7 +47,8 @@ from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
 from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, HostOpSeconds,
                                          NicGbps, PackedDocumentTokens)
-from projection.vocabulary import FINETUNES, PRECISIONS
+from projection.vocabulary import (ATTENTION_BACKENDS, FINETUNES, MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS,
+                                   RECOMPUTES)
 
 DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
@@ -407,15 +408,34 @@ def find_framework(text: str) -> str | None:
     return FRAMEWORKS.get(re.sub(r"\s", "-", m.group(1).lower())) if m else None
 
 
+def misspelt_value(text: str, said: re.Pattern[str], choices: list[str], kind: str) -> str | None:
+    """The question for a word ``said`` captures that is close to one of ``choices`` but none of them
+    ('framework torchtitn', 'recompute ful'), else None: the word would otherwise be dropped without a word."""
+    for m in said.finditer(text):
+        word = m.group(1).lower()
+        if word in choices:
+            continue
+        if difflib.get_close_matches(word, choices, n=1, cutoff=0.75):   # 'framework to use': no name at all
+            return "U" + str(UnknownNameError(kind, m.group(1), choices))[1:]
+    return None
+
+
 def misspelt_framework(text: str, said: re.Pattern[str] = _FRAMEWORK_SAID) -> str | None:
-    """The question for 'framework torchtitn' (the word ``said`` captures, close to a framework name but none of
-    them), else None: the request would otherwise be priced as the default framework without a word."""
-    m = said.search(text)
-    if m is None or m.group(1).lower() in FRAMEWORKS:
-        return None
-    if not difflib.get_close_matches(m.group(1).lower(), list(FRAMEWORKS), n=1, cutoff=0.75):
-        return None           # 'framework to use': not a name at all
-    return "U" + str(UnknownNameError("framework", m.group(1), list(FRAMEWORKS)))[1:]
+    """The question for 'framework torchtitn' (see :func:`misspelt_value`); the request would otherwise be priced
+    as the default framework."""
+    return misspelt_value(text, said, list(FRAMEWORKS), "framework")
+
+
+_SAID_VALUES: tuple[tuple[re.Pattern[str], tuple[str, ...], str, str], ...] = (
+    (re.compile(r"\brecompute\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), RECOMPUTES, "recompute", "recompute"),
+    (re.compile(r"\bschedule\s*[:=]?\s*([A-Za-z0-9][\w-]{2,})", re.I), PIPELINE_SCHEDULES, "pipeline schedule",
+     "pp_schedule"),
+    (re.compile(r"\battention\s+(?:backend|kernel)\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), ATTENTION_BACKENDS,
+     "attention backend", "attention_backend"),
+    (re.compile(r"\bdispatcher\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), MOE_DISPATCHERS, "MoE dispatcher",
+     "moe_dispatcher"),
+)
+"""A setting's value said after its name ('recompute ful'): pattern, allowed values, what it is, its field."""
 
 
 # A word shaped like a number format ('fp9', 'bf61', 'mxfp9'): a near miss of a training precision is asked back.
@@ -675,6 +695,10 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     if (question := misspelt_precision(rest)) is not None:
         questions.append(question)
         missing.append("precision")
+    for said, choices, kind, field_name in _SAID_VALUES:
+        if (question := misspelt_value(rest, said, list(choices), kind)) is not None:
+            questions.append(question)
+            missing.append(field_name)
 
     rules = extract_constraints(rest, values.get("gpu"))
     merged = merge_constraints(values.get("constraints", []), rules.rules)

@@ -255,3 +255,24 @@ def test_a_misspelt_precision_is_asked_back_and_a_named_recipe_is_pinned() -> No
         assert isinstance(parse_request(text), TuneRequest), text
     pinned = parse_request("tune llama3 8b on 64 h100 with fp8-blockwise")
     assert isinstance(pinned, TuneRequest) and pinned.constraints == ["precision=fp8-blockwise"]
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    ("with recompute full", "recompute=full"), ("recompute selective", "recompute=selective"),
+    ("with 1f1b schedule", "pp_schedule=1f1b"), ("schedule zbv", "pp_schedule=zbv"),
+    ("attention backend triton", "attention_backend=triton"),
+])
+def test_a_setting_named_before_or_after_its_value_is_read(text: str, rule: str) -> None:
+    """'with recompute full', 'schedule zbv', 'attention backend triton' were dropped (only 'full recompute' read)."""
+    request = parse_request(f"tune llama3 8b on 64 h100 {text}")
+    assert isinstance(request, TuneRequest) and request.constraints == [rule]
+
+
+@pytest.mark.parametrize(("text", "start"), [
+    ("with recompute ful", "Unknown recompute 'ful'; did you mean full?"),
+    ("schedule 1f1", "Unknown pipeline schedule '1f1'; did you mean 1f1b?"),
+    ("attention backend trition", "Unknown attention backend 'trition'; did you mean triton?"),
+])
+def test_a_misspelt_setting_value_is_asked_back(text: str, start: str) -> None:
+    question = parse_request(f"tune llama3 8b on 64 h100 {text}")
+    assert isinstance(question, Clarification) and question.question.startswith(start)
