@@ -75,6 +75,8 @@ class Rules:
 
     rules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    """(axis, why) of each rule the text states that is not valid ('headroom 150%'): a request asks it back."""
 
 
 def axis_of(rule: str) -> str:
@@ -89,6 +91,7 @@ def _add(found: Rules, rule: str, note: str = "") -> None:
         Constraints.parse([rule])
     except ConstraintError as err:
         found.notes.append(f"ignored constraint '{rule}': {err}")
+        found.problems.append((axis_of(rule), f"The constraint '{rule}' is not valid: {err}."))
         return
     found.rules = [r for r in found.rules if axis_of(r) != axis_of(rule)] + [rule]
     if note:

@@ -701,6 +701,10 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
             missing.append(field_name)
 
     rules = extract_constraints(rest, values.get("gpu"))
+    for axis, why in rules.problems:   # 'headroom 150%' was dropped with a note and the search ran without it
+        if axis not in missing:        # 'precision=fp9' is asked once, by misspelt_precision
+            questions.append(why)
+            missing.append(axis)
     merged = merge_constraints(values.get("constraints", []), rules.rules)
     merged, problem, note = _check_precision(merged, find_precision(rest), hardware)
     values["constraints"] = merged

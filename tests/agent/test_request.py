@@ -276,3 +276,13 @@ def test_a_setting_named_before_or_after_its_value_is_read(text: str, rule: str)
 def test_a_misspelt_setting_value_is_asked_back(text: str, start: str) -> None:
     question = parse_request(f"tune llama3 8b on 64 h100 {text}")
     assert isinstance(question, Clarification) and question.question.startswith(start)
+
+
+def test_a_constraint_the_text_states_that_is_not_valid_is_asked_back() -> None:
+    """'headroom 150%' was dropped with a note ("ignored constraint ...") and the search ran without it."""
+    question = parse_request("tune llama3 8b on 64 h100 headroom 150%")
+    assert isinstance(question, Clarification) and question.missing == ["min_headroom"]
+    assert question.question == ("The constraint 'headroom>=1.5' is not valid: constraint min_headroom: 1.5 is "
+                                 "outside [0, 1).")
+    once = parse_request("tune llama3 8b on 64 h100 precision=fp9")     # asked once, with the nearest
+    assert isinstance(once, Clarification) and once.question.count("fp9") == 1
