@@ -20,11 +20,11 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bench.reduction import Reduction
 from bench.version import code_version
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, not_a_file, validation_problems
 
 SCHEMA_VERSION = 2
 Source = Literal["gpu", "cpu", "analytic"]
@@ -148,12 +148,16 @@ def read_measurement(path: Path) -> Measurement:
     Raises:
         ProjtuneError: missing file or not a measurement.
     """
+    from projection.safe_yaml import read_text_bounded
+
     if not path.is_file():
-        raise ProjtuneError(f"measurement file '{path}' does not exist")
+        raise ProjtuneError(not_a_file("measurement file", path))
     try:
-        return Measurement.model_validate_json(path.read_text())
-    except ValueError as err:
-        raise ProjtuneError(f"'{path}' is not a projtune measurement file: {str(err).splitlines()[0]}") from err
+        return Measurement.model_validate_json(read_text_bounded(path))
+    except ValidationError as err:    # which fields, not "9 validation errors for Measurement"
+        raise ProjtuneError(f"'{path}' is not a projtune measurement file: {validation_problems(err)}") from err
+    except ValueError as err:          # not UTF-8 text, or too large
+        raise ProjtuneError(f"'{path}' is not a projtune measurement file: {err}") from err
 
 
 def cache_dir() -> Path:

@@ -94,7 +94,15 @@ def _import(path: Path, **kwargs: object) -> SweepFile:
     try:
         return import_logs([path], **kwargs)  # type: ignore[arg-type]
     except LogImportError as err:
-        raise ProjtuneError(f"anchor log: {err}" if str(path) in str(err) else f"anchor log {path}: {err}") from err
+        raise _anchor_log_error(path, err) from err
+
+
+def _anchor_log_error(path: Path, err: LogImportError) -> ProjtuneError:
+    """The import's error as an anchor's: what the log lacks is given through `projtune sweeps import` (the
+    commands that take anchors have no option for the anchor's own GPU count or model)."""
+    text = (f"{err.what}; import it with `projtune sweeps import {path} {err.flag.split()[0]} ... --out run.yaml` "
+            "and give run.yaml as the anchor" if err.flag else str(err))
+    return ProjtuneError(f"anchor log: {text}" if str(path) in str(err) else f"anchor log {path}: {text}")
 
 
 def log_anchors(path: Path, *, gpu: str | None = None, num_gpus: int | None = None, model: str | None = None,
@@ -110,7 +118,7 @@ def log_anchors(path: Path, *, gpu: str | None = None, num_gpus: int | None = No
         sweepfile = import_logs([path], gpu=gpu, num_gpus=num_gpus, model=model)
     except LogImportError as err:
         if default_gpu is None or gpu is not None or "GPU type not found" not in str(err):
-            raise ProjtuneError(f"anchor log: {err}" if str(path) in str(err) else f"anchor log {path}: {err}") from err
+            raise _anchor_log_error(path, err) from err
         sweepfile = _import(path, gpu=default_gpu, num_gpus=num_gpus, model=model)
         notes.append(f"GPU type not in the log: taken as the target's, {default_gpu}")
     anchors = sweep_anchors(_loaded(sweepfile, str(path)), 0)

@@ -82,9 +82,24 @@ class ProfileSource:
     """Device profiles by hardware id: one file for all, a directory by id/family, or the shipped ones."""
 
     def __init__(self, path: Path | None) -> None:
-        if path is not None and not path.exists():
-            raise ProjtuneError(f"profile path '{path}' does not exist")
+        """Check the profiles now: a file that does not load, or a folder with no ``*.yaml`` in it, is refused
+        before any run (each run used to be skipped with the same error, or quietly priced with the shipped
+        profile, and the eval ended with exit code 0).
+
+        Raises:
+            ProjtuneError: the path does not exist, a profile in it is not valid, or a folder holds none.
+        """
         self.path = path
+        if path is None:
+            return
+        if not path.exists():
+            raise ProjtuneError(f"profile path '{path}' does not exist")
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        if not files:
+            raise ProjtuneError(f"profile folder '{path}' holds no <hardware id|family>.yaml profile "
+                                "(give a profile file, or a folder such as projection/catalog/profiles)")
+        for file in files:
+            load_profile(file)
 
     def file_for(self, gpu: str) -> Path | None:
         """Return the profile file for a hardware id, or None for the shipped default."""
@@ -109,6 +124,20 @@ def family_of(gpu: str) -> str | None:
         return None
 
 
+def hardware_hint(name: str, sweeps: Sequence[LoadedSweep], *, kinds: tuple[str, ...] = ("id", "family")) -> str:
+    """``"; did you mean x? (hardware ids and families in these sweeps: ...)"``: what a ``--gpu`` / ``--family``
+    name that matched no sweep could have been (``kinds``: hardware ids, families or both); ``""`` for a name
+    that is present."""
+    present = sorted({n for s in sweeps for kind, n in (("id", s.sweep.cluster.gpu),
+                                                        ("family", family_of(s.sweep.cluster.gpu)))
+                      if n and kind in kinds})
+    if name in present:
+        return ""
+    near = nearest(name.lower(), present)
+    what = " and ".join({"id": "hardware ids", "family": "families"}[k] for k in kinds)
+    return (f"; did you mean {near}?" if near else "") + f" ({what} in these sweeps: {', '.join(present)})"
+
+
 def select_sweeps(sweeps: Sequence[LoadedSweep], options: EvalOptions) -> list[LoadedSweep]:
     """Keep the sweeps matching `--sweep` and `--gpu`; raise ProjtuneError on a pattern matching nothing."""
     names = [s.name for s in sweeps]
@@ -120,11 +149,7 @@ def select_sweeps(sweeps: Sequence[LoadedSweep], options: EvalOptions) -> list[L
     if options.gpu is not None:
         on_gpu = [s for s in kept if options.gpu in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))]
         if kept and not on_gpu:
-            present = sorted({name for s in kept for name in (s.sweep.cluster.gpu, family_of(s.sweep.cluster.gpu))
-                              if name})
-            near = nearest(options.gpu.lower(), present)
-            raise ProjtuneError(f"no sweep on --gpu '{options.gpu}'" + (f"; did you mean {near}?" if near else "")
-                                + f" (hardware ids and families in these sweeps: {', '.join(present)})")
+            raise ProjtuneError(f"no sweep on --gpu '{options.gpu}'" + hardware_hint(options.gpu, kept))
         kept = on_gpu
     return kept
 

@@ -61,7 +61,15 @@ _GPU_NAMES = (("GB300", "gb300"), ("GB200", "gb200"), ("B300", "b300"), ("B200",
 
 
 class LogImportError(ValueError):
-    """A log that cannot be turned into a run; the message names the file and what is missing."""
+    """A log that cannot be turned into a run; the message names the file and what is missing.
+
+    ``flag``: the `projtune sweeps import` option that supplies what the logs do not show (``--gpus``), or
+    None; the message then ends with "; pass <flag>" (anchors, read without that option, say how instead).
+    """
+
+    def __init__(self, message: str, flag: str | None = None) -> None:
+        self.what, self.flag = message, flag
+        super().__init__(message + (f"; pass {flag}" if flag else ""))
 
 
 @dataclass(slots=True)
@@ -101,15 +109,15 @@ def import_logs(
     logs = [_parse(Path(p)) for p in paths]
     gpu_id = _one("gpu", gpu, logs, lambda log: log.gpu) or None
     if gpu_id is None:
-        raise LogImportError(f"GPU type not found in the logs; pass --gpu (one of {', '.join(GPU_IDS)})")
+        raise LogImportError("GPU type not found in the logs", f"--gpu (one of {', '.join(GPU_IDS)})")
     if gpu_id not in GPU_IDS:
         raise LogImportError(unknown_name_message("gpu", gpu_id, GPU_IDS))
     count = _one("num_gpus", num_gpus, logs, lambda log: log.num_gpus)
     if count is None:
-        raise LogImportError("GPU count not found in the logs (world_size / device mesh); pass --num-gpus")
+        raise LogImportError("GPU count not found in the logs (world_size / device mesh)", "--gpus")
     model_spec: str | dict[str, Any] | None = model or _one("model", None, logs, lambda log: log.model)
     if model_spec is None:
-        raise LogImportError(f"model architecture not found in {logs[0].path}; pass --model (catalog id)")
+        raise LogImportError(f"model architecture not found in {logs[0].path}", "--model (catalog id)")
     fixed = {k: v for k, v in logs[0].config.items() if all(log.config.get(k) == v for log in logs)}
     runs = [_run(log, fixed) for log in logs]
     label = model_spec if isinstance(model_spec, str) else model_spec["model_type"]
@@ -185,10 +193,18 @@ def _parse(path: Path) -> _ParsedLog:
             from err
     except OSError as err:
         raise LogImportError(f"{clip(path.name)}: cannot read: {clip(err.strerror or type(err).__name__)}") from err
-    if _MEGATRON_ITER.search(text):
-        return _checked(path, _parse_megatron, text)
-    if _TITAN_STEP.search(text):
-        return _checked(path, _parse_torchtitan, text)
+    # A log cut off while being written (a killed job, a copy in progress) ends inside a line: 'tps: 7' of
+    # 'tps: 7,123' would be read as 7 tokens/s.  Only lines that end are read.
+    complete, _, cut = text.rpartition("\n")
+    if complete and cut.strip():
+        text = complete + "\n"
+    parse = (_parse_megatron if _MEGATRON_ITER.search(text) else
+             _parse_torchtitan if _TITAN_STEP.search(text) else None)
+    if parse is not None:
+        log = _checked(path, parse, text)
+        if complete and cut.strip():
+            log.note += "; its last line, cut off without a newline, was not read"
+        return log
     raise LogImportError(
         f"{path}: no iteration lines found (expected Megatron 'iteration N/M | ... elapsed time "
         "per iteration (ms): ...' or torchtitan 'step: N ... tps: ...' lines)"
@@ -223,9 +239,12 @@ _MODEL_COUNTS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num
 def _median_after_warmup(values: list[float]) -> tuple[float, str]:
     """Return the median after the warm-up lines (6 significant digits) and a note on it."""
     skip = max(_WARMUP_LINES, math.ceil(_WARMUP_FRACTION * len(values)))
-    kept = values[skip:] or values[-1:]
-    median = float(f"{statistics.median(kept):.6g}")
-    return median, f"median of {len(kept)} of {len(values)} logged iterations"
+    if not values[skip:]:    # said plainly: a warm-up step is slower than a steady one
+        return (float(f"{values[-1]:.6g}"), f"only {len(values)} logged iteration(s), all within the {skip} skipped "
+                                            "as warm-up elsewhere: the last one is read (expect it slower than a "
+                                            "steady step)")
+    median = float(f"{statistics.median(values[skip:]):.6g}")
+    return median, f"median of {len(values) - skip} of {len(values)} logged iterations"
 
 
 def _parse_megatron(path: Path, text: str) -> _ParsedLog:

@@ -17,7 +17,7 @@ are cut to :data:`MAX_SHOWN` characters.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -168,21 +168,22 @@ def load_sweep_files(paths: Sequence[Path | str]) -> LoadResult:
         paths = [paths]
     result = LoadResult()
     first_file_of: dict[str, str] = {}
-    for path in _expand(paths):
-        _load_file(path, result, first_file_of)
+    for given in paths:
+        files = _files_of(Path(given))
+        if not files:   # an empty folder is not "0 issues": nothing was read
+            result.errors.append(LoadIssue(file=str(given), detail=f"a folder without sweep files "
+                                                                   f"({' / '.join('*' + s for s in _SUFFIXES)})"))
+        for path in files:
+            _load_file(path, result, first_file_of)
     return result
 
 
-def _expand(paths: Sequence[Path | str]) -> Iterator[Path]:
-    for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            yield from sorted(
-                p for p in path.rglob("*")
-                if p.is_file() and p.suffix in _SUFFIXES and not p.name.lower().startswith("readme")
-            )
-        else:
-            yield path
+def _files_of(path: Path) -> list[Path]:
+    """The file itself, or a folder's sweep files (recursively; README files left out)."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*")
+                  if p.is_file() and p.suffix in _SUFFIXES and not p.name.lower().startswith("readme"))
 
 
 def _load_file(path: Path, result: LoadResult, first_file_of: dict[str, str]) -> None:

@@ -7,14 +7,14 @@ messages and per-run resilience live in `evals/sweep_file.py`.
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 from pydantic.fields import FieldInfo
 
 from projection.errors import unknown_name_message
-from projection.training_config import MAX_NIC_GBPS, MIN_NIC_GBPS, TrainingConfig
+from projection.training_config import MAX_NIC_GBPS, MIN_NIC_GBPS, TrainingConfig, known_recompute_modules
 from projection.vocabulary import CommOverlap
 
 GPU_IDS: tuple[str, ...] = (
@@ -36,9 +36,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 SWEEP_FIELD_OVERRIDES: dict[str, tuple[Any, dict[str, Any], str]] = {
     "recompute_modules": (
-        list[str], {},
+        Annotated[list[str], AfterValidator(known_recompute_modules)], {},
         "YAML gives a list, which the strict file model does not coerce to TrainingConfig's tuple; module names "
-        "are checked when the run is projected (TrainingConfig), with the allowed list",
+        "are checked by TrainingConfig's rule (the nearest named) when the file loads",
     ),
     "comm_overlap": (
         list[CommOverlap], {},
@@ -201,6 +201,11 @@ class SweepHeader(BaseModel):
     @classmethod
     def _catalog_id_or_hf_fields(cls, model: object) -> object:
         if isinstance(model, str) and model:
+            from projection.errors import UnknownNameError
+            from projection.model_spec import catalog_model_id, list_model_ids
+
+            if catalog_model_id(model) is None:   # caught here, not run by run at projection time
+                raise ValueError(str(UnknownNameError("model", model, list_model_ids())))  # the nearest first
             return model
         if isinstance(model, dict) and isinstance(model.get("model_type"), str):
             return model

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, not_a_file, validation_problems
 from projection.hardware import HardwareSpec
 
 # Parameters the calibrator may fit (a handful per family, never per workload).
@@ -126,12 +126,12 @@ def load_profile(path: str | Path) -> DeviceProfile:
     """Read a profile file written by ``projtune calibrate`` or ``projtune bench device``."""
     file = Path(path)
     if not file.is_file():
-        raise ProjtuneError(f"profile file '{file}' does not exist")
+        raise ProjtuneError(not_a_file("profile file", file))
     try:
         return _read_profile(str(file.resolve()))
     except (yaml.YAMLError, ValueError) as err:   # say where it broke, never the file's content
         if isinstance(err, ValidationError):
-            why = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in err.errors()[:3])
+            why = validation_problems(err)
         else:
             from projection.safe_yaml import YamlLimitError
 

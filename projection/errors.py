@@ -39,6 +39,23 @@ def unknown_name_message(kind: str, name: object, choices: tuple[str, ...] | lis
     return f"unknown {kind} '{name}' (allowed: {', '.join(choices)}{hint})"
 
 
+def validation_problems(err: Any, limit: int = 3) -> str:
+    """``"loc: msg; loc: msg (and N more)"`` of a pydantic ValidationError's first ``limit`` items (``file`` for
+    the whole input), so a file that is not the model it should be says which fields are wrong."""
+    items = err.errors()
+    text = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'file'}: {e['msg']}" for e in items[:limit])
+    return text + (f" (and {len(items) - limit} more)" if len(items) > limit else "")
+
+
+def not_a_file(kind: str, path: object) -> str:
+    """``"<kind> '<path>' does not exist"``, or ``"... is a folder, not a file"`` for a folder (no kind: the path
+    alone)."""
+    from pathlib import Path
+
+    where = f"{kind} '{path}'" if kind else f"'{path}'"
+    return where + (" is a folder, not a file" if Path(str(path)).is_dir() else " does not exist")
+
+
 class ProjtuneError(ValueError):
     """Base of every user-facing error; str(err) is the one-line message."""
 

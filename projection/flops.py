@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Literal
 
+from projection.errors import UnknownNameError
 from projection.model_spec import ModelSpec
 from projection.params import active_params, embedding_params
 
@@ -42,7 +43,14 @@ def attention_flops_per_token(model: ModelSpec, seq_len: int, *, causal_halving:
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, formula: FlopsFormula = "6nd") -> float:
-    """Training FLOPs (forward + backward) per token."""
+    """Training FLOPs (forward + backward) per token.
+
+    Raises:
+        UnknownNameError: ``formula`` is not one of :data:`FlopsFormula`'s values (an unknown name would
+            otherwise be priced silently as the ``megatron`` formula).
+    """
+    if formula not in FLOPS_FORMULAS:
+        raise UnknownNameError("FLOP formula", str(formula), list(FLOPS_FORMULAS))
     matmul_params = active_params(model) - embedding_params(model)
     if model.tie_embeddings:
         matmul_params += model.vocab_size * model.hidden_size  # the tied LM head still multiplies

@@ -90,8 +90,14 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
             reasons.append(f"ep={c.ep} does not divide num_experts={model.num_experts}")
         if dp and (c.tp * c.cp * dp) % (c.ep * c.etp):
             reasons.append(f"ep*etp = {c.ep * c.etp} does not divide tp*cp*dp = {c.tp * c.cp * dp}")
-    elif c.ep > 1 or c.etp > 1:
-        reasons.append(f"ep={c.ep}, etp={c.etp} need a MoE model ('{model.name}' is dense)")
+    else:   # MoE-only settings on a dense model would be ignored without a word
+        moe_only = ([f"ep={c.ep}, etp={c.etp}"] if c.ep > 1 or c.etp > 1 else []) + [
+            f"{name}={value}" for name, value, default in (("moe_dispatcher", c.moe_dispatcher, "alltoall"),
+                                                           ("moe_routing", c.moe_routing, "dropless"))
+            if value != default]
+        if moe_only:
+            verb = "needs" if len(moe_only) == 1 and "=" in moe_only[0] and "," not in moe_only[0] else "need"
+            reasons.append(f"{', '.join(moe_only)} {verb} a MoE model ('{model.name}' is dense)")
     if c.cp > 1 and c.seq_len % (2 * c.cp):
         reasons.append(f"seq_len={c.seq_len} not divisible by 2*cp={2 * c.cp} (load-balanced causal CP split)")
     if c.sequence_parallel and c.tp > 1 and (c.seq_len // c.cp) % c.tp:

@@ -474,6 +474,14 @@ def _alias_index() -> dict[str, str]:
     return index
 
 
+def catalog_model_id(name: str) -> str | None:
+    """The catalog id that ``name`` (an id or an alias, any case) stands for, or None."""
+    key = name.lower()
+    if key in _file_ids():       # an id: its file alone (a command naming one model reads 1 of 22 files)
+        return key
+    return _alias_index().get(key)
+
+
 def catalog_config(model_id: str) -> dict[str, Any]:
     """The Hugging Face config fields of a catalog model as its entry gives them ({} for a model not in the
     catalog): fields the projection does not use (``rope_theta``) but a launch config must carry."""
@@ -512,11 +520,8 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
             return model_from_hf_config(model["config"], name=model.get("id"))
         return model_from_hf_config(model)
     text = str(model)
-    if text.lower() in _file_ids():       # an id: its file alone (a command naming one model reads 1 of 22 files)
-        return _load_catalog_model(text.lower())
-    index = _alias_index()
-    if text.lower() in index:
-        return _load_catalog_model(index[text.lower()])
+    if (model_id := catalog_model_id(text)) is not None:
+        return _load_catalog_model(model_id)
     if len(text) > 4096 or "\x00" in text:
         raise UnknownNameError("model", text[:80], list_model_ids())
     path = Path(text)
@@ -528,9 +533,12 @@ def load_model(model: str | Path | Mapping[str, Any] | ModelSpec) -> ModelSpec:
                                  "the config.json fields as an object")
         raise UnknownNameError("model", text[:80], list_model_ids())
     try:
-        is_file = path.is_file()
+        is_file, is_dir = path.is_file(), path.is_dir()
     except OSError:   # a name too long for the file system, say: not a file
-        is_file = False
+        is_file = is_dir = False
+    if is_dir:        # a Hugging Face model folder: the file it holds is what is read
+        raise ModelSpecError(f"model '{text[:200]}' is a folder: give the path of its config.json, e.g. "
+                             f"{(path / 'config.json').as_posix()[:220]}")
     if path.suffix in (".json", ".yaml", ".yml") or is_file:
         if not is_file:
             raise ModelSpecError(f"model config file '{text[:200]}' does not exist")

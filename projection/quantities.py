@@ -95,6 +95,8 @@ def _scaled(text: str, what: str, scales: dict[str, int] | None) -> float:
         raise _problem(what, raw, f"holds non-ASCII characters; {_HINT}")
     if re.fullmatch(r"0[xXoObB][0-9a-fA-F]+", raw):
         raise _problem(what, raw, f"is not read as hexadecimal, octal or binary; {_HINT}")
+    if re.fullmatch(r"[0-9]{%d,}" % (MAX_DIGITS + 1), raw):   # a number, only too long for the pattern
+        raise _problem(what, raw, f"is too large (more than {MAX_DIGITS} digits)")
     m = _NUMBER.fullmatch(raw)
     if m is None or (m.group("suffix") and scales is None):
         hint = _HINT if scales is not None else "write e.g. 8192, 8,192, 8 192, 1e3 or 2^13; no k/M suffix here"

@@ -58,12 +58,16 @@ def yaml_problem(err: yaml.YAMLError) -> tuple[int | None, str]:
 
 
 def read_text_bounded(path: Path | str, max_bytes: int = MAX_BYTES) -> str:
-    """The file's text, refusing files over ``max_bytes`` (checked before reading)."""
+    """The file's text, refusing files over ``max_bytes`` (checked before reading) and bytes that are not UTF-8
+    (a binary file: the message names the offset, never the bytes)."""
     file = Path(path)
     size = file.stat().st_size
     if size > max_bytes:
         raise YamlLimitError(f"file is {size} bytes; at most {max_bytes} are read")
-    return file.read_text(encoding="utf-8")
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise YamlLimitError(f"not UTF-8 text (byte {err.start} cannot be decoded; a binary file?)") from err
 
 
 def _check_graph(root: yaml.Node, max_nodes: int, max_depth: int, max_aliases: int) -> None:

@@ -9,20 +9,22 @@ only when :func:`load_settings` is called (never at import), so tests may change
 Precedence: a flag (passed to :func:`load_settings` as a keyword, ``None`` meaning "not given") >
 the environment variable > the default here.  A variable set to a value that is not valid is a
 usage error (:class:`~projection.errors.ProjtuneError`, one line naming the variable, the value and
-what is allowed), never a silent default.  An empty variable counts as unset.
+what is allowed), never a silent default; so is a ``PROJTUNE_*`` variable no field has (a misspelt name would
+be ignored), with the nearest names.  An empty variable counts as unset.
 
 The README's "Settings" table lists every field with its variable and flag (a test keeps them in step).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from projection.errors import ProjtuneError
+from projection.errors import ProjtuneError, unknown_name_message
 
 ENV_PREFIX = "PROJTUNE_"
 
@@ -108,6 +110,10 @@ def load_settings(**flags: Any) -> ProjtuneSettings:
     unknown = sorted(set(given) - set(ProjtuneSettings.model_fields))
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(unknown)}")
+    known = sorted(env_name(field) for field in ProjtuneSettings.model_fields)
+    stray = sorted(name for name in os.environ if name.upper().startswith(ENV_PREFIX) and name.upper() not in known)
+    if stray:   # a misspelt name (..._LLM_BASEURL) would be ignored: the LLM never asked, and nothing said why
+        raise ProjtuneError(unknown_name_message("setting", stray[0], known))
     try:
         return ProjtuneSettings(**given)
     except ValidationError as err:

@@ -7,11 +7,13 @@ model or the cluster (divisibility, memory) live in :mod:`projection.legality`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from projection.collectives import HardwareNetworkFields, catalog_nics_for
+from projection.errors import unknown_name_message
 from projection.pipeline_split import DEFAULT_SPLIT, PipelineSplit, parse_layout
 from projection.vocabulary import (
     COMM_OVERLAPS,
@@ -91,6 +93,15 @@ PackedDocumentTokens = Annotated[int | None, Field(
     )), AfterValidator(_within_sequence)]
 
 
+def known_recompute_modules(modules: Sequence[str]) -> Sequence[str]:
+    """``modules`` unchanged when each is one of RECOMPUTE_MODULES; else the first unknown one named with the
+    nearest (one rule for TrainingConfig and the sweep file's list)."""
+    for module in modules:
+        if module not in RECOMPUTE_MODULES:
+            raise ValueError(unknown_name_message("recompute module", module, RECOMPUTE_MODULES))
+    return modules
+
+
 class TrainingConfig(BaseModel):
     """How one training job is laid out: parallel degrees, batch, precision, memory savers.
 
@@ -115,7 +126,7 @@ class TrainingConfig(BaseModel):
     recompute_num_layers: int | None = Field(
         default=None, ge=0, description="With full recompute: layers per pipeline stage that recompute; None = all."
     )
-    recompute_modules: tuple[str, ...] = Field(
+    recompute_modules: Annotated[tuple[str, ...], AfterValidator(known_recompute_modules)] = Field(
         default=DEFAULT_RECOMPUTE_MODULES, description=f"With selective recompute: modules from {RECOMPUTE_MODULES}."
     )
     sequence_parallel: bool = False
@@ -175,11 +186,6 @@ class TrainingConfig(BaseModel):
         if self.comm_overlap is not None and len(set(self.comm_overlap)) != len(self.comm_overlap):
             raise ValueError(f"comm_overlap: {list(self.comm_overlap)} names a communication twice (allowed once "
                              f"each: {', '.join(COMM_OVERLAPS)})")
-        unknown = [m for m in self.recompute_modules if m not in RECOMPUTE_MODULES]
-        if unknown:
-            raise ValueError(
-                f"recompute_modules: unknown module(s) {unknown} (allowed: {', '.join(RECOMPUTE_MODULES)})"
-            )
         if self.pp_layout is not None:
             parse_layout(self.pp_layout)        # syntax only; the counts are checked against the model in legality
         return self

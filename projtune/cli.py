@@ -68,7 +68,12 @@ def run_command(command: Any) -> int:
     except click_exception as err:
         if type(err).__name__ == "NoArgsIsHelpError":
             return 2                  # typer has printed the help already
-        print(usage_line(err), file=sys.stderr)
+        line = usage_line(err)
+        print(line, file=sys.stderr)
+        if "--json" in sys.argv[1:]:      # the command never ran: its --json asked for a machine-readable answer
+            from projtune.errors import json_error
+
+            print(json_error(line.removeprefix("error: ")))
         return int(err.exit_code)
     except typer.Abort:
         print("aborted: no input", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from contextvars import ContextVar
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -43,17 +44,32 @@ def _is_validation_error(err: Exception) -> bool:
     return isinstance(err, ValidationError)
 
 
+JSON_ERRORS: ContextVar[bool] = ContextVar("projtune_json_errors", default=False)
+"""True while a command given ``--json`` runs: its errors are also one JSON object on stdout."""
+
+
+def json_error(message: str) -> str:
+    """The machine-readable form of a usage error under ``--json``: the tools' error envelope."""
+    import json
+
+    return json.dumps({"ok": False, "error": {"message": message, "exit_code": USAGE_EXIT}}, ensure_ascii=False)
+
+
 def fail(message: str) -> None:
-    """Print ``error: message`` on stderr and exit 2."""
+    """Print ``error: message`` on stderr (and, under ``--json``, :func:`json_error` on stdout) and exit 2."""
     print(f"error: {message}", file=sys.stderr)
+    if JSON_ERRORS.get():
+        print(json_error(message))
     raise typer.Exit(USAGE_EXIT)
 
 
 def user_errors(func: F) -> F:
-    """Decorator: domain and validation errors become one line on stderr and exit code 2."""
+    """Decorator: domain and validation errors become one line on stderr and exit code 2 (with ``as_json``, also
+    :func:`json_error` on stdout)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = JSON_ERRORS.set(bool(kwargs.get("as_json")))
         try:
             return func(*args, **kwargs)
         except ProjtuneError as err:
@@ -66,6 +82,8 @@ def user_errors(func: F) -> F:
             if not _is_validation_error(err):
                 raise
             fail(validation_message(err))  # type: ignore[arg-type]
+        finally:
+            JSON_ERRORS.reset(token)
         return None
 
     return wrapper  # type: ignore[return-value]

@@ -25,9 +25,10 @@ def parse_overlap_list(text: str) -> tuple[str, ...]:
 
 def read_layout_file(path: Path) -> dict[str, Any]:
     """Read a layout file: ``model``, ``cluster`` (or top-level cluster keys) and ``config`` (or top-level keys)."""
+    from projection.errors import clip, not_a_file
+
     if not path.is_file():
-        raise ProjtuneError(f"layout file '{path}' does not exist")
-    from projection.errors import clip
+        raise ProjtuneError(not_a_file("layout file", path))
     from projection.safe_yaml import YamlLimitError, load_bounded, read_text_bounded, yaml_problem
 
     try:

@@ -45,3 +45,16 @@ def test_the_mcp_token_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings()
     assert s.mcp_token is not None and s.mcp_token.get_secret_value() == "s3cret-token"
     assert "s3cret-token" not in repr(s)
+
+
+def test_a_misspelt_projtune_variable_is_refused_with_the_nearest(monkeypatch) -> None:
+    """A misspelt endpoint variable was ignored (extra="ignore"): tune ran offline and said nothing of it."""
+    import pytest
+
+    from projection.errors import ProjtuneError
+    from projection.settings import load_settings
+
+    monkeypatch.setenv("PROJTUNE_LLM_BASEURL", "http://127.0.0.1:9/v1")
+    with pytest.raises(ProjtuneError, match=r"^unknown setting 'PROJTUNE_LLM_BASEURL' \(allowed: PROJTUNE_CACHE, .*; "
+                                            r"did you mean PROJTUNE_LLM_BASE_URL\?\)$"):
+        load_settings()

@@ -269,9 +269,9 @@ def fsdp_sizes(space: SearchSpace, tp: int, cp: int, dp: int, zero: int) -> list
 def dispatchers(space: SearchSpace, ep: int, etp: int) -> tuple[str, ...]:
     """MoE token dispatchers: alltoall, and DeepEP when the EP group spans nodes (module docstring); exactly the
     dispatchers a ``moe_dispatcher`` constraint names (e.g. ``moe_dispatcher=hybridep``) when it names any."""
-    if not space.model.is_moe:
-        return ("alltoall",)
     rule = space.constraints.rule("moe_dispatcher")
+    if not space.model.is_moe:    # a dense model dispatches nothing: 'moe_dispatcher=deepep' leaves no layout
+        return tuple(d for d in ("alltoall",) if rule is None or rule(d))
     if rule is not None and rule.allowed is not None:
         return tuple(d for d in MOE_DISPATCHERS if rule(d))
     base = ("alltoall",) if ep * etp <= space.cluster.gpus_per_node else ("alltoall", "deepep")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from projection.errors import ProjtuneError
 from projection.vocabulary import (ATTENTION_BACKENDS, COMM_OVERLAPS, MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS,
-                                   RECOMPUTES, CommOverlap)
+                                   RECOMPUTES, ZERO_LEVELS, CommOverlap)
 
 INT_AXES: tuple[str, ...] = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_num_layers")
 CHOICE_AXES: dict[str, tuple[str, ...]] = {
@@ -91,6 +91,10 @@ def _atom(axis: str, text: str) -> int | str:
         raise ConstraintError(axis, f"'{text}' is not an integer") from None
     if value < 0:
         raise ConstraintError(axis, f"{value} is negative")
+    if value == 0 and axis not in ("zero", "recompute_num_layers"):   # a degree or size: 'tp<=0' meant no layout
+        raise ConstraintError(axis, "0 is not a value of this axis (it is at least 1)")
+    if axis == "zero" and value > max(ZERO_LEVELS):
+        raise ConstraintError(axis, f"{value} is not a ZeRO level (allowed: {', '.join(map(str, ZERO_LEVELS))})")
     return value
 
 

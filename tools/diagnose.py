@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from projection.errors import ProjtuneError, clip
+from projection.errors import ProjtuneError, clip, not_a_file
 from projection.legality import layout_violations
 from projection.model_spec import ModelSpec, list_model_ids, load_model
 from projection.job import job_on
@@ -115,7 +115,7 @@ def read_source(source: str) -> tuple[str, str, str]:
     elif "pretrain_gpt" in source or "\n" in source:
         return "megatron-args", "megatron", source
     elif path.suffix or "/" in source:
-        raise ProjtuneError(f"'{clip(source)}' does not exist (give a file or a quoted Megatron argument list)")
+        raise ProjtuneError(f"{not_a_file('', clip(source))} (give a file or a quoted Megatron argument list)")
     else:
         raise ProjtuneError(f"'{clip(source)}' is neither a file nor a Megatron argument list (starting with --)")
     suffix = path.suffix.lower()

@@ -50,11 +50,15 @@ def output_envelope_schema(tool: Tool) -> dict[str, Any]:
     return schema
 
 
+def _result(payload: dict[str, Any]) -> CallToolResult:
+    """A registry payload as the MCP result: JSON text, structured content, ``is_error`` when not ok."""
+    return CallToolResult(content=[TextContent(type="text", text=json_text(payload))],
+                          structured_content=payload, is_error=not payload["ok"])
+
+
 def _handler(tool: Tool):  # noqa: ANN202 - the SDK inspects nothing of this function's signature
     def handle(**arguments: Any) -> CallToolResult:
-        payload = call_tool(tool.name, arguments, untrusted=True, deadline_s=tool_deadline_s())
-        return CallToolResult(content=[TextContent(type="text", text=json_text(payload))],
-                              structured_content=payload, is_error=not payload["ok"])
+        return _result(call_tool(tool.name, arguments, untrusted=True, deadline_s=tool_deadline_s()))
 
     handle.__name__ = tool.name
     return handle
@@ -187,9 +191,7 @@ def _progress_handler(tool: Tool):  # noqa: ANN202
         def work() -> dict[str, Any]:
             return call_with_progress(tool.name, arguments, call_deadline_s(arguments), relay)
 
-        payload = await anyio.to_thread.run_sync(work)
-        return CallToolResult(content=[TextContent(type="text", text=json_text(payload))],
-                              structured_content=payload, is_error=not payload["ok"])
+        return _result(await anyio.to_thread.run_sync(work))
 
     handle.__name__ = tool.name
     return handle
@@ -209,10 +211,21 @@ def mcp_tool(tool: Tool) -> MCPTool:
     )
 
 
+class _Server(MCPServer):
+    """An MCPServer whose answer to an unknown tool name is the registry's structured error (the nearest name and
+    the allowed ones), not the SDK's bare "Unknown tool: projct"."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """The tool's result; for a name no tool has, ``{"ok": false, "error": {...}}`` with ``is_error``."""
+        if self._tool_manager.get_tool(name) is None:
+            return _result(call_tool(name, arguments or {}, untrusted=True))
+        return await super().call_tool(name, arguments, context)
+
+
 def build_server(tools: Sequence[Tool] | None = None) -> MCPServer:
     """An MCPServer exposing ``tools`` (default: the whole registry, with tools registered from above)."""
     chosen = registered() if tools is None else tools
-    return MCPServer(
+    return _Server(
         name="projtune", version=version("projtune"), tools=[mcp_tool(t) for t in chosen], log_level="WARNING",
         instructions="Projection tools for distributed LLM training layouts: list_models/list_hardware for ids, "
                      "search for the best layouts, project/check_memory/compare/explain for given layouts, "

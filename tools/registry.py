@@ -21,6 +21,7 @@ abandoned); the caller gets a structured error saying so.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import signal
 import types
@@ -269,13 +270,19 @@ def _untrusted_context(untrusted: bool):  # noqa: ANN202 - a context manager
             UNTRUSTED.reset(token)
 
 
-def call_tool(name: str, arguments: dict[str, Any] | None = None, *, untrusted: bool = False,
+def call_tool(name: str, arguments: dict[str, Any] | str | None = None, *, untrusted: bool = False,
               deadline_s: float | None = None) -> dict[str, Any]:
     """Validate ``arguments`` against the tool's input model, call it, and return a JSON-able dict (never raises).
 
     ``untrusted``: a remote caller (no file reads, see the module docstring); ``deadline_s``: cancel
-    the work after this many seconds (run in a killed-on-deadline child process).
+    the work after this many seconds (run in a killed-on-deadline child process).  ``arguments`` may be JSON
+    text, as an OpenAI tool call's ``function.arguments`` is.
     """
+    if isinstance(arguments, str | bytes):
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError) as err:   # RecursionError: nested deeper than the parser goes
+            return {"ok": False, "tool": name, "error": error(None, f"arguments are not valid JSON: {clip(str(err))}")}
     if deadline_s is not None and name in OPEN_ENDED_TOOLS and isinstance(arguments, dict | None):
         return _call_with_deadline(name, arguments, untrusted, deadline_s)
     with _untrusted_context(untrusted):
@@ -341,7 +348,8 @@ def _call(name: str, arguments: dict[str, Any] | None, untrusted: bool) -> dict[
         hint = f"; did you mean {near[0]}?" if near else ""
         return {"ok": False, "tool": name, "error": error("name", f"unknown tool '{name}'{hint}", tool_names())}
     if arguments is not None and not isinstance(arguments, dict):
-        return {"ok": False, "tool": name, "error": error(None, "arguments must be a JSON object")}
+        return {"ok": False, "tool": name, "error": error(
+            None, f"arguments must be a JSON object of the tool's fields (got {type(arguments).__name__})")}
     if untrusted and arguments:
         arguments = dict(arguments)
         problem = _untrusted_problem(arguments)

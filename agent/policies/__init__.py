@@ -20,12 +20,18 @@ def make_policy(*, offline: bool = False, **flags: Any) -> Policy:
     ``flags``: settings given on the command line (projection/settings.py field names, None = not given).
 
     Raises:
-        ProjtuneError: a setting is not valid, or a key or model is set without an endpoint.
+        ProjtuneError: a setting is not valid, a key or model is set without an endpoint, or ``offline`` comes
+            with LLM flags (they would be ignored; the environment's settings are, as documented).
     """
     from agent.llm_config import LLMConfig
     from agent.policies.offline import OfflinePolicy
+    from projection.errors import ProjtuneError
 
     if offline:
+        given = [f"--{name.replace('_', '-')}" for name, value in flags.items() if value is not None]
+        if given:
+            raise ProjtuneError(f"--offline and {', '.join(given)} contradict each other: offline, no LLM is asked, "
+                                "so drop --offline to use the endpoint, or drop the LLM flags")
         return OfflinePolicy()
     config = LLMConfig.from_settings(**flags)
     if config is None:

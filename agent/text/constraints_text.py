@@ -28,7 +28,7 @@ _PIN = re.compile(r"\b(tp|pp|ep|cp|vpp|etp|mbs|zero)\s*[:]?\s*(\d+)\b", re.I)
 _PHRASES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\b(?:no|without|disable|not|avoid)\s+(?:any\s+)?fp8\b|\bbf16[\s-]only\b|\bonly\s+bf16\b", re.I),
      "precision=bf16", "'no FP8' read as precision=bf16"),
-    (re.compile(r"\b(?:use|with|enable|try|allow|in|using)\s+fp8\b|\bfp8[\s-]only\b", re.I),
+    (re.compile(r"\b(?:use|with|enable|try|allow|in|using)\s+fp8(?![\w-])|\bfp8[\s-]only\b", re.I),
      f"precision in {FP8_PRECISIONS}", "'fp8' read as an FP8 precision recipe"),
     (re.compile(r"\b(?:no|without|disable)\s+(?:activation\s+)?recompute|\bno\s+(?:activation\s+)?checkpointing",
                 re.I), "recompute=none", ""),
@@ -55,6 +55,19 @@ _PHRASES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (re.compile(r"\bdeep[\s-]?ep\b", re.I), "moe_dispatcher=deepep", "'DeepEP' read as moe_dispatcher=deepep"),
 )
 
+# A value named after its setting ('recompute full', 'schedule zbv', '1f1b schedule', 'attention backend triton',
+# 'dispatcher alltoall'): the value is group "v".  A near miss of a value is asked back (agent/text/request.py).
+NAMED_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\brecompute\s*[:=]?\s*(?P<v>none|selective|full)\b", re.I), "recompute"),
+    (re.compile(r"\b(?:pp\s+|pipeline\s+)?schedule\s*[:=]?\s*(?P<v>1f1b|interleaved|zero-bubble|zbv|gpipe)(?![\w-])"
+                r"|(?<![\w-])(?P<w>1f1b|interleaved|zero-bubble|zbv|gpipe)\s+(?:pipeline\s+|pp\s+)?schedule\b", re.I),
+     "pp_schedule"),
+    (re.compile(r"\battention\s+(?:backend|kernel)\s*[:=]?\s*(?P<v>fused|triton|unfused)\b", re.I),
+     "attention_backend"),
+    (re.compile(r"\b(?:moe\s+)?dispatcher\s*[:=]?\s*(?P<v>alltoall|allgather|deepep|hybridep)\b", re.I),
+     "moe_dispatcher"),
+)
+
 
 @dataclass(slots=True)
 class Rules:
@@ -62,6 +75,8 @@ class Rules:
 
     rules: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    """(axis, why) of each rule the text states that is not valid ('headroom 150%'): a request asks it back."""
 
 
 def axis_of(rule: str) -> str:
@@ -76,6 +91,7 @@ def _add(found: Rules, rule: str, note: str = "") -> None:
         Constraints.parse([rule])
     except ConstraintError as err:
         found.notes.append(f"ignored constraint '{rule}': {err}")
+        found.problems.append((axis_of(rule), f"The constraint '{rule}' is not valid: {err}."))
         return
     found.rules = [r for r in found.rules if axis_of(r) != axis_of(rule)] + [rule]
     if note:
@@ -101,6 +117,10 @@ def extract_constraints(text: str, gpu: str | None = None) -> Rules:
             f"{m.group(1).lower()} in {','.join(values)}" if op == "=" else f"{m.group(1).lower()}!={','.join(values)}")
         _add(found, rule)
     masked = _CHOICE_RULE.sub(" ", masked)
+    for pattern, axis in NAMED_VALUES:
+        for m in pattern.finditer(masked):
+            _add(found, f"{axis}={(m.group('v') or m.groupdict().get('w') or '').lower()}")
+        masked = pattern.sub(" ", masked)
     for pattern, rule, note in _PHRASES:
         if pattern.search(masked):
             _add(found, rule, note)

@@ -26,7 +26,8 @@ from agent.policies import Policy
 from agent.search_step import run_request_search
 from agent.text.replies import memory_text, report_text
 from agent.report import TuneReport
-from agent.text.request import Clarification, TuneRequest, answer_clarification, find_framework
+from agent.text.request import (Clarification, TuneRequest, answer_clarification, find_framework,
+                                misspelt_framework)
 from agent.run import tune
 from agent.state import RunOptions
 from agent.toolbox import Toolbox, ToolFailed
@@ -45,6 +46,22 @@ def export_framework(text: str) -> str:
     when it names none."""
     recipe = find_framework(text)
     return framework_record(recipe).launch or str(recipe)
+
+
+_EXPORT_FOR = re.compile(r"\bfor\s+([A-Za-z][\w.-]{2,})", re.I)
+_EXPORT_TO = re.compile(r"\b(?:to|as|into|in)\s+([\w./~-]+)")
+_EXPORT_SUFFIXES = (".sh", ".yaml", ".yml", ".toml", ".txt", ".json", ".args", ".cfg")
+
+
+def _export_target(text: str) -> Path | None:
+    """Where an export follow-up says to write: a file with a launcher/config suffix ('to run.yaml') or a folder
+    that exists ('to /tmp/out', 'to runs/'; it was shown in the chat instead); None = show the text in the chat."""
+    for m in _EXPORT_TO.finditer(text):
+        word = m.group(1).rstrip(".")
+        path = Path(word).expanduser()
+        if path.suffix.lower() in _EXPORT_SUFFIXES or (("/" in word or word.startswith("~")) and path.is_dir()):
+            return path
+    return None
 
 
 @dataclass(slots=True)
@@ -250,6 +267,8 @@ class ChatTurns:
         return f"No earlier run on {gpus} GPUs in this session; say 'what if I had {gpus}?' to tune it."
 
     def _export(self, text: str, last: TuneReport) -> str:
+        if find_framework(text) is None and (question := misspelt_framework(text, _EXPORT_FOR)) is not None:
+            return question       # 'export it for torchtitn' was written for megatron (the default)
         framework = export_framework(text)
         picked = _pick(last, text)
         if picked is None:
@@ -261,11 +280,11 @@ class ChatTurns:
             return f"error: {err.failure.message}"
         out = {"result": exported.model_dump(mode="json")}
         warnings = "".join(f"\nwarning: {w}" for w in out["result"].get("warnings", []))
-        target = re.search(r"\b(?:to|as|into|in)\s+([\w./~-]+\.(?:sh|ya?ml|toml|txt|json|args|cfg))\b", text)
-        if target:
+        target = _export_target(text)
+        if target is not None:
             from tools.exports.files import write_export
 
-            written = write_export(exported, Path(target.group(1)).expanduser())
+            written = write_export(exported, target)
             first = written[0]
             runnable = ", executable: bash " + str(first) if first.suffix == ".sh" else ""
             others = f"; with {', '.join(str(p) for p in written[1:])}" if written[1:] else ""

@@ -29,6 +29,7 @@ position (linear time); values beyond the engine's limits
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -40,12 +41,14 @@ from agent.batch_default import default_gbs
 from agent.sizing_guess import first_guess
 from agent.text.constraints_text import axis_of, extract_constraints, merge_constraints
 from agent.text.request_numbers import BAD_COUNT, canonical_numbers, count_problem
+from projection.errors import UnknownNameError
 from projection.framework import framework_words
 from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
 from projection.training_config import (MAX_GBS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_SEQ_LEN, HostOpSeconds,
                                          NicGbps, PackedDocumentTokens)
-from projection.vocabulary import FINETUNES, PRECISIONS
+from projection.vocabulary import (ATTENTION_BACKENDS, FINETUNES, MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS,
+                                   RECOMPUTES)
 
 DEFAULT_GPUS_PER_NODE = 8
 MAX_REQUEST_CHARS = 4000
@@ -60,6 +63,7 @@ FRAMEWORKS = framework_words()   # every word naming a framework -> its recipe n
 _FRAMEWORK = re.compile(r"\b(megatron[\s-]?(?:lm|core|bridge)|megatron|mcore|nemo|torchtitan|titan|primus|deepspeed|"
                         r"maxtext|jax|llm-foundry)\b", re.I)
 _CONFIG_PATH = re.compile(r"(?<![\w.~/-])((?:~|\.{1,2})?/?(?:[\w.~-]+/){0,16}[\w.-]+\.(?:json|ya?ml))(?![\w/])")
+_FRAMEWORK_SAID = re.compile(r"\bframework\s*(?:is\s+|=\s*|:\s*)?([A-Za-z][\w.-]{2,})", re.I)
 _LORA = re.compile(r"\bq?lora\b", re.I)
 # "fine-tuning" (the noun) means SFT; "fine-tune the layout" (the verb) does not.
 _SFT = re.compile(r"\b(?:sft|supervised[\s-]?fine[\s-]?tun\w*|full[\s-]?fine[\s-]?tun\w*|fine[\s-]?tuning)\b", re.I)
@@ -404,6 +408,55 @@ def find_framework(text: str) -> str | None:
     return FRAMEWORKS.get(re.sub(r"\s", "-", m.group(1).lower())) if m else None
 
 
+def misspelt_value(text: str, said: re.Pattern[str], choices: list[str], kind: str) -> str | None:
+    """The question for a word ``said`` captures that is close to one of ``choices`` but none of them
+    ('framework torchtitn', 'recompute ful'), else None: the word would otherwise be dropped without a word."""
+    for m in said.finditer(text):
+        word = m.group(1).lower()
+        if word in choices:
+            continue
+        if difflib.get_close_matches(word, choices, n=1, cutoff=0.75):   # 'framework to use': no name at all
+            return "U" + str(UnknownNameError(kind, m.group(1), choices))[1:]
+    return None
+
+
+def misspelt_framework(text: str, said: re.Pattern[str] = _FRAMEWORK_SAID) -> str | None:
+    """The question for 'framework torchtitn' (see :func:`misspelt_value`); the request would otherwise be priced
+    as the default framework."""
+    return misspelt_value(text, said, list(FRAMEWORKS), "framework")
+
+
+_SAID_VALUES: tuple[tuple[re.Pattern[str], tuple[str, ...], str, str], ...] = (
+    (re.compile(r"\brecompute\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), RECOMPUTES, "recompute", "recompute"),
+    (re.compile(r"\bschedule\s*[:=]?\s*([A-Za-z0-9][\w-]{2,})", re.I), PIPELINE_SCHEDULES, "pipeline schedule",
+     "pp_schedule"),
+    (re.compile(r"\battention\s+(?:backend|kernel)\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), ATTENTION_BACKENDS,
+     "attention backend", "attention_backend"),
+    (re.compile(r"\bdispatcher\s*[:=]?\s*([A-Za-z][\w-]{2,})", re.I), MOE_DISPATCHERS, "MoE dispatcher",
+     "moe_dispatcher"),
+)
+"""A setting's value said after its name ('recompute ful'): pattern, allowed values, what it is, its field."""
+
+
+# A word shaped like a number format ('fp9', 'bf61', 'mxfp9'): a near miss of a training precision is asked back.
+_PRECISION_SHAPED = re.compile(r"(?<![\w.-])((?:mx|nv)?(?:fp|bf)\d{1,2})(?![\w.-])", re.I)
+_OTHER_FORMATS = frozenset({"fp4", "mxfp4", "fp32", "tf32"})   # read elsewhere, or not a training precision
+
+
+def misspelt_precision(text: str) -> str | None:
+    """The question for 'with fp9' / 'using bf61' (close to a training precision but none of them, nor another
+    number format), else None: the word was dropped and every precision searched."""
+    for m in _PRECISION_SHAPED.finditer(text):
+        word = m.group(1).lower()
+        if word in PRECISIONS or word in _OTHER_FORMATS:
+            continue
+        near = difflib.get_close_matches(word, list(PRECISIONS), n=2, cutoff=0.6)
+        if near:
+            return (f"Unknown precision '{m.group(1)}'; did you mean {' or '.join(near)}? "
+                    f"(known: {', '.join(PRECISIONS)})")
+    return None
+
+
 def find_finetune(text: str) -> str | None:
     """'LoRA' -> 'lora'; 'SFT', 'fine-tune' -> 'sft'."""
     if _LORA.search(text):
@@ -636,8 +689,22 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     if (framework := find_framework(rest)) is not None:
         values["framework"] = framework
         assumed.discard("framework")
+    elif (question := misspelt_framework(rest)) is not None:
+        questions.append(question)
+        missing.append("framework")
+    if (question := misspelt_precision(rest)) is not None:
+        questions.append(question)
+        missing.append("precision")
+    for said, choices, kind, field_name in _SAID_VALUES:
+        if (question := misspelt_value(rest, said, list(choices), kind)) is not None:
+            questions.append(question)
+            missing.append(field_name)
 
     rules = extract_constraints(rest, values.get("gpu"))
+    for axis, why in rules.problems:   # 'headroom 150%' was dropped with a note and the search ran without it
+        if axis not in missing:        # 'precision=fp9' is asked once, by misspelt_precision
+            questions.append(why)
+            missing.append(axis)
     merged = merge_constraints(values.get("constraints", []), rules.rules)
     merged, problem, note = _check_precision(merged, find_precision(rest), hardware)
     values["constraints"] = merged

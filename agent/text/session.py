@@ -22,6 +22,7 @@ import os
 import re
 import sqlite3
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -209,9 +210,14 @@ class ChatSession:
             self._lock_fd = None
 
     @staticmethod
-    def new_name() -> str:
-        """A fresh session name, e.g. chat-20261130-061500."""
-        return time.strftime("chat-%Y%m%d-%H%M%S")
+    def new_name(taken: Collection[str] = ()) -> str:
+        """A fresh session name, e.g. chat-20261130-061500; ``-2``, ``-3``, ... added while it is one of ``taken``
+        (a chat started in the same second as a saved one would have resumed it as "new")."""
+        base = name = time.strftime("chat-%Y%m%d-%H%M%S")
+        suffix = 2
+        while name in taken:
+            name, suffix = f"{base}-{suffix}", suffix + 1
+        return name
 
     def values(self) -> dict[str, Any]:
         """The session's saved state (empty for a new session)."""

@@ -368,7 +368,7 @@ def chat_command(
         return
     _check_framework(framework)
     policy = _policy(offline, llm_base_url, llm_model, llm_api_key, llm_timeout, llm_deadline, llm_context)
-    name = session or ChatSession.new_name()
+    name = ChatSession.new_name(list_sessions()) if session is None else session   # "" is refused, not "new"
     interactive = sys.stdin.isatty()
     progress = _Progress(enabled=True)
     progress.live = False            # one line per round on stderr: a live status line would fight the prompt

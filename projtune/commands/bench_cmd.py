@@ -104,8 +104,8 @@ def run_command(
     zero: ZeroOpt = None, schedule: ScheduleOpt = None, dispatcher: DispatcherOpt = None, config_file: FileOpt = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Measurement JSON to write.")] = None,
     cpu: CpuOpt = False,
-    warmup: Annotated[IntOpt, typer.Option(help="Warm-up iterations (default 5; 1 with --cpu).")] = None,
-    iters: Annotated[IntOpt, typer.Option(help="Timed iterations (default 20; 3 with --cpu).")] = None,
+    warmup: Annotated[IntOpt, typer.Option(min=0, help="Warm-up iterations (default 5; 1 with --cpu).")] = None,
+    iters: Annotated[IntOpt, typer.Option(min=1, help="Timed iterations (default 20; 3 with --cpu).")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Ignore and do not write the result cache.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -194,7 +194,10 @@ def project_command(
     from projtune.render import print_projection
 
     if tp_scaling not in ("ratio", "linear"):
-        fail(f"--tp-scaling must be ratio or linear, got {tp_scaling!r}")
+        from projection.errors import nearest
+
+        near = nearest(tp_scaling.lower(), ["ratio", "linear"])
+        fail(f"--tp-scaling must be ratio or linear, got {tp_scaling!r}" + (f"; did you mean '{near}'?" if near else ""))
     m = read_measurement(measured)
     red = m.reduction
     base = {"model": red.target_model if model is None else None, **red.target_cluster.model_dump(exclude_none=True),
@@ -221,8 +224,8 @@ def project_command(
 def device_command(
     gpu_target: TargetGpuOpt = None, cpu: CpuOpt = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Profile YAML to write.")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up iterations per point.")] = 3,
-    iters: Annotated[int, typer.Option(help="Timed iterations per point.")] = 10,
+    warmup: Annotated[int, typer.Option(min=0, help="Warm-up iterations per point.")] = 3,
+    iters: Annotated[int, typer.Option(min=1, help="Timed iterations per point.")] = 10,
     fp8: Annotated[bool, typer.Option("--fp8/--no-fp8", help="Also time FP8 GEMMs (torch._scaled_mm).")] = True,
 ) -> None:
     """Sweep GEMMs, attention, copies (and all-reduce) on the local GPU(s) and fit a device profile."""

@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from projtune.count_option import count_parser
 from projtune.errors import user_errors
 from tools.json_out import json_text
 
@@ -18,9 +19,9 @@ def diagnose_command(
              "or Megatron-LM arguments after `--`: projtune diagnose --gpu h100-sxm --gpus 64 -- --tensor-model-... ")],
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Catalog id (default: from the file).")] = None,
     gpu: Annotated[Optional[str], typer.Option("--gpu", "-g", help="Hardware id (default: from the file).")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", help="GPUs in the job (default: from the file).")
-                    ] = None,
-    gpus_per_node: Annotated[int, typer.Option(help="GPUs per node.")] = 8,
+    gpus: Annotated[Optional[int], typer.Option("--gpus", "-n", parser=count_parser("--gpus"),
+                                                help="GPUs in the job (default: from the file).")] = None,
+    gpus_per_node: Annotated[int, typer.Option(parser=count_parser("--gpus-per-node"), help="GPUs per node.")] = 8,
     no_search: Annotated[bool, typer.Option("--no-search", help="Only project the given layout.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")] = False,
 ) -> None:

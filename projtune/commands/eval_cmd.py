@@ -297,6 +297,11 @@ def calibrate_command(
         fail(f"no sweep in {', '.join(map(str, paths))}: give sweep files or folders of them "
              "(../shared/specs/sweep-format.md)")
     note = None if as_json else (lambda text: err.print(text, highlight=False))
+    _refuse_unused({"--gpu": gpu, "--family": family, "--out": out, "--all": fit_all, "--out-dir": out_dir},
+                   "--cross-validate", cross_validate)
+    _refuse_unused({"--gpu": gpu, "--family": family, "--out": out}, "--all", fit_all)
+    _refuse_unused({"--out-dir": out_dir}, "a fit of one --gpu/--family (it goes with --all)", not fit_all)
+    _refuse_unused({"--bands-out": bands_out}, "a fit (it goes with --cross-validate)", not cross_validate)
     if cross_validate:
         _print_cross_validation(calibrate.cross_validate(loaded.sweeps, progress=note, bands_out=bands_out,
                                                          hold_out=hold_out, group_by=group_by or ["source"]),
@@ -315,8 +320,12 @@ def calibrate_command(
         fail("give --gpu ID or --family NAME (or --all / --cross-validate)")
     runs, left_out = calibrate.fit_runs(loaded.sweeps, gpu=gpu, family=family)
     if not runs:
+        from evals.eval_run import hardware_hint
+
+        hints = "".join(hardware_hint(name, loaded.sweeps, kinds=(kind,))
+                        for name, kind in ((gpu, "id"), (family, "family")) if name is not None)
         fail(f"no complete scored runs of {gpu or family} in the given files"
-             + (f" whose records describe them ({left_out_text(left_out)})" if left_out else ""))
+             + (f" whose records describe them ({left_out_text(left_out)})" if left_out else hints))
     if note:
         note(f"fitting {gpu or family} on {len(runs)} complete runs")
         if left_out:
@@ -334,6 +343,14 @@ def calibrate_command(
     else:
         err.print(f"{summary['hardware_id']}: {summary['runs']} runs, MAPE {_pct(result.mape_before)} -> "
                   f"{_pct(result.mape_after)}" + (f"; wrote {out}" if out else ""), highlight=False)
+
+
+def _refuse_unused(flags: dict[str, Any], mode: str, active: bool) -> None:
+    """Fail when ``mode`` is active and any of ``flags`` was given: it would be ignored silently."""
+    given = [flag for flag, value in flags.items() if value not in (None, False)]
+    if active and given:
+        fail(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} not used with {mode}; drop "
+             f"{'it' if len(given) == 1 else 'them'}")
 
 
 def _fit_summary(result: Any, path: Path | None) -> dict[str, Any]:

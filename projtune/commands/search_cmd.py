@@ -277,10 +277,13 @@ def tools_call_command(
     import agent.tool  # noqa: F401 - registers the agent's `tune` tool
     from tools.registry import call_tool
 
-    text = Path(args[1:]).read_text() if args.startswith("@") else args
+    try:
+        text = Path(args[1:]).read_text(encoding="utf-8") if args.startswith("@") else args
+    except UnicodeDecodeError as err:
+        fail(f"--args file '{args[1:]}' is not UTF-8 text (byte {err.start}): give a JSON object")
     try:
         arguments = json.loads(text)
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, RecursionError) as err:   # RecursionError: nested deeper than the parser goes
         fail(f"--args is not valid JSON: {err}")
     payload = call_tool(name, arguments)
     typer.echo(json_text(payload))

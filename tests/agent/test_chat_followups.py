@@ -55,3 +55,18 @@ def test_export_to_run_sh_writes_an_executable_launcher(tmp_path: Path) -> None:
     assert os.access(target, os.X_OK) and target.read_text().startswith("#!/bin/bash")
     subprocess.run(["bash", "-n", str(target)], check=True)
     assert "pretrain_gpt.py" in target.read_text()
+
+
+def test_export_follow_ups_never_write_something_else_than_asked(tmp_path: Path) -> None:
+    """'export it for torchtitn to x.toml' wrote a megatron script under another name (the misspelt framework
+    dropped, the .toml path ignored); 'export it for primus to FOLDER' printed the YAML instead of writing it."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    result = _chat("exports", [SMALL_8, f"export it for torchtitn to {tmp_path / 'x.toml'}",
+                               f"export it to {tmp_path / 'x.toml'}", f"export it for primus to {folder}"])
+    assert result.exit_code == 0, result.output
+    assert "Unknown framework 'torchtitn'; did you mean torchtitan" in result.stdout
+    assert ("the megatron export is one launcher script (its arguments are in it): give a .sh file or a folder, "
+            "not 'x.toml'") in result.stdout
+    assert not list(tmp_path.glob("*.sh")) and not (tmp_path / "x.toml").exists()
+    assert f"Wrote #1 for primus to {folder}/" in result.stdout and list(folder.glob("*.primus.yaml"))

@@ -233,3 +233,56 @@ def test_packed_documents_round_trip_through_the_request_and_follow_ups() -> Non
     assert isinstance(answered, TuneRequest) and answered.packed_document_tokens == 512
     shorter = parse_request("seq 128", request)           # the kept documents no longer fit in a sequence
     assert isinstance(shorter, Clarification) and "more than seq_len 128" in shorter.question
+
+
+def test_a_misspelt_framework_is_asked_back_not_priced_as_the_default() -> None:
+    """'with framework torchtitn' was dropped: the answer was priced as Megatron-LM (the default) without a word."""
+    question = parse_request("tune llama3 8b on 64 h100 with framework torchtitn")
+    assert isinstance(question, Clarification) and question.missing == ["framework"]
+    assert question.question.startswith("Unknown framework 'torchtitn'; did you mean torchtitan")
+    for text in ("tune llama3 8b on 64 h100, which framework to use?", "llama3 8b on 64 h100 framework: primus"):
+        assert isinstance(parse_request(text), TuneRequest), text
+
+
+def test_a_misspelt_precision_is_asked_back_and_a_named_recipe_is_pinned() -> None:
+    """'with fp9' / 'using bf61' were dropped (every precision searched); 'with fp8-blockwise' was read as any FP8
+    recipe ('with fp8' matched inside it), so plain fp8 could win."""
+    for text, near in (("tune llama3 8b on 64 h100 with fp9", "fp8"), ("tune llama3 8b on 64 h100 using bf61", "bf16")):
+        question = parse_request(text)
+        assert isinstance(question, Clarification) and question.missing == ["precision"]
+        assert question.question.startswith(f"Unknown precision '{text.split()[-1]}'; did you mean {near}?")
+    for text in ("tune llama3 8b on 64 h100, grads reduced in fp32", "tune llama3 8b on 64 b200 with fp4"):
+        assert isinstance(parse_request(text), TuneRequest), text
+    pinned = parse_request("tune llama3 8b on 64 h100 with fp8-blockwise")
+    assert isinstance(pinned, TuneRequest) and pinned.constraints == ["precision=fp8-blockwise"]
+
+
+@pytest.mark.parametrize(("text", "rule"), [
+    ("with recompute full", "recompute=full"), ("recompute selective", "recompute=selective"),
+    ("with 1f1b schedule", "pp_schedule=1f1b"), ("schedule zbv", "pp_schedule=zbv"),
+    ("attention backend triton", "attention_backend=triton"),
+])
+def test_a_setting_named_before_or_after_its_value_is_read(text: str, rule: str) -> None:
+    """'with recompute full', 'schedule zbv', 'attention backend triton' were dropped (only 'full recompute' read)."""
+    request = parse_request(f"tune llama3 8b on 64 h100 {text}")
+    assert isinstance(request, TuneRequest) and request.constraints == [rule]
+
+
+@pytest.mark.parametrize(("text", "start"), [
+    ("with recompute ful", "Unknown recompute 'ful'; did you mean full?"),
+    ("schedule 1f1", "Unknown pipeline schedule '1f1'; did you mean 1f1b?"),
+    ("attention backend trition", "Unknown attention backend 'trition'; did you mean triton?"),
+])
+def test_a_misspelt_setting_value_is_asked_back(text: str, start: str) -> None:
+    question = parse_request(f"tune llama3 8b on 64 h100 {text}")
+    assert isinstance(question, Clarification) and question.question.startswith(start)
+
+
+def test_a_constraint_the_text_states_that_is_not_valid_is_asked_back() -> None:
+    """'headroom 150%' was dropped with a note ("ignored constraint ...") and the search ran without it."""
+    question = parse_request("tune llama3 8b on 64 h100 headroom 150%")
+    assert isinstance(question, Clarification) and question.missing == ["min_headroom"]
+    assert question.question == ("The constraint 'headroom>=1.5' is not valid: constraint min_headroom: 1.5 is "
+                                 "outside [0, 1).")
+    once = parse_request("tune llama3 8b on 64 h100 precision=fp9")     # asked once, with the nearest
+    assert isinstance(once, Clarification) and once.question.count("fp9") == 1

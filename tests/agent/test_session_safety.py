@@ -102,3 +102,13 @@ def test_a_home_that_is_a_file_is_one_line(tmp_path, args: list[str]) -> None:
     assert result.exit_code == 2
     assert result.stderr.strip() == (f"error: the chat sessions' folder {home} ($PROJTUNE_HOME, default ~/.projtune) "
                                      "is a file; set PROJTUNE_HOME to a folder")
+
+
+def test_an_empty_session_name_is_refused_and_a_new_name_is_never_a_saved_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`chat -s ""` started a default-named session (an empty name read as "none"); a chat started in the same
+    second as a saved one got that one's timestamped name and "resumed" it as new."""
+    result = runner.invoke(app, ["chat", "--offline", "--session", ""], input="exit\n")
+    assert result.exit_code == 2 and result.stderr.strip() == "error: session name must be 1-200 characters"
+    monkeypatch.setattr("agent.text.session.time.strftime", lambda fmt: "chat-20261202-120000")
+    assert ChatSession.new_name() == "chat-20261202-120000"
+    assert ChatSession.new_name(["chat-20261202-120000", "chat-20261202-120000-2"]) == "chat-20261202-120000-3"

@@ -77,3 +77,15 @@ def test_count_flag_refusals_are_one_line(value: str, why: str) -> None:
     result = _run("search", "-m", "llama3-8b", "-g", "h100-sxm", "-n", "64", "--gbs", "256", "--seq-len", value)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"error: Invalid value for '--seq-len': {why}; see 'projtune search --help'"]
+
+
+def test_a_usage_error_under_json_is_also_the_json_error_object() -> None:
+    """click refuses `--gpus 0` before the command runs; with --json stdout was empty."""
+    import json
+
+    result = _run("project", "--gpus", "0", "--json")
+    assert result.returncode == 2
+    assert json.loads(result.stdout) == {"ok": False, "error": {
+        "message": "Invalid value for '--gpus' / '-n': '0' is out of range (allowed 1 or more); "
+                   "see 'projtune project --help'", "exit_code": 2}}
+    assert result.stderr.splitlines() == [f"error: {json.loads(result.stdout)['error']['message']}"]

@@ -275,7 +275,7 @@ def test_calibrate_refuses_a_partial_set_of_files(tmp_path) -> None:
 def test_calibrate_refuses_an_empty_folder(tmp_path) -> None:
     result = runner.invoke(app, ["calibrate", "--cross-validate", str(tmp_path)])
     assert result.exit_code == 2
-    assert "no sweep in" in result.output
+    assert f"{tmp_path}: a folder without sweep files (*.yaml / *.yml)" in result.output
 
 
 def test_hold_out_runs_only_the_named_folds_with_the_same_figures() -> None:

@@ -15,6 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from projtune.cli import app
+from projtune.errors import json_error
 
 runner = CliRunner()
 DATA = Path(__file__).resolve().parents[2] / "evals" / "data"
@@ -140,23 +141,25 @@ def test_unknown_sweep_name_is_one_line_error() -> None:
 @pytest.mark.parametrize("as_json", [False, True])
 def test_nothing_to_evaluate_prints_one_line_and_no_empty_table(tmp_path: Path, as_json: bool) -> None:
     """A missing path or a file with no loadable sweep: exit 2, the reason in one line (the OS's words, not an
-    exception repr), and nothing on stdout (no empty summary table, no JSON object, no report folder)."""
+    exception repr), and no empty summary table, summary JSON object or report folder: under --json, stdout holds
+    only the error object (projtune/errors.py json_error)."""
     report = tmp_path / "report"
     flags = ["--json"] if as_json else ["--report", str(report)]
     missing = runner.invoke(app, ["eval", str(tmp_path / "nosuch"), *flags])
     assert missing.exit_code == 2
-    assert missing.stdout == ""
-    assert missing.stderr.strip() == f"error: no sweep to evaluate: {tmp_path / 'nosuch'}: cannot read: No such file or directory"
+    reason = f"no sweep to evaluate: {tmp_path / 'nosuch'}: cannot read: No such file or directory"
+    assert missing.stdout == (json_error(reason) + "\n" if as_json else "")
+    assert missing.stderr.strip() == f"error: {reason}"
     (tmp_path / "bad.yaml").write_text("sweeps:\n  - name: a\n   gpu: h100\n")
     broken = runner.invoke(app, ["eval", str(tmp_path / "bad.yaml"), *flags])
-    assert broken.exit_code == 2 and broken.stdout == ""
+    assert broken.exit_code == 2 and (json.loads(broken.stdout)["ok"] is False if as_json else broken.stdout == "")
     assert "bad.yaml:3: malformed YAML" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1
     assert not report.exists()
 
 
 def test_unknown_gpu_filter_names_the_nearest_and_what_the_files_have() -> None:
     result = runner.invoke(app, ["eval", str(KORTHIKANTI), "--gpu", "a100-80g", "--json"])
-    assert result.exit_code == 2 and result.stdout == ""
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"]["message"] == result.stderr.strip()[7:]
     assert "no sweep on --gpu 'a100-80g'; did you mean a100-80gb? (hardware ids and families in these sweeps: " \
            "a100-80gb, ampere)" in result.stderr
 

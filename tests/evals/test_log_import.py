@@ -146,3 +146,26 @@ def test_render_yaml_round_trip(tmp_path: Path, paths: list[Path], kwargs: dict[
     assert [str(e) for e in result.errors] == []
     (loaded,) = result.sweeps
     assert loaded.sweep == sweepfile.sweeps[0]
+
+
+def test_a_log_cut_off_inside_its_last_line_does_not_read_that_line(tmp_path: Path) -> None:
+    """A log ending in '... tps: 7' (cut while '7,123' was written) was imported as 7 tokens/s/GPU."""
+    lines = TITAN.read_text().splitlines(keepends=True)
+    last = next(i for i in range(len(lines) - 1, -1, -1) if "tps:" in lines[i])
+    cut = tmp_path / "cut.log"
+    cut.write_text("".join(lines[:last]) + lines[last].split("tps:")[0] + "tps: 7")
+    whole = tmp_path / "whole.log"
+    whole.write_text("".join(lines[:last]))
+    run = import_logs([cut], gpu="h100-sxm").sweeps[0].runs[0]
+    assert run.measured == import_logs([whole], gpu="h100-sxm").sweeps[0].runs[0].measured
+    assert "its last line, cut off without a newline, was not read" in run.notes
+
+
+def test_a_log_of_warm_up_iterations_only_says_so(tmp_path: Path) -> None:
+    """Its one (warm-up) step was read as "median of 1 of 1 logged iterations", as if it were a steady median."""
+    lines = TITAN.read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if "tps:" in line)
+    short = tmp_path / "short.log"
+    short.write_text("".join(lines[:first + 1]))
+    notes = import_logs([short], gpu="h100-sxm").sweeps[0].runs[0].notes
+    assert "only 1 logged iteration(s), all within the 2 skipped as warm-up elsewhere: the last one is read" in notes

@@ -207,7 +207,7 @@ sweeps:
     (sweep,) = load_sweep_files([path]).sweeps
     assert [r.missing_keys for r in sweep.runs] == [(), ("seq_len",), ("tp", "pp"), ("seq_len", "mbs")]
     assert [r.complete for r in sweep.runs] == [True, False, False, False]
-    header = SweepHeader.model_validate({"name": "n", "model": "m", "cluster": {"gpu": "b200", "num_gpus": 8}})
+    header = SweepHeader.model_validate({"name": "n", "model": "llama3-8b", "cluster": {"gpu": "b200", "num_gpus": 8}})
     assert Run.model_validate({"measured": {"mfu": 0.5}}).missing_keys(header) == ["mbs", "gbs", "seq_len"]
 
 

@@ -42,3 +42,12 @@ def test_rates_refuse_denormal_and_non_finite_values() -> None:
     for bad in (1e-310, 0.0, float("inf"), "nan", "1e6"):
         with pytest.raises(QuantityError):
             read_rate(bad, "nic_gbps", low=1e-3, high=1e5)
+
+
+def test_a_count_with_too_many_digits_is_too_large_not_not_a_number() -> None:
+    """`--gpus 99999999999999999999` said "is not a number (write e.g. 8192, ...)": it is one, only too large."""
+    from projection.quantities import QuantityError, read_count, read_size
+
+    for read in (read_size, read_count):
+        with pytest.raises(QuantityError, match=r"^--gpus: '99999999999999999999' is too large \(more than 15 digits\)$"):
+            read("99999999999999999999", "--gpus")

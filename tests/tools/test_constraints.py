@@ -55,3 +55,16 @@ def test_model_validation_errors() -> None:
         Constraints(precision="bf17")
     with pytest.raises(ValidationError):
         Constraints(tpp=4)  # type: ignore[call-arg]
+
+
+def test_values_outside_an_axis_domain_are_refused_not_searched_to_nothing() -> None:
+    """'tp<=0' and 'zero=5' ran the search and answered "no layout" (exit 1) instead of naming the bad value."""
+    import pytest
+
+    from tools.constraints import ConstraintError, Constraints
+
+    with pytest.raises(ConstraintError, match="constraint tp: 0 is not a value of this axis"):
+        Constraints.parse(["tp<=0"])
+    with pytest.raises(ConstraintError, match=r"constraint zero: 5 is not a ZeRO level \(allowed: 0, 1, 2, 3\)"):
+        Constraints.parse(["zero=5"])
+    Constraints.parse(["zero=0", "tp>=1", "recompute_num_layers>=0"])

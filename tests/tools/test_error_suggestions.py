@@ -41,3 +41,29 @@ def test_misspelt_keys_name_the_nearest() -> None:
     out = call_tool("search", {**JOB, "gbs": 256, "seq_len": 8192, "constraints": {"tpp": 8}})
     assert out["error"]["message"] == "constraints.tpp: unknown key; did you mean tp?"
     assert "tp" in out["error"]["allowed"]
+
+
+def test_openai_style_json_text_arguments_are_read_and_bad_ones_named() -> None:
+    """An OpenAI tool call carries `function.arguments` as JSON text: call_tool answered "arguments must be a JSON
+    object" to a valid object's text, and to malformed text alike; deeply nested text raised RecursionError."""
+    import json
+
+    good = call_tool("check_memory", json.dumps({**JOB, "layout": LAYOUT}))
+    assert good["ok"] is True
+    bad = call_tool("project", '{"model": "llama3-8b",')
+    assert bad["error"]["message"].startswith("arguments are not valid JSON: Expecting property name")
+    assert call_tool("project", "[" * 100_000)["error"]["message"].startswith("arguments are not valid JSON: maximum "
+                                                                              "recursion depth exceeded")
+    assert call_tool("project", "[1, 2]")["error"]["message"] == \
+        "arguments must be a JSON object of the tool's fields (got list)"
+
+
+def test_tools_call_args_nested_too_deep_is_one_line(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from projtune.cli import app
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000)
+    result = CliRunner().invoke(app, ["tools", "call", "project", "-a", f"@{deep}"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: --args is not valid JSON: maximum recursion")

@@ -119,3 +119,17 @@ def test_http_keeps_idle_connections_longer_than_a_tool_call() -> None:
 
     for deadline in (5.0, 120.0, 3600.0):
         assert http_timeouts(deadline)["timeout_keep_alive"] > deadline   # the 5 s default dropped sessions
+
+
+def test_a_misspelt_tool_name_gets_the_structured_error_with_the_nearest() -> None:
+    """The SDK answered "Unknown tool: projct" (text only): no nearest name, no allowed list."""
+    async def main() -> None:
+        with anyio.fail_after(LIMIT_S):
+            async with Client(build_server()) as client:
+                result = await client.call_tool("projct", {})
+                assert result.is_error
+                error = result.structured_content["error"]
+                assert error["message"] == "unknown tool 'projct'; did you mean project?"
+                assert error["field"] == "name" and "project" in error["allowed"]
+
+    anyio.run(main)

@@ -6,6 +6,7 @@ import os
 import stat
 from pathlib import Path
 
+from projection.errors import ProjtuneError
 from tools.exports.common import LaunchConfig
 
 
@@ -21,6 +22,10 @@ def write_export(exported: LaunchConfig, target: Path) -> list[Path]:
     """
     if target.is_dir():
         target = target / (exported.launcher_filename or exported.filename)
+    if exported.launcher and exported.launcher == exported.text and target.suffix != ".sh":
+        # one launcher script, no config file to put at `target`: it went beside it under its own name
+        raise ProjtuneError(f"the {exported.framework} export is one launcher script (its arguments are in it): "
+                            f"give a .sh file or a folder, not '{target.name}'")
     folder = target.parent
     folder.mkdir(parents=True, exist_ok=True)
     launcher_path = target if target.suffix == ".sh" else folder / (exported.launcher_filename or target.name + ".sh")
