@@ -58,11 +58,13 @@ def test_huge_gbs_over_mcp_is_a_structured_error() -> None:
 
 
 def test_a_remote_call_past_its_deadline_is_cancelled() -> None:
-    """The same over MCP kept a core and memory busy after the client gave up: the work is killed."""
+    """The same over MCP kept a core and memory busy after the client gave up: the work is killed.  The deadline is
+    far below the search's time even with every in-process cache warm (0.13 s after the README's own search of this
+    job, which tests/cli runs first; the forked child inherits the caches)."""
     start = time.process_time()        # the work runs in a child: the caller spends no CPU on it
     payload = call_tool("search", {"model": "llama3.1-405b", "gpu": "h100-sxm", "num_gpus": 16384, "gbs": 2048,
-                                   "seq_len": 8192}, untrusted=True, deadline_s=0.3)
-    assert payload["ok"] is False and "exceeded its deadline of 0.3 s and was cancelled" in payload["error"]["message"]
+                                   "seq_len": 8192}, untrusted=True, deadline_s=0.01)
+    assert payload["ok"] is False and "exceeded its deadline of 0.01 s and was cancelled" in payload["error"]["message"]
     assert time.process_time() - start < 5
 
 
