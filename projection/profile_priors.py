@@ -100,22 +100,10 @@ def prior_profile(group: str) -> DeviceProfile:
     return physical(base)
 
 
-def precision_ratio_band(group: str) -> tuple[float, float]:
-    """(low, high) of the per-tensor FP8 GEMM fraction of its own peak over the 16-bit fraction, for a device
-    group: the family's cited ``fp8_to_16bit_ratio`` in ``priors.yaml`` (public kernel pairs measured on one
-    chip), else (0, 1), which only says that FP8 never reaches a higher share of its peak."""
-    family = _table()["families"].get(family_of(group), {})
-    low, high = family.get("fp8_to_16bit_ratio") or (0.0, 1.0)
-    return float(low), float(high)
-
-
 def physical(profile: DeviceProfile) -> DeviceProfile:
     """The profile with FP4 <= FP8 <= 16-bit GEMM fraction of peak (a narrower format never reaches a
-    higher share of its own peak: quantisation, scaling and casts only add work), and the FP8 fraction inside
-    ``precision_ratio_band`` times the 16-bit one where a family has measured pairs (Blackwell)."""
-    low_ratio, high_ratio = precision_ratio_band(profile.hardware_id)
-    fp8 = min(max(profile.low_precision_gemm_efficiency, low_ratio * profile.gemm_efficiency),
-              high_ratio * profile.gemm_efficiency)
+    higher share of its own peak: quantisation, scaling and casts only add work)."""
+    fp8 = min(profile.low_precision_gemm_efficiency, profile.gemm_efficiency)
     fp4 = min(profile.fp4_gemm_efficiency, fp8)
     if (fp8, fp4) == (profile.low_precision_gemm_efficiency, profile.fp4_gemm_efficiency):
         return profile
