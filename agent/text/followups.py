@@ -148,9 +148,6 @@ class ChatTurns:
             return Turn(self._from_history(history, int(earlier.group(1))))
         if not text or text.lower() in ("help", "?", "h"):
             return Turn(HELP)
-        if pending:
-            answer = answer_clarification(Clarification.model_validate(pending), text)
-            return self._run(answer, last)
         lowered = text.lower()
         if request and (paths := _run_paths(text)):
             return self._anchored(request, paths, last)
@@ -166,15 +163,38 @@ class ChatTurns:
                 return Turn(self._compare(text, last))
             if re.fullmatch(r"(show\s+)?(the\s+)?(top|list|ranking|results?)(\s+\d+)?", lowered):
                 return Turn(report_text(last))
+        if pending:
+            return self._answer(text, Clarification.model_validate(pending), request, last)
         if request and not _is_new_request(text):
-            read = self.policy.read(_bare_count(text, request), TuneRequest.model_validate(request))
-            changed = read.result
-            if isinstance(changed, TuneRequest) and changed.model_dump(exclude={"notes", "assumed"}) == \
-                    TuneRequest.model_validate(request).model_dump(exclude={"notes", "assumed"}):
-                return Turn("I did not catch a change to the request. " + HELP)
-            return self._run(changed, last, read.degraded_reason)
+            turn = self._change(text, request, last)
+            return turn if turn is not None else Turn("I did not catch a change to the request. " + HELP)
         read = self.policy.read(text)
         return self._run(read.result, last, read.degraded_reason)
+
+    def _change(self, text: str, request: dict[str, Any], last: TuneReport | None) -> Turn | None:
+        """The line read as a change of the last request (re-tuned, or a question back); None = it changes nothing."""
+        read = self.policy.read(_bare_count(text, request), TuneRequest.model_validate(request))
+        changed = read.result
+        if isinstance(changed, TuneRequest) and changed.model_dump(exclude={"notes", "assumed"}) == \
+                TuneRequest.model_validate(request).model_dump(exclude={"notes", "assumed"}):
+            return None
+        return self._run(changed, last, read.degraded_reason)
+
+    def _answer(self, text: str, question: Clarification, request: dict[str, Any] | None,
+                last: TuneReport | None) -> Turn:
+        """A line after a question was asked back: its answer when it answers it (or it is a new request); else, with
+        a last request, the line as a change of that request (the rejected change is dropped: 'what if I only have
+        0?' asked back, then 'what if I have 128 GPUs?' re-tunes on 128, it does not repeat the question); a line
+        that does neither gets the open question again."""
+        answer = answer_clarification(question, text)
+        answered = isinstance(answer, TuneRequest) or not set(question.missing) <= set(answer.missing)
+        if answered or not request or _is_new_request(text):
+            return self._run(answer, last)
+        turn = self._change(text, request, last)
+        if turn is None:
+            return Turn(question.question, pending=question.model_dump())
+        turn.reply = f"(left the open question; read as a change of the last request)\n{turn.reply}"
+        return turn
 
     def _run(self, parsed: TuneRequest | Clarification, last: TuneReport | None,
              degraded_reason: str | None = None) -> Turn:

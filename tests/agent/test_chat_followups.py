@@ -70,3 +70,25 @@ def test_export_follow_ups_never_write_something_else_than_asked(tmp_path: Path)
             "not 'x.toml'") in result.stdout
     assert not list(tmp_path.glob("*.sh")) and not (tmp_path / "x.toml").exists()
     assert f"Wrote #1 for primus to {folder}/" in result.stdout and list(folder.glob("*.primus.yaml"))
+
+
+def test_a_question_asked_back_does_not_stick_to_the_next_follow_ups(tmp_path: Path) -> None:
+    """Regression: after 'what if I only have 0?' was asked back, every later line ('what if I have 16?', 'export it
+    for megatron') repeated 'num_gpus 0 is out of range' until a whole new request was typed."""
+    from agent.policies.offline import OfflinePolicy
+    from agent.text.session import ChatSession
+
+    with ChatSession("unstick", OfflinePolicy(), path=tmp_path / "s.sqlite") as chat:
+        assert "llama3-8b on 8 x h100-sxm" in chat.ask(SMALL_8)
+        assert "num_gpus 0 is out of range" in chat.ask("what if I only have 0?")
+        reply = chat.ask("what if I have 16?")
+        assert "llama3-8b on 16 x h100-sxm, gbs 64" in reply and "out of range" not in reply, reply
+        assert "left the open question" in reply                    # the dropped question is said, not silent
+        assert "num_gpus 0 is out of range" in chat.ask("what if I only have 0?")
+        reply = chat.ask("export it for megatron")
+        assert reply.startswith("#1 for megatron") and "pretrain_gpt.py" in reply, reply
+        assert "num_gpus 0 is out of range" in chat.ask("what if I only have 0?")
+        assert "num_gpus 0 is out of range" in chat.ask("hmm")      # a line that answers nothing: the question again
+        assert chat.values()["pending"] is not None
+        assert "llama3-8b on 32 x h100-sxm" in chat.ask("what if I have 32 GPUs?")
+        assert chat.values()["pending"] is None
