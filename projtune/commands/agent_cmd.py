@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from projtune.anchor_input import AnchorOpt
-from projtune.commands.search_cmd import DomainOpt, HostOpOpt, NicGbpsOpt, NicsOpt, PackedOpt
+from projtune.commands.search_cmd import DomainOpt, HostOpOpt, PackedOpt
 from projtune.errors import USAGE_EXIT, fail, user_errors
 from projection.errors import nearest
 from projection.vocabulary import LAUNCH_FRAMEWORKS as FRAMEWORKS
@@ -27,6 +27,21 @@ RoundsOpt = Annotated[int | None, typer.Option("--rounds", min=1, max=20, help="
 FrameworkOpt = Annotated[str, typer.Option(
     "--framework", help="Launch framework: only layouts it can run are searched and its launch config is written: "
                         f"{' | '.join(FRAMEWORKS)} (a framework named in the request wins).")]
+TuneFrameworkOpt = Annotated[str | None, typer.Option(
+    "--framework", show_default="megatron",
+    help="Launch framework: only layouts it can run are searched and its launch config is written: "
+         f"{' | '.join(FRAMEWORKS)} (a framework named in the request wins; where they differ, the report's "
+         "assumptions say so).")]
+_FLAG_WINS = "; the report's assumptions say so where the request text names another)"
+TuneNicsOpt = Annotated[int | None, typer.Option(
+    "--nics", min=1, max=64, help="Scale-out NICs per node (default: the GPU's catalog node; wins over NICs per node "
+                                  "the request text names" + _FLAG_WINS)]
+TuneNicGbpsOpt = Annotated[float | None, typer.Option(
+    "--nic-gbps", min=0.001, max=1e5, help="Line rate of one NIC, Gbit/s (default: the catalog's; wins over a NIC "
+                                           "rate the request text names" + _FLAG_WINS)]
+FLAG_OF_FIELD = {"nics_per_node": "--nics", "nic_gbps": "--nic-gbps", "nvlink_domain": "--nvlink-domain",
+                 "packed_document_tokens": "--packed-document-tokens", "host_op_s": "--host-op-s"}
+"""The request fields a `tune` flag sets (the flag wins over the request text, and the report says so)."""
 BaseUrlOpt = Annotated[str | None, typer.Option("--llm-base-url", help="OpenAI-compatible endpoint; the LLM policy "
                                                    "runs only when this or PROJTUNE_LLM_BASE_URL is set "
                                                    "(OPENAI_* variables are never read).")]
@@ -142,12 +157,32 @@ def _policy(offline: bool, base_url: str | None, model: str | None, api_key: str
                        llm_timeout=timeout, llm_deadline=deadline, llm_context=context)
 
 
+def flag_vs_text_notes(parsed: Any, given: dict[str, Any], framework: str | None) -> list[str]:
+    """One note per flag whose value differs from what the request text said (``given``: request field -> the
+    flag's value; ``framework``: --framework when given), naming the value used: a flag wins over the text, a
+    framework the text names wins over --framework.  Never a silent override."""
+    from tools.framework_rules import launch_framework_of
+
+    notes = []
+    for field_name, value in given.items():
+        said = getattr(parsed, field_name, None)
+        if said is not None and said != value:
+            notes.append(f"{FLAG_OF_FIELD.get(field_name, field_name)} {value:g} used; the request text said "
+                         f"{said:g} ({field_name}; a flag wins over the request text)")
+    named = parsed.framework if "framework" not in parsed.assumed else None
+    if framework is not None and named is not None and (launch_framework_of(named) or named) != framework:
+        notes.append(f"framework: {named} (named in the request) used, not --framework {framework} (a framework "
+                     "named in the request wins over --framework)")
+    return notes
+
+
 def _request(policy: Any, text: str, constraints: list[str], top: int | None,
-             flags: dict[str, Any] | None = None, plan: tuple[float | None, float | None] = (None, None)
-             ) -> tuple[Any, str | None]:
+             flags: dict[str, Any] | None = None, plan: tuple[float | None, float | None] = (None, None),
+             framework: str | None = None) -> tuple[Any, str | None]:
     """(the typed request with flags merged (the network, packed documents), or the Clarification to answer with;
     why the LLM's reading fell back, if it did).  ``plan`` = (--tokens, --deadline seconds): with both and no GPU
-    count, the cluster is sized for them."""
+    count, the cluster is sized for them.  ``framework``: --framework when given.  A flag that differs from the
+    request text is noted in the request's notes (:func:`flag_vs_text_notes`)."""
     from agent.text.constraints_text import merge_constraints
     from agent.text.request import Clarification, size_when_planned
     from agent.space import LayoutSpace
@@ -161,7 +196,11 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     update: dict[str, Any] = {"constraints": merge_constraints(parsed.constraints, constraints)}
     if top is not None:
         update["top_k"] = top
-    update.update({k: v for k, v in (flags or {}).items() if v is not None})   # flags win over the text
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    update.update(given)                                                      # flags win over the text
+    notes = flag_vs_text_notes(parsed, given, framework)
+    if notes:
+        update["notes"] = [*parsed.notes, *notes]
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
     LayoutSpace(request)                     # unknown names / bad constraints raise here (exit 2)
     return request, read.degraded_reason
@@ -270,7 +309,7 @@ def tune_command(
     top: Annotated[int | None, typer.Option("--top", "-k", min=1, max=50, help="Layouts to rank (default 5).")] = None,
     constraint: Annotated[list[str] | None, typer.Option("--constraint", "-C", help="Axis rule, repeatable: "
                           "'tp<=8', 'precision=bf16', 'pp in 1,2,4', 'headroom>=10%'.")] = None,
-    framework: FrameworkOpt = "megatron",
+    framework: TuneFrameworkOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the TuneReport as one JSON object.")] = False,
     log: Annotated[Path | None, typer.Option("--log", help="Write the trial history here (JSONL).")] = None,
     benchmark: Annotated[bool, typer.Option("--benchmark", help="Measure the top layouts on a local GPU.")] = False,
@@ -280,7 +319,7 @@ def tune_command(
                                                   "that meets it with --tokens (e.g. 30d, 12h, 2w).")] = None,
     llm_base_url: BaseUrlOpt = None, llm_model: ModelOpt = None, llm_api_key: KeyOpt = None,
     llm_timeout: TimeoutOpt = None, llm_deadline: DeadlineOpt = None, llm_context: ContextOpt = None,
-    nics: NicsOpt = None, nic_gbps: NicGbpsOpt = None, nvlink_domain: DomainOpt = None,
+    nics: TuneNicsOpt = None, nic_gbps: TuneNicGbpsOpt = None, nvlink_domain: DomainOpt = None,
     packed_document_tokens: PackedOpt = None,
     anchor: AnchorOpt = None,
     host_op_s: HostOpOpt = None,
@@ -295,6 +334,8 @@ def tune_command(
         from agent.state import RunOptions
         from agent.text.request import Clarification
 
+    framework_flag = framework
+    framework = framework or "megatron"
     _check_framework(framework)
     budget_tokens = parse_tokens(tokens) if tokens else None
     deadline_s = parse_duration(deadline) if deadline else None
@@ -304,7 +345,7 @@ def tune_command(
                                           {"nics_per_node": nics, "nic_gbps": nic_gbps, "nvlink_domain": nvlink_domain,
                                            "packed_document_tokens": packed_document_tokens,
                                            "host_op_s": host_op_s},
-                                          (budget_tokens, deadline_s))
+                                          (budget_tokens, deadline_s), framework_flag)
         if anchor and not isinstance(parsed, Clarification):
             from projtune.anchor_input import read_cli_anchors
 

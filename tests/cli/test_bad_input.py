@@ -295,3 +295,26 @@ def test_a_json_file_that_is_not_a_measurement_names_its_fields(tmp_path) -> Non
 def test_misspelt_tp_scaling_names_the_nearest(tmp_path) -> None:
     line = _one_line_error(["bench", "project", "--measured", str(tmp_path / "m.json"), "--tp-scaling", "linearr"])
     assert line == "error: --tp-scaling must be ratio or linear, got 'linearr'; did you mean 'linear'?"
+
+
+def test_tune_flags_that_differ_from_the_request_text_are_said() -> None:
+    """Regression: `tune "... with 4 NICs per node" --nics 8` let the flag win without a word, and a framework the
+    request names beat --framework silently; the report's assumptions (and --json) now say which one was used."""
+    import json
+
+    request = "tune llama3 8b on 16 h100 with gbs 64, precision=bf16, mbs<=2, 4 NICs per node, with torchtitan"
+    result = runner.invoke(app, ["tune", request, "--nics", "8", "--framework", "megatron", "--offline", "--rounds",
+                                 "1", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["request"]["nics_per_node"] == 8 and report["request"]["framework"] == "torchtitan"
+    said = report["assumptions"]
+    assert "--nics 8 used; the request text said 4 (nics_per_node; a flag wins over the request text)" in said
+    assert ("framework: torchtitan (named in the request) used, not --framework megatron (a framework named in the "
+            "request wins over --framework)") in said
+    same = runner.invoke(app, ["tune", request, "--nics", "4", "--framework", "torchtitan", "--offline", "--rounds",
+                               "1", "--json"])
+    assert same.exit_code == 0, same.output
+    assert not any("wins over" in line for line in json.loads(same.stdout)["assumptions"])   # agreeing: no note
+    help_text = " ".join(runner.invoke(app, ["tune", "--help"]).stdout.replace("│", " ").split())
+    assert "wins over NICs per node the request text names" in help_text          # the precedence, documented
