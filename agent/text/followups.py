@@ -193,7 +193,8 @@ class ChatTurns:
         turn = self._change(text, request, last)
         if turn is None:
             return Turn(question.question, pending=question.model_dump())
-        turn.reply = f"(left the open question; read as a change of the last request)\n{turn.reply}"
+        if turn.request is not None:      # re-tuned: the question it leaves is said, not dropped silently
+            turn.reply = f"(left the open question; read as a change of the last request)\n{turn.reply}"
         return turn
 
     def _run(self, parsed: TuneRequest | Clarification, last: TuneReport | None,
