@@ -70,6 +70,7 @@ from projection.vocabulary import (
     MOE_DISPATCHERS,
     PRECISIONS,
     RECOMPUTE_LEVEL,
+    RECOMPUTE_MODULES,
     RECOMPUTES,
     SEARCHED_FP8_RECIPES,
 )
@@ -241,7 +242,8 @@ def recompute_options(space: SearchSpace, pp: int) -> list[tuple[str, int | None
     if 1 <= half < stage_layers:
         options.append(("full", half))
     rnl_rule = space.constraints.rule("recompute_num_layers")
-    return [(r, n) for r, n in options if _ok(space, "recompute", r)
+    selective_only = space.constraints.recompute_modules is not None   # a module set is selective recompute's
+    return [(r, n) for r, n in options if _ok(space, "recompute", r) and (r == "selective" or not selective_only)
             and (rnl_rule is None or (r == "full" and rnl_rule(stage_layers if n is None else n)))]
 
 
@@ -249,6 +251,9 @@ def recompute_module_sets(space: SearchSpace) -> list[tuple[str, ...]]:
     """Module sets of selective recompute: the default, then the default plus the cheap re-runs (docstring); only
     the default where the framework's selective recompute is per-op SAC (torchtitan), which no module list changes
     (projection.workload.selective_recompute_modules), so the variants would be one layout twice."""
+    pinned = space.constraints.recompute_modules
+    if pinned is not None:     # 'recompute_modules=core_attn,mlp': exactly that set, in the vocabulary's order
+        return [tuple(m for m in RECOMPUTE_MODULES if m in pinned)]
     if memory_traits(space.framework).op_level_selective_ac:
         return [DEFAULT_RECOMPUTE_MODULES]
     m = space.model

@@ -17,8 +17,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from projection.errors import ProjtuneError
+from projection.training_config import known_recompute_modules
 from projection.vocabulary import (ATTENTION_BACKENDS, COMM_OVERLAPS, MOE_DISPATCHERS, PIPELINE_SCHEDULES, PRECISIONS,
-                                   RECOMPUTES, ZERO_LEVELS, CommOverlap)
+                                   RECOMPUTE_MODULES, RECOMPUTES, ZERO_LEVELS, CommOverlap, RecomputeModule)
 
 INT_AXES: tuple[str, ...] = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "mbs", "zero", "recompute_num_layers")
 CHOICE_AXES: dict[str, tuple[str, ...]] = {
@@ -191,6 +192,10 @@ class Constraints(BaseModel):
     cuda_graphs: bool | None = Field(default=None, description="Pin CUDA graphs on (true) or off (false); unset = "
                                                                "searched where the framework supports them.")
     compile: bool | None = Field(default=None, description="Pin torch.compile / XLA fusion; unset = the framework's.")
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None, description=f"Selective recompute of exactly these modules ({', '.join(RECOMPUTE_MODULES)}; "
+                                  "Megatron-core --recompute-modules): only selective layouts with this set are "
+                                  "searched; unset = the searched sets.")
     min_headroom: float = Field(default=0.10, ge=0.0, lt=1.0,
                                 description="Least free HBM fraction a layout must leave; default 0.10 = the "
                                             "'fits' verdict (Primus tuning agent memory_safety_margin 0.10).")
@@ -213,6 +218,8 @@ class Constraints(BaseModel):
             if pinned is None or value is None:
                 return True
             return set(pinned) == set(value) if axis == "comm_overlap" else pinned == value
+        if axis == "recompute_modules":
+            return self.recompute_modules is None or set(self.recompute_modules) == set(value or ())
         rule = self.rule(axis)
         return rule is None or rule(value)
 
@@ -231,6 +238,8 @@ class Constraints(BaseModel):
                 out.append(f"{name}={str(value).lower()}")
             elif name == "comm_overlap":
                 out.append(f"comm_overlap={','.join(value) or 'none'}")
+            elif name == "recompute_modules":
+                out.append(f"recompute_modules={','.join(value)}")
             elif isinstance(value, list):
                 out.append(f"{name} in {','.join(str(v) for v in value)}")
             elif isinstance(value, str) and value.strip().startswith(("in ", "in\t")):
@@ -261,6 +270,8 @@ class Constraints(BaseModel):
                 values[name] = _boolean(name, rule)
             elif name == "comm_overlap":
                 values[name] = _overlaps(rule)
+            elif name == "recompute_modules":
+                values[name] = recompute_module_list(rule)
             else:
                 compile_rule(name, rule)
                 previous = values.get(name)
@@ -276,7 +287,7 @@ def _split(item: str) -> tuple[str, str]:
         raise ConstraintError(text or "<empty>", "expected AXIS OP VALUE, e.g. tp<=8, precision=bf16, pp in 1,2,4")
     name, rule = match.group(1).lower().replace("-", "_"), match.group(2).strip()
     name = _ALIASES.get(name, name)
-    known = (*AXES, "min_headroom", "allow_fp8", *SWITCH_PINS)
+    known = (*AXES, "min_headroom", "allow_fp8", *SWITCH_PINS, "recompute_modules")
     if name not in known:
         near = difflib.get_close_matches(name, known, n=1)
         raise ConstraintError(name, "unknown axis" + (f"; did you mean {near[0]}?" if near else ""), known)
@@ -295,6 +306,20 @@ def _overlaps(rule: str) -> list[str]:
     if unknown:
         raise ConstraintError("comm_overlap", f"'{unknown[0]}' is not a communication", (*COMM_OVERLAPS, "none"))
     return names
+
+
+def recompute_module_list(rule: str) -> list[str]:
+    """``recompute_modules=core_attn,mlp`` (also ``+``-joined): the module set, each name checked by
+    :func:`projection.training_config.known_recompute_modules` (an unknown one named with the nearest)."""
+    text = rule.lstrip("=").strip().strip("[](){}").lower()
+    names = [n for n in re.split(r"[,+\s]+", text) if n]
+    if not names:
+        raise ConstraintError("recompute_modules", "empty list of modules", RECOMPUTE_MODULES)
+    try:
+        known_recompute_modules(names)
+    except ValueError as err:
+        raise ConstraintError("recompute_modules", str(err)) from None
+    return list(dict.fromkeys(names))
 
 
 def _fraction(rule: str) -> float:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from projection.vocabulary import SEARCHED_FP8_RECIPES
+import difflib
+
+from projection.vocabulary import RECOMPUTE_MODULES, SEARCHED_FP8_RECIPES
 from tools.constraints import CHOICE_AXES as _CHOICE_AXES
 from tools.constraints import INT_AXES, ConstraintError, Constraints
 
@@ -68,6 +70,29 @@ NAMED_VALUES: tuple[tuple[re.Pattern[str], str], ...] = (
      "moe_dispatcher"),
 )
 
+# Selective recompute's module set: 'recompute modules core_attn, mlp', 'recompute_modules=core_attn+layernorm',
+# 'recompute core_attn and mlp' (without 'modules' only names of projection.vocabulary.RECOMPUTE_MODULES).
+_JOIN = r"\s*(?:,|\+|&|\band\b)\s*"
+_MODULES_SAID = re.compile(rf"\brecompute[\s_-]?modules?\s*[:=]?\s*([A-Za-z][\w-]*(?:{_JOIN}[A-Za-z][\w-]*)*)", re.I)
+_KNOWN_MODULE = "(?:" + "|".join(RECOMPUTE_MODULES) + ")"
+_MODULES_NAMED = re.compile(rf"\brecompute\s+({_KNOWN_MODULE}(?:{_JOIN}{_KNOWN_MODULE})*)(?![\w-])", re.I)
+
+
+def _module_names(said: str) -> list[str]:
+    """The module names of a 'recompute modules ...' phrase: the first word, then each joined word that is a module
+    name or near one ('core_attn, mlp'), stopping at the first that is not ('core_attn, seq 8k')."""
+    words = [w.lower() for w in re.split(_JOIN, said) if w]
+    return words[:1] + list(_takewhile_modules(words[1:]))
+
+
+def _takewhile_modules(words: list[str]) -> list[str]:
+    out = []
+    for word in words:
+        if word not in RECOMPUTE_MODULES and not difflib.get_close_matches(word, RECOMPUTE_MODULES, n=1, cutoff=0.75):
+            break
+        out.append(word)
+    return out
+
 
 @dataclass(slots=True)
 class Rules:
@@ -117,6 +142,15 @@ def extract_constraints(text: str, gpu: str | None = None) -> Rules:
             f"{m.group(1).lower()} in {','.join(values)}" if op == "=" else f"{m.group(1).lower()}!={','.join(values)}")
         _add(found, rule)
     masked = _CHOICE_RULE.sub(" ", masked)
+    for pattern in (_MODULES_SAID, _MODULES_NAMED):
+        for m in pattern.finditer(masked):
+            modules = _module_names(m.group(1))
+            before = len(found.problems)
+            _add(found, f"recompute_modules={','.join(modules)}",
+                 f"'{m.group(0).strip()}' read as selective recompute of {' + '.join(modules)}")
+            if len(found.problems) == before:       # a module set is selective recompute's (Megatron-core)
+                _add(found, "recompute=selective")
+            masked = masked.replace(m.group(0), " ")
     for pattern, axis in NAMED_VALUES:
         for m in pattern.finditer(masked):
             _add(found, f"{axis}={(m.group('v') or m.groupdict().get('w') or '').lower()}")

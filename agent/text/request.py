@@ -439,7 +439,7 @@ _SAID_VALUES: tuple[tuple[re.Pattern[str], tuple[str, ...], str, str], ...] = (
 
 
 # A word shaped like a number format ('fp9', 'bf61', 'mxfp9'): a near miss of a training precision is asked back.
-_PRECISION_SHAPED = re.compile(r"(?<![\w.-])((?:mx|nv)?(?:fp|bf)\d{1,2})(?![\w.-])", re.I)
+_PRECISION_SHAPED = re.compile(r"(?<![\w.-])((?:mx|nv)?(?:fp|bf)\d{1,2})(?![\w-]|\.\w)", re.I)   # 'fp9.' ends a line
 _OTHER_FORMATS = frozenset({"fp4", "mxfp4", "fp32", "tf32"})   # read elsewhere, or not a training precision
 
 

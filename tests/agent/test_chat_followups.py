@@ -92,3 +92,19 @@ def test_a_question_asked_back_does_not_stick_to_the_next_follow_ups(tmp_path: P
         assert chat.values()["pending"] is not None
         assert "llama3-8b on 32 x h100-sxm" in chat.ask("what if I have 32 GPUs?")
         assert chat.values()["pending"] is None
+
+
+def test_a_misspelt_precision_follow_up_is_asked_back_not_dropped(tmp_path: Path) -> None:
+    """Regression: 'use fp9.' got "I did not catch a change" (the word was dropped); now the nearest precision is asked,
+    as for 'with fp9' in a first request; 'recompute modules core_attn' is read as a change of the request."""
+    from agent.policies.offline import OfflinePolicy
+    from agent.text.session import ChatSession
+
+    with ChatSession("fp9", OfflinePolicy(), path=tmp_path / "s.sqlite") as chat:
+        chat.ask(SMALL_8)
+        for line in ("use fp9", "use fp9."):
+            reply = chat.ask(line)
+            assert reply.startswith("Unknown precision 'fp9'; did you mean fp8?"), reply
+        reply = chat.ask("recompute modules core_attn and mlp")
+        assert "recompute_modules=core_attn,mlp, recompute=selective" in reply, reply
+        assert "rc=selective[core_attn+mlp]" in reply

@@ -286,3 +286,24 @@ def test_a_constraint_the_text_states_that_is_not_valid_is_asked_back() -> None:
                                  "outside [0, 1).")
     once = parse_request("tune llama3 8b on 64 h100 precision=fp9")     # asked once, with the nearest
     assert isinstance(once, Clarification) and once.question.count("fp9") == 1
+
+
+@pytest.mark.parametrize(("text", "modules"), [
+    ("tune llama3 8b on 64 h100, recompute modules core_attn", "core_attn"),
+    ("tune llama3 8b on 64 h100, recompute core_attn and mlp", "core_attn,mlp"),
+    ("tune llama3 8b on 64 h100, recompute_modules=core_attn+layernorm, seq 8k", "core_attn,layernorm"),
+])
+def test_recompute_modules_in_the_text_pin_the_selective_module_set(text: str, modules: str) -> None:
+    """Regression: 'recompute modules core_attn' was dropped without a word (every module set searched)."""
+    parsed = parse_request(text)
+    assert isinstance(parsed, TuneRequest), parsed
+    assert f"recompute_modules={modules}" in parsed.constraints and "recompute=selective" in parsed.constraints
+    assert any("read as selective recompute" in note for note in parsed.notes)
+
+
+def test_a_misspelt_recompute_module_is_asked_back_with_the_nearest() -> None:
+    asked = parse_request("tune llama3 8b on 64 h100, recompute modules core_atn")
+    assert isinstance(asked, Clarification) and "recompute_modules" in asked.missing
+    assert "unknown recompute module 'core_atn'" in asked.question and "did you mean core_attn?" in asked.question
+    base = parse_request("tune llama3 8b on 64 h100")
+    assert isinstance(parse_request("use fp9.", base=base), Clarification)    # 'fp9.' at a line's end: asked too

@@ -68,3 +68,20 @@ def test_values_outside_an_axis_domain_are_refused_not_searched_to_nothing() -> 
     with pytest.raises(ConstraintError, match=r"constraint zero: 5 is not a ZeRO level \(allowed: 0, 1, 2, 3\)"):
         Constraints.parse(["zero=5"])
     Constraints.parse(["zero=0", "tp>=1", "recompute_num_layers>=0"])
+
+
+def test_a_recompute_module_set_pins_selective_layouts_with_exactly_that_set() -> None:
+    """'recompute_modules=core_attn,mlp' (read from 'recompute modules core_attn, mlp'): only selective layouts with
+    that set are enumerated; an unknown module is refused with the nearest name."""
+    from tools.candidate_columns import enumerate_candidates
+    from projection.job import resolve_job
+
+    pinned = Constraints.parse(["recompute_modules=mlp+core_attn", "pp<=2"])
+    assert pinned.recompute_modules == ["mlp", "core_attn"] and "recompute_modules=mlp,core_attn" in pinned.describe()
+    job = resolve_job("llama3-8b", "h100-sxm", 8)
+    configs = list(enumerate_candidates(job.model, job.hardware, job.cluster, pinned, 32, 4096))
+    assert configs and {(c.recompute, c.recompute_modules) for c in configs} == {("selective", ("core_attn", "mlp"))}
+    assert pinned.allows("recompute_modules", ["core_attn", "mlp"]) and not pinned.allows("recompute_modules",
+                                                                                          ["core_attn"])
+    with pytest.raises(ConstraintError, match="unknown recompute module 'core_atn'.*did you mean core_attn"):
+        Constraints.parse(["recompute_modules=core_atn"])
