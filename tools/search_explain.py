@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from projection.memory import GIB
 from projection.memory_verdict import passes_screen
 from projection.training_config import TrainingConfig
-from projection.vocabulary import RECOMPUTE_LEVEL
+from projection.vocabulary import PIPELINE_SCHEDULES, RECOMPUTE_LEVEL
 from tools.candidates import SearchSpace, cp_values, pp_values, tp_values
 from tools.candidate_columns import enumerate_candidates
 from tools.constraints import Constraints
@@ -105,12 +105,62 @@ def _split_reason(job: Job, request: SearchRequest) -> str:
             f"(dp = {n}/(tp*pp*cp) in {dps[:12]}{' ...' if len(dps) > 12 else ''})")
 
 
+def _runs(framework: str, job: Job, probe: TrainingConfig, schedule: str) -> bool:
+    """Whether a launch framework's rules (:mod:`tools.framework_rules`) accept ``schedule`` on a pipelined layout of
+    the job (``probe``, with vpp 2 for zbv, else 1)."""
+    from tools.framework_rules import framework_violations
+
+    vpp = 2 if schedule == "zbv" else probe.vpp if schedule == "interleaved" else 1
+    config = probe.model_copy(update={"pp_schedule": schedule, "vpp": vpp})
+    return not any(r.startswith(f"pp_schedule={schedule}")
+                   for r in framework_violations(framework, job.model, job.cluster, config))
+
+
+def _unsearched_schedule(job: Job, request: SearchRequest, searched: list[str], probe: TrainingConfig | None,
+                         job_text: str) -> str | None:
+    """The one line for a ``pp_schedule`` constraint that names only schedules the search never enumerates for the
+    job and framework (zbv: :func:`tools.candidates.pipeline_options` tries 1f1b, zero-bubble with vpp 1 and
+    interleaved; a launch framework keeps those its rules accept), else None.  The search space is not widened
+    (that would move the benchmark figures): the line says what it holds and which launch frameworks run the
+    schedule asked for."""
+    from tools.framework_rules import FRAMEWORKS, launch_framework_of
+
+    rule = request.constraints.rule("pp_schedule")
+    if rule is None:
+        return None
+    asked = [s for s in PIPELINE_SCHEDULES if rule(s)]
+    launch = launch_framework_of(request.framework) if request.framework else None
+    neutral = searched
+    if launch is not None and probe is not None:
+        searched = [s for s in searched if s == "1f1b" or _runs(launch, job, probe, s)]
+    if not asked or any(s in searched for s in asked):
+        return None
+    where = ("is not in the search space" if not any(s in neutral for s in asked) else
+             f"is searched, but {launch} does not run it")
+    runners = ""
+    for schedule in asked if probe is not None else []:
+        names = [f for f in FRAMEWORKS if _runs(f, job, probe, schedule)]
+        runners += f"; {', '.join(names) or 'no launch framework'} run{'s' if len(names) <= 1 else ''} {schedule}"
+    framework = f" with {request.framework}" if request.framework else ""
+    vpp = " --vpp 2" if asked[0] == "zbv" else ""
+    return (f"pp_schedule={','.join(asked)} {where}: for {job_text}{framework} the search enumerates "
+            f"{', '.join(searched) or 'no schedule'} only{runners}; project a layout with it instead "
+            f"(projtune project ... --schedule {asked[0]}{vpp})")
+
+
 def _no_legal_layout(job: Job, request: SearchRequest) -> str:
     c = request.constraints
-    base = sum(1 for _ in _candidates(job, request, Constraints(min_headroom=c.min_headroom)))
+    base, searched, probe = 0, set(), None
+    for config in _candidates(job, request, Constraints(min_headroom=c.min_headroom)):
+        base += 1
+        searched.add(config.schedule)
+        probe = config if probe is None and config.pp > 1 else probe
     job_text = f"{job.model.name} on {job.cluster.num_gpus} x {job.hardware.id}"
     if base == 0:
         return f"no legal layout of {job_text}: {_split_reason(job, request)}"
+    unsearched = _unsearched_schedule(job, request, [s for s in PIPELINE_SCHEDULES if s in searched], probe, job_text)
+    if unsearched is not None:
+        return unsearched
     names = [name for name in c.active() if name != "min_headroom"]
     culprits = [name for name in names if next(_candidates(job, request, c.without(name)), None) is not None]
     if culprits:

@@ -318,3 +318,20 @@ def test_tune_flags_that_differ_from_the_request_text_are_said() -> None:
     assert not any("wins over" in line for line in json.loads(same.stdout)["assumptions"])   # agreeing: no note
     help_text = " ".join(runner.invoke(app, ["tune", "--help"]).stdout.replace("│", " ").split())
     assert "wins over NICs per node the request text names" in help_text          # the precedence, documented
+
+
+def test_a_schedule_the_search_never_enumerates_is_said_not_no_layout() -> None:
+    """Regression: `search -C pp_schedule=zbv` answered "'pp_schedule=zbv' excludes every legal layout" although
+    ZB-V layouts are legal (and Primus runs them): the search space holds 1f1b, zero-bubble (vpp 1) and interleaved
+    only, which the line now says, with the frameworks that run zbv (the space is not widened)."""
+    search = ["search", "--model", "llama3-8b", "--gpu", "h100-sxm", "--gpus", "16", "--gbs", "64", "--seq-len", "4096",
+              "-C", "pp_schedule=zbv"]
+    result = runner.invoke(app, search)
+    assert result.exit_code == 1, result.output
+    assert ("no layout: pp_schedule=zbv is not in the search space: for llama3-8b on 16 x h100-sxm the search "
+            "enumerates 1f1b, interleaved, zero-bubble only; primus, torchtitan run zbv; project a layout with it "
+            "instead (projtune project ... --schedule zbv --vpp 2)") in " ".join(result.stdout.split())
+    megatron = " ".join(runner.invoke(app, [*search[:-1], "pp_schedule=zero-bubble", "--framework", "megatron"])
+                        .stdout.split())
+    assert ("pp_schedule=zero-bubble is searched, but megatron does not run it: for llama3-8b on 16 x h100-sxm with "
+            "megatron the search enumerates 1f1b, interleaved only; primus runs zero-bubble") in megatron
