@@ -199,8 +199,9 @@ def _request(policy: Any, text: str, constraints: list[str], top: int | None,
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     update.update(given)                                                      # flags win over the text
     notes = flag_vs_text_notes(parsed, given, framework)
-    if notes:
-        update["notes"] = [*parsed.notes, *notes]
+    if notes:   # the parser's 'network: 4 NICs per node ... (as said)' gives way to the note of the flag that won
+        overridden = any(n.startswith(("--nics ", "--nic-gbps ")) for n in notes)
+        update["notes"] = [*(n for n in parsed.notes if not (overridden and n.startswith("network:"))), *notes]
     request = type(parsed).model_validate({**parsed.model_dump(), **update})
     LayoutSpace(request)                     # unknown names / bad constraints raise here (exit 2)
     return request, read.degraded_reason

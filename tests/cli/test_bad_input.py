@@ -310,6 +310,7 @@ def test_tune_flags_that_differ_from_the_request_text_are_said() -> None:
     assert report["request"]["nics_per_node"] == 8 and report["request"]["framework"] == "torchtitan"
     said = report["assumptions"]
     assert "--nics 8 used; the request text said 4 (nics_per_node; a flag wins over the request text)" in said
+    assert not any(line.startswith("network: 4 NICs per node") for line in said)   # the overridden reading is gone
     assert ("framework: torchtitan (named in the request) used, not --framework megatron (a framework named in the "
             "request wins over --framework)") in said
     same = runner.invoke(app, ["tune", request, "--nics", "4", "--framework", "torchtitan", "--offline", "--rounds",
