@@ -595,7 +595,7 @@ def _parse(raw: str, base: TuneRequest | dict[str, Any] | None) -> TuneRequest |
     budget, budget_span = find_budget(_mask(text, nic_spans))
     deadline, deadline_span = find_deadline(_mask(text, nic_spans))
     nic_spans += [span for span in (budget_span, deadline_span) if span is not None]
-    names_text = _mask(text, [config_span] if config_span else [])
+    names_text = _mask(text, nic_spans + ([config_span] if config_span else []))   # "4 NICs" is no GPU
     gpu = names.find_gpu(names_text)
     model = names.find_model(_mask(names_text, [(gpu.start, gpu.end)] if gpu.kind == "found" else []))
     if config_path is not None:

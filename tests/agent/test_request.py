@@ -307,3 +307,11 @@ def test_a_misspelt_recompute_module_is_asked_back_with_the_nearest() -> None:
     assert "unknown recompute module 'core_atn'" in asked.question and "did you mean core_attn?" in asked.question
     base = parse_request("tune llama3 8b on 64 h100")
     assert isinstance(parse_request("use fp9.", base=base), Clarification)    # 'fp9.' at a line's end: asked too
+
+
+def test_a_nic_count_follow_up_is_not_read_as_a_gpu_name() -> None:
+    """Regression: the chat follow-up 'with 4 NICs per node' was asked back as "Unknown GPU type 'NICs'"."""
+    base = parse_request("tune llama3 8b on 64 h100")
+    changed = parse_request("with 4 NICs per node", base=base)
+    assert isinstance(changed, TuneRequest), changed
+    assert changed.nics_per_node == 4 and changed.gpu == "h100-sxm" and changed.num_gpus == 64
