@@ -196,13 +196,14 @@ def _parse(path: Path) -> _ParsedLog:
     # A log cut off while being written (a killed job, a copy in progress) ends inside a line: 'tps: 7' of
     # 'tps: 7,123' would be read as 7 tokens/s.  Only lines that end are read.
     complete, _, cut = text.rpartition("\n")
-    if complete and cut.strip():
+    cut_off = bool(complete and cut.strip())
+    if cut_off:
         text = complete + "\n"
     parse = (_parse_megatron if _MEGATRON_ITER.search(text) else
              _parse_torchtitan if _TITAN_STEP.search(text) else None)
     if parse is not None:
         log = _checked(path, parse, text)
-        if complete and cut.strip():
+        if cut_off:
             log.note += "; its last line, cut off without a newline, was not read"
         return log
     raise LogImportError(

@@ -19,6 +19,17 @@ def nearest(name: str, choices: tuple[str, ...] | list[str]) -> str | None:
     return near[0] if near else None
 
 
+NEAR_MISS_CUTOFF = 0.75
+"""difflib similarity (0-1) above which a word of free text is taken as a misspelling of a known name and asked
+back ('torchtitn', 'ful', 'core_atn'), and below which it is another word ('framework to use'); stricter than
+:func:`nearest`'s 0.5, which only picks a suggestion for a name already known to be wrong."""
+
+
+def is_near_miss(word: str, choices: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``word`` is close to one of ``choices`` (:data:`NEAR_MISS_CUTOFF`) without being one of them."""
+    return word not in choices and bool(difflib.get_close_matches(word, list(choices), n=1, cutoff=NEAR_MISS_CUTOFF))
+
+
 def literal_suggestion(item: dict[str, Any]) -> str:
     """``"; did you mean 'x'?"`` for one pydantic error item that refused a string outside a Literal's values
     (``type == "literal_error"``; its ``ctx.expected`` lists them as ``'a', 'b' or 'c'``), else ``""``.

@@ -96,7 +96,7 @@ def layout_violations(model: ModelSpec, hardware: HardwareSpec, cluster: Cluster
                                                            ("moe_routing", c.moe_routing, "dropless"))
             if value != default]
         if moe_only:
-            verb = "needs" if len(moe_only) == 1 and "=" in moe_only[0] and "," not in moe_only[0] else "need"
+            verb = "needs" if len(moe_only) == 1 and "," not in moe_only[0] else "need"   # 'ep=2, etp=1' is two
             reasons.append(f"{', '.join(moe_only)} {verb} a MoE model ('{model.name}' is dense)")
     if c.cp > 1 and c.seq_len % (2 * c.cp):
         reasons.append(f"seq_len={c.seq_len} not divisible by 2*cp={2 * c.cp} (load-balanced causal CP split)")

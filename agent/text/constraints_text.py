@@ -10,8 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-import difflib
-
+from projection.errors import is_near_miss
 from projection.vocabulary import RECOMPUTE_MODULES, SEARCHED_FP8_RECIPES
 from tools.constraints import CHOICE_AXES as _CHOICE_AXES
 from tools.constraints import INT_AXES, ConstraintError, Constraints
@@ -81,17 +80,13 @@ _MODULES_NAMED = re.compile(rf"\brecompute\s+({_KNOWN_MODULE}(?:{_JOIN}{_KNOWN_M
 def _module_names(said: str) -> list[str]:
     """The module names of a 'recompute modules ...' phrase: the first word, then each joined word that is a module
     name or near one ('core_attn, mlp'), stopping at the first that is not ('core_attn, seq 8k')."""
-    words = [w.lower() for w in re.split(_JOIN, said) if w]
-    return words[:1] + list(_takewhile_modules(words[1:]))
-
-
-def _takewhile_modules(words: list[str]) -> list[str]:
-    out = []
-    for word in words:
-        if word not in RECOMPUTE_MODULES and not difflib.get_close_matches(word, RECOMPUTE_MODULES, n=1, cutoff=0.75):
+    first, *rest = [w.lower() for w in re.split(_JOIN, said) if w]
+    names = [first]
+    for word in rest:
+        if word not in RECOMPUTE_MODULES and not is_near_miss(word, RECOMPUTE_MODULES):
             break
-        out.append(word)
-    return out
+        names.append(word)
+    return names
 
 
 @dataclass(slots=True)

@@ -41,7 +41,7 @@ from agent.batch_default import default_gbs
 from agent.sizing_guess import first_guess
 from agent.text.constraints_text import axis_of, extract_constraints, merge_constraints
 from agent.text.request_numbers import BAD_COUNT, canonical_numbers, count_problem
-from projection.errors import UnknownNameError
+from projection.errors import UnknownNameError, is_near_miss
 from projection.framework import framework_words
 from projection.model_spec import load_model
 from projection.quantities import QuantityError, read_size
@@ -412,11 +412,9 @@ def misspelt_value(text: str, said: re.Pattern[str], choices: list[str], kind: s
     """The question for a word ``said`` captures that is close to one of ``choices`` but none of them
     ('framework torchtitn', 'recompute ful'), else None: the word would otherwise be dropped without a word."""
     for m in said.finditer(text):
-        word = m.group(1).lower()
-        if word in choices:
-            continue
-        if difflib.get_close_matches(word, choices, n=1, cutoff=0.75):   # 'framework to use': no name at all
-            return "U" + str(UnknownNameError(kind, m.group(1), choices))[1:]
+        if is_near_miss(m.group(1).lower(), choices):   # 'framework to use': no name at all
+            message = str(UnknownNameError(kind, m.group(1), choices))
+            return message[0].upper() + message[1:]     # a question to the user: a sentence
     return None
 
 
